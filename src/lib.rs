@@ -1,1 +1,11 @@
 pub mod domain;
+pub mod db;
+pub mod events;
+pub mod config;
+pub mod desk;
+pub mod http;
+pub mod llm;
+pub mod tools;
+pub mod app;
+pub mod worker;
+pub mod embedded_pg;

@@ -1,5 +1,11 @@
 //! Pure types of agentdesk and their rules; no IO here.
 
+pub mod agent;
 pub mod comment;
+pub mod event;
+pub mod ticket;
 
+pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};
+pub use event::{NewEvent, TicketEvent};
+pub use ticket::{Status, Ticket, TicketError, TicketRef, TicketUsage};

@@ -1,0 +1,153 @@
+//! Builds the running service: database, event hub, HTTP API and worker pool, with one shutdown
+//! token. Shared by `main` and the tests.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::db;
+use crate::domain::Agent;
+use crate::events::EventHub;
+use crate::http::{self, AppState};
+use crate::llm::Providers;
+use crate::tools::specs::BUILTIN_TOOLS;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// API and workers in one process.
+    Serve,
+    Api,
+    Worker,
+}
+
+impl Mode {
+    fn runs_api(self) -> bool {
+        matches!(self, Mode::Serve | Mode::Api)
+    }
+
+    fn runs_workers(self) -> bool {
+        matches!(self, Mode::Serve | Mode::Worker)
+    }
+}
+
+pub const DEFAULT_AGENT_ROLE: &str = "You are an agent working a ticket. Do what the ticket asks. \
+When you are done, call close_ticket with the result. If you need information only a human can give, \
+ask for it in plain text without calling a tool; the ticket waits for their reply.";
+
+pub struct App {
+    /// Where the API listens (None in worker-only mode).
+    pub addr: Option<SocketAddr>,
+    pub pool: PgPool,
+    pub hub: EventHub,
+    pub shutdown: CancellationToken,
+    config: Arc<Config>,
+    tasks: Vec<JoinHandle<()>>,
+    workers: Option<crate::worker::WorkerPool>,
+}
+
+impl App {
+    /// Connects, migrates, and starts what `mode` runs. `database_url` must be resolved by now
+    /// (the embedded database is started by the caller).
+    pub async fn start(config: Config, mode: Mode, providers: Providers) -> anyhow::Result<App> {
+        let url = config.database_url.clone().context("DATABASE_URL is not set")?;
+        let pool = db::connect(&url, config.db_max_connections)
+            .await
+            .context("cannot connect to the database")?;
+        db::migrate(&pool).await.context("cannot apply database migrations")?;
+        let providers = Arc::new(providers);
+        ensure_default_agent(&pool, &config, &providers).await?;
+
+        let config = Arc::new(config);
+        let shutdown = CancellationToken::new();
+        let hub = EventHub::new(pool.clone()).await?;
+        let mut tasks = vec![tokio::spawn(hub.clone().run(shutdown.clone()))];
+
+        let addr = if mode.runs_api() {
+            let state = AppState {
+                pool: pool.clone(),
+                hub: hub.clone(),
+                config: config.clone(),
+                providers: providers.clone(),
+                shutdown: shutdown.clone(),
+            };
+            let listener = tokio::net::TcpListener::bind(config.addr)
+                .await
+                .with_context(|| format!("cannot listen on {}", config.addr))?;
+            let addr = listener.local_addr()?;
+            tracing::info!(%addr, "agentdesk API listening");
+            let router = http::router(state);
+            let stop = shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
+                if let Err(err) = served {
+                    tracing::error!(error = %err, "HTTP server failed");
+                }
+            }));
+            Some(addr)
+        } else {
+            None
+        };
+
+        let workers = if mode.runs_workers() {
+            Some(crate::worker::WorkerPool::start(pool.clone(), hub.clone(), config.clone(), providers.clone()))
+        } else {
+            None
+        };
+
+        Ok(App { addr, pool, hub, shutdown, config, tasks, workers })
+    }
+
+    /// Base URL of the API, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        let addr = self.addr.expect("this process runs no API");
+        let host = if addr.ip().is_unspecified() { "127.0.0.1".to_string() } else { addr.ip().to_string() };
+        format!("http://{host}:{}", addr.port())
+    }
+
+    /// Graceful shutdown: stop accepting, end SSE streams, let running steps finish within the
+    /// grace period and release the rest, then close the pool.
+    pub async fn shutdown(self) {
+        if let Some(workers) = self.workers {
+            workers.shutdown(self.config.shutdown_grace).await;
+        }
+        self.shutdown.cancel();
+        for task in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        self.pool.close().await;
+    }
+}
+
+/// Creates the `default` agent when no agent exists, so a fresh install works tickets at once.
+async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Providers) -> anyhow::Result<()> {
+    let now = chrono::Utc::now();
+    let agent = Agent {
+        name: "default".into(),
+        role: DEFAULT_AGENT_ROLE.into(),
+        provider: None,
+        model: http::agents::default_model(config.model.as_deref(), providers.detected()),
+        labels: vec![],
+        tools: BUILTIN_TOOLS.iter().map(|t| t.to_string()).collect(),
+        context_window: None,
+        max_turns: None,
+        max_input_tokens: None,
+        max_output_tokens: None,
+        max_schema_retries: 10,
+        max_request_retries: 10,
+        request_retry_delay_ms: 500,
+        temperature: None,
+        max_tokens: None,
+        created_at: now,
+        updated_at: now,
+    };
+    if db::agents::insert_if_none_exist(pool, &agent).await? {
+        tracing::info!(model = %agent.model, "created the default agent");
+    }
+    Ok(())
+}

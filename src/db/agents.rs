@@ -1,0 +1,141 @@
+//! Agent definitions.
+
+use sqlx::PgExecutor;
+
+use crate::domain::Agent;
+
+const AGENT_COLUMNS: &str = "name, role, provider, model, labels, tools, context_window, max_turns, \
+     max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries, request_retry_delay_ms, \
+     temperature, max_tokens, created_at, updated_at";
+
+#[derive(sqlx::FromRow)]
+struct AgentRow {
+    name: String,
+    role: String,
+    provider: Option<String>,
+    model: String,
+    labels: Vec<String>,
+    tools: Vec<String>,
+    context_window: Option<i32>,
+    max_turns: Option<i32>,
+    max_input_tokens: Option<i64>,
+    max_output_tokens: Option<i64>,
+    max_schema_retries: i32,
+    max_request_retries: i32,
+    request_retry_delay_ms: i32,
+    temperature: Option<f64>,
+    max_tokens: Option<i32>,
+    created_at: chrono::DateTime<chrono::Utc>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl From<AgentRow> for Agent {
+    fn from(r: AgentRow) -> Agent {
+        Agent {
+            name: r.name,
+            role: r.role,
+            provider: r.provider,
+            model: r.model,
+            labels: r.labels,
+            tools: r.tools,
+            context_window: r.context_window,
+            max_turns: r.max_turns,
+            max_input_tokens: r.max_input_tokens,
+            max_output_tokens: r.max_output_tokens,
+            max_schema_retries: r.max_schema_retries,
+            max_request_retries: r.max_request_retries,
+            request_retry_delay_ms: r.request_retry_delay_ms,
+            temperature: r.temperature,
+            max_tokens: r.max_tokens,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// Creates or replaces an agent; true when it was created.
+pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bool), sqlx::Error> {
+    let sql = format!(
+        "INSERT INTO agents (name, role, provider, model, labels, tools, context_window, max_turns,
+            max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries,
+            request_retry_delay_ms, temperature, max_tokens)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+         ON CONFLICT (name) DO UPDATE SET
+            role = EXCLUDED.role, provider = EXCLUDED.provider, model = EXCLUDED.model,
+            labels = EXCLUDED.labels, tools = EXCLUDED.tools, context_window = EXCLUDED.context_window,
+            max_turns = EXCLUDED.max_turns, max_input_tokens = EXCLUDED.max_input_tokens,
+            max_output_tokens = EXCLUDED.max_output_tokens, max_schema_retries = EXCLUDED.max_schema_retries,
+            max_request_retries = EXCLUDED.max_request_retries,
+            request_retry_delay_ms = EXCLUDED.request_retry_delay_ms, temperature = EXCLUDED.temperature,
+            max_tokens = EXCLUDED.max_tokens, updated_at = now()
+         RETURNING {AGENT_COLUMNS}, (xmax = 0) AS created"
+    );
+    let row = sqlx::query(&sql)
+        .bind(&a.name)
+        .bind(&a.role)
+        .bind(&a.provider)
+        .bind(&a.model)
+        .bind(&a.labels)
+        .bind(&a.tools)
+        .bind(a.context_window)
+        .bind(a.max_turns)
+        .bind(a.max_input_tokens)
+        .bind(a.max_output_tokens)
+        .bind(a.max_schema_retries)
+        .bind(a.max_request_retries)
+        .bind(a.request_retry_delay_ms)
+        .bind(a.temperature)
+        .bind(a.max_tokens)
+        .fetch_one(db)
+        .await?;
+    use sqlx::{FromRow, Row};
+    let created: bool = row.try_get("created")?;
+    Ok((AgentRow::from_row(&row)?.into(), created))
+}
+
+/// Inserts the agent unless one of that name exists (the default agent at start-up).
+pub async fn insert_if_none_exist<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "INSERT INTO agents (name, role, provider, model, labels, tools)
+         SELECT $1, $2, $3, $4, $5, $6 WHERE NOT EXISTS (SELECT 1 FROM agents)
+         ON CONFLICT (name) DO NOTHING",
+    )
+    .bind(&a.name)
+    .bind(&a.role)
+    .bind(&a.provider)
+    .bind(&a.model)
+    .bind(&a.labels)
+    .bind(&a.tools)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub async fn get<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Option<Agent>, sqlx::Error> {
+    let row: Option<AgentRow> = sqlx::query_as(&format!("SELECT {AGENT_COLUMNS} FROM agents WHERE name = $1"))
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
+    Ok(row.map(Agent::from))
+}
+
+/// Agents in name order after `after` (exclusive).
+pub async fn list<'e>(db: impl PgExecutor<'e>, after: Option<&str>, limit: i64) -> Result<Vec<Agent>, sqlx::Error> {
+    let rows: Vec<AgentRow> = sqlx::query_as(&format!(
+        "SELECT {AGENT_COLUMNS} FROM agents WHERE ($1::text IS NULL OR name > $1) ORDER BY name LIMIT $2"
+    ))
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(Agent::from).collect())
+}
+
+pub async fn all<'e>(db: impl PgExecutor<'e>) -> Result<Vec<Agent>, sqlx::Error> {
+    list(db, None, i64::MAX).await
+}
+
+pub async fn delete<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("DELETE FROM agents WHERE name = $1").bind(name).execute(db).await?;
+    Ok(done.rows_affected() == 1)
+}

@@ -1,0 +1,98 @@
+//! The transcript: comments in order, numbered per ticket.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor};
+use uuid::Uuid;
+
+use crate::domain::{Author, Comment, ContentBlock};
+
+#[derive(sqlx::FromRow)]
+struct CommentRow {
+    id: Uuid,
+    ticket_id: Uuid,
+    seq: i64,
+    author: String,
+    agent: Option<String>,
+    content: Value,
+    created_at: DateTime<Utc>,
+}
+
+impl From<CommentRow> for Comment {
+    fn from(r: CommentRow) -> Comment {
+        Comment {
+            id: r.id,
+            ticket_id: r.ticket_id,
+            seq: r.seq,
+            author: Author::parse(&r.author).unwrap_or(Author::System),
+            agent: r.agent,
+            // Content is written only from `ContentBlock`s; an unreadable block is kept as text
+            // rather than dropping the whole transcript.
+            content: serde_json::from_value(r.content.clone())
+                .unwrap_or_else(|_| vec![ContentBlock::text(r.content.to_string())]),
+            created_at: r.created_at,
+        }
+    }
+}
+
+/// Appends a comment. The caller holds the ticket's row lock (or this statement takes it), so
+/// seqs are gap-free and in commit order.
+pub async fn insert(
+    conn: &mut PgConnection,
+    ticket_id: Uuid,
+    author: Author,
+    agent: Option<&str>,
+    content: &[ContentBlock],
+) -> Result<Comment, sqlx::Error> {
+    let content = serde_json::to_value(content).unwrap_or(Value::Array(vec![]));
+    let row: CommentRow = sqlx::query_as(
+        "WITH n AS (
+            UPDATE tickets SET last_comment_seq = last_comment_seq + 1, updated_at = now()
+            WHERE id = $2 RETURNING last_comment_seq)
+         INSERT INTO comments (id, ticket_id, seq, author, agent, content)
+         SELECT $1, $2, n.last_comment_seq, $3, $4, $5 FROM n
+         RETURNING id, ticket_id, seq, author, agent, content, created_at",
+    )
+    .bind(Uuid::now_v7())
+    .bind(ticket_id)
+    .bind(author.as_str())
+    .bind(agent)
+    .bind(content)
+    .fetch_one(conn)
+    .await?;
+    Ok(row.into())
+}
+
+/// A page of the transcript after `after_seq`, and whether more follow.
+pub async fn list<'e>(
+    db: impl PgExecutor<'e>,
+    ticket_id: Uuid,
+    after_seq: i64,
+    limit: i64,
+) -> Result<(Vec<Comment>, bool), sqlx::Error> {
+    let rows: Vec<CommentRow> = sqlx::query_as(
+        "SELECT id, ticket_id, seq, author, agent, content, created_at FROM comments
+         WHERE ticket_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+    )
+    .bind(ticket_id)
+    .bind(after_seq)
+    .bind(limit + 1)
+    .fetch_all(db)
+    .await?;
+    let more = rows.len() as i64 > limit;
+    let mut comments: Vec<Comment> = rows.into_iter().map(Comment::from).collect();
+    comments.truncate(limit as usize);
+    Ok((comments, more))
+}
+
+/// The whole transcript, for rebuilding a model conversation.
+pub async fn all<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Result<Vec<Comment>, sqlx::Error> {
+    let rows: Vec<CommentRow> = sqlx::query_as(
+        "SELECT id, ticket_id, seq, author, agent, content, created_at FROM comments
+         WHERE ticket_id = $1 ORDER BY seq",
+    )
+    .bind(ticket_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(Comment::from).collect())
+}

@@ -1,0 +1,213 @@
+//! The event log: appending with per-ticket sequence numbers, and reading it back.
+//!
+//! Ordering rules that make both streams exact:
+//! - A ticket's `seq` is taken from its row under the row lock, so a ticket's events commit in
+//!   `seq` order with no gaps.
+//! - The global stream's cursor is `(txid, id)`, read only below `pg_snapshot_xmin`: every
+//!   transaction older than that has committed or aborted, so no event can later appear behind
+//!   the cursor. (A bigserial alone is not safe: ids commit out of order and readers would skip.)
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor};
+use uuid::Uuid;
+
+use crate::domain::{NewEvent, TicketEvent};
+
+/// Position in the global event stream. Opaque to clients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GlobalCursor {
+    pub txid: u64,
+    pub id: i64,
+}
+
+impl GlobalCursor {
+    pub fn parse(s: &str) -> Option<GlobalCursor> {
+        let (txid, id) = s.split_once('-')?;
+        let cursor = GlobalCursor { txid: txid.parse().ok()?, id: id.parse().ok()? };
+        (cursor.id >= 0).then_some(cursor)
+    }
+}
+
+impl fmt::Display for GlobalCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.txid, self.id)
+    }
+}
+
+/// An event read from the log, with what the global stream filters on.
+#[derive(Clone, Debug)]
+pub struct LoggedEvent {
+    pub cursor: GlobalCursor,
+    pub event: TicketEvent,
+    /// The ticket's labels and agent when the event was read.
+    pub ticket_labels: Vec<String>,
+    pub ticket_agent: Option<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct EventRow {
+    id: i64,
+    txid: String,
+    ticket_id: Uuid,
+    ticket_key: String,
+    seq: i64,
+    kind: String,
+    agent: Option<String>,
+    data: Value,
+    at: DateTime<Utc>,
+    labels: Vec<String>,
+    ticket_agent: Option<String>,
+}
+
+impl From<EventRow> for LoggedEvent {
+    fn from(r: EventRow) -> LoggedEvent {
+        LoggedEvent {
+            cursor: GlobalCursor { txid: r.txid.parse().unwrap_or(0), id: r.id },
+            event: TicketEvent {
+                ticket_id: r.ticket_id,
+                ticket_key: r.ticket_key,
+                seq: Some(r.seq),
+                kind: r.kind,
+                agent: r.agent,
+                at: r.at,
+                data: r.data,
+            },
+            ticket_labels: r.labels,
+            ticket_agent: r.ticket_agent,
+        }
+    }
+}
+
+/// Appends events to a ticket's log inside the caller's transaction and wakes the stream readers
+/// at commit. If the transaction rolls back, the events vanish with the change they describe.
+pub async fn append(
+    conn: &mut PgConnection,
+    ticket_id: Uuid,
+    events: &[NewEvent],
+) -> Result<Vec<TicketEvent>, sqlx::Error> {
+    if events.is_empty() {
+        return Ok(vec![]);
+    }
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
+    let agents: Vec<Option<&str>> = events.iter().map(|e| e.agent.as_deref()).collect();
+    let data: Vec<Value> = events.iter().map(|e| e.data.clone()).collect();
+    // The UPDATE takes (or re-enters) the ticket's row lock: seqs are handed out in lock order.
+    let rows: Vec<(String, i64, String, Option<String>, Value, DateTime<Utc>)> = sqlx::query_as(
+        "WITH t AS (
+            UPDATE tickets SET last_event_seq = last_event_seq + $2
+            WHERE id = $1 RETURNING key, last_event_seq - $2 AS base),
+         ins AS (
+            INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
+            SELECT $1, t.key, t.base + e.n, e.kind, e.agent, e.data
+            FROM t, unnest($3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS e(kind, agent, data, n)
+            RETURNING ticket_key, seq, kind, agent, data, at)
+         SELECT * FROM ins ORDER BY seq",
+    )
+    .bind(ticket_id)
+    .bind(events.len() as i64)
+    .bind(&kinds)
+    .bind(&agents)
+    .bind(&data)
+    .fetch_all(&mut *conn)
+    .await?;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(super::EVENTS_CHANNEL)
+        .execute(&mut *conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(ticket_key, seq, kind, agent, data, at)| TicketEvent {
+            ticket_id,
+            ticket_key,
+            seq: Some(seq),
+            kind,
+            agent,
+            at,
+            data,
+        })
+        .collect())
+}
+
+const EVENT_COLUMNS: &str =
+    "e.id, e.txid::text AS txid, e.ticket_id, e.ticket_key, e.seq, e.kind, e.agent, e.data, e.at, \
+     t.labels, t.agent AS ticket_agent";
+
+/// A ticket's events after `after_seq`, in order.
+pub async fn read_ticket<'e>(
+    db: impl PgExecutor<'e>,
+    ticket_id: Uuid,
+    after_seq: i64,
+    limit: i64,
+) -> Result<Vec<LoggedEvent>, sqlx::Error> {
+    let rows: Vec<EventRow> = sqlx::query_as(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
+         WHERE e.ticket_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3"
+    ))
+    .bind(ticket_id)
+    .bind(after_seq)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(LoggedEvent::from).collect())
+}
+
+/// The seq of a ticket's latest event (0 when it has none).
+pub async fn last_ticket_seq<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Result<i64, sqlx::Error> {
+    let seq: Option<i64> = sqlx::query_scalar("SELECT last_event_seq FROM tickets WHERE id = $1")
+        .bind(ticket_id)
+        .fetch_optional(db)
+        .await?;
+    Ok(seq.unwrap_or(0))
+}
+
+/// Events of all tickets after `after`, in cursor order, only from transactions that can no
+/// longer be overtaken by an earlier one (see the module comment).
+pub async fn read_global<'e>(
+    db: impl PgExecutor<'e>,
+    after: GlobalCursor,
+    limit: i64,
+) -> Result<Vec<LoggedEvent>, sqlx::Error> {
+    let rows: Vec<EventRow> = sqlx::query_as(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
+         WHERE (e.txid, e.id) > ($1::text::xid8, $2)
+           AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY e.txid, e.id LIMIT $3"
+    ))
+    .bind(after.txid.to_string())
+    .bind(after.id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(LoggedEvent::from).collect())
+}
+
+/// Whether committed events after `after` are still held back by an older running transaction
+/// (then the reader should look again soon, as no NOTIFY may follow).
+pub async fn held_back<'e>(db: impl PgExecutor<'e>, after: GlobalCursor) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM events e
+            WHERE (e.txid, e.id) > ($1::text::xid8, $2)
+              AND e.txid >= pg_snapshot_xmin(pg_current_snapshot()))",
+    )
+    .bind(after.txid.to_string())
+    .bind(after.id)
+    .fetch_one(db)
+    .await
+}
+
+/// The cursor just past every event readable now: a stream "from now" starts here.
+pub async fn head<'e>(db: impl PgExecutor<'e>) -> Result<GlobalCursor, sqlx::Error> {
+    let row: Option<(String, i64)> = sqlx::query_as(
+        "SELECT e.txid::text, e.id FROM events e
+         WHERE e.txid < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY e.txid DESC, e.id DESC LIMIT 1",
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row
+        .map(|(txid, id)| GlobalCursor { txid: txid.parse().unwrap_or(0), id })
+        .unwrap_or_default())
+}

@@ -1,0 +1,56 @@
+//! All SQL of agentdesk. Functions take an executor (a pool or a transaction) so callers can put
+//! a change and its events in one transaction.
+
+pub mod agents;
+pub mod comments;
+pub mod events;
+pub mod stats;
+pub mod tickets;
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Notification channels. Payloads stay tiny: NOTIFY is a wake-up hint, the tables are the truth.
+pub const EVENTS_CHANNEL: &str = "agentdesk_events";
+pub const WORK_CHANNEL: &str = "agentdesk_work";
+pub const CONTROL_CHANNEL: &str = "agentdesk_control";
+
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = url.parse()?;
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        // A connection that died with a Postgres restart is found and replaced before use.
+        .test_before_acquire(true)
+        .connect_with(options.application_name("agentdesk"))
+        .await
+}
+
+/// Applies pending migrations. sqlx holds an advisory lock meanwhile, so replicas may race safely.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(pool).await
+}
+
+/// Ready = reachable and every migration of this binary applied.
+pub async fn is_ready(pool: &PgPool) -> bool {
+    let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let applied: Result<Option<i64>, _> = sqlx::query_scalar(
+        "SELECT max(version) FROM _sqlx_migrations WHERE success",
+    )
+    .fetch_one(pool)
+    .await;
+    matches!(applied, Ok(Some(v)) if v >= latest)
+}
+
+/// Whether an error means the database is unreachable (as opposed to a bad statement).
+pub fn is_unavailable(err: &sqlx::Error) -> bool {
+    matches!(
+        err,
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_)
+    ) || matches!(err, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
+}

@@ -1,0 +1,120 @@
+//! Aggregates for `/v1/stats`.
+
+use serde::Serialize;
+use sqlx::PgExecutor;
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
+pub struct StatusCounts {
+    pub todo: i64,
+    pub in_progress: i64,
+    pub waiting: i64,
+    pub done: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
+pub struct Figures {
+    pub by_status: StatusCounts,
+    pub requests: i64,
+    pub tool_calls: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    /// done / (done + failed); 0 before any ticket finished.
+    pub success_rate: f64,
+    /// Mean time from creation to finish of finished tickets, in ms.
+    pub avg_ticket_ms: f64,
+    /// Mean time agents spent working on a finished ticket (summed over its claims), in ms.
+    pub avg_work_ms: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
+pub struct Stats {
+    #[serde(flatten)]
+    pub all: Figures,
+    pub by_label: BTreeMap<String, Figures>,
+    pub by_agent: BTreeMap<String, Figures>,
+}
+
+const FIGURES: &str = "count(*) FILTER (WHERE status = 'todo') AS todo,
+    count(*) FILTER (WHERE status = 'in_progress') AS in_progress,
+    count(*) FILTER (WHERE status = 'waiting') AS waiting,
+    count(*) FILTER (WHERE status = 'done') AS done,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+    coalesce(sum(requests), 0)::bigint AS requests,
+    coalesce(sum(tool_calls), 0)::bigint AS tool_calls,
+    coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
+    coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
+    coalesce(avg(extract(epoch FROM finished_at - created_at) * 1000) FILTER (WHERE status IN ('done', 'failed')), 0)::float8 AS avg_ticket_ms,
+    coalesce(avg(work_ms) FILTER (WHERE status IN ('done', 'failed')), 0)::float8 AS avg_work_ms";
+
+#[derive(sqlx::FromRow)]
+struct FigureRow {
+    group_key: Option<String>,
+    todo: i64,
+    in_progress: i64,
+    waiting: i64,
+    done: i64,
+    failed: i64,
+    cancelled: i64,
+    requests: i64,
+    tool_calls: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    avg_ticket_ms: f64,
+    avg_work_ms: f64,
+}
+
+impl From<&FigureRow> for Figures {
+    fn from(r: &FigureRow) -> Figures {
+        let finished = r.done + r.failed;
+        Figures {
+            by_status: StatusCounts {
+                todo: r.todo,
+                in_progress: r.in_progress,
+                waiting: r.waiting,
+                done: r.done,
+                failed: r.failed,
+                cancelled: r.cancelled,
+            },
+            requests: r.requests,
+            tool_calls: r.tool_calls,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            success_rate: if finished > 0 { r.done as f64 / finished as f64 } else { 0.0 },
+            avg_ticket_ms: r.avg_ticket_ms,
+            avg_work_ms: r.avg_work_ms,
+        }
+    }
+}
+
+pub async fn compute<'e>(db: impl PgExecutor<'e>) -> Result<Stats, sqlx::Error> {
+    let sql = format!(
+        "SELECT 'all' AS scope, NULL::text AS group_key, {FIGURES} FROM tickets
+         UNION ALL
+         SELECT 'label', l.label, {FIGURES} FROM tickets, unnest(labels) AS l(label) GROUP BY l.label
+         UNION ALL
+         SELECT 'agent', agent, {FIGURES} FROM tickets WHERE agent IS NOT NULL GROUP BY agent"
+    );
+    let rows = sqlx::query(&sql).fetch_all(db).await?;
+    let mut stats = Stats::default();
+    for row in &rows {
+        use sqlx::{FromRow, Row};
+        let scope: String = row.try_get("scope")?;
+        let figures = FigureRow::from_row(row)?;
+        let key = figures.group_key.clone().unwrap_or_default();
+        match scope.as_str() {
+            "all" => stats.all = Figures::from(&figures),
+            "label" => {
+                stats.by_label.insert(key, Figures::from(&figures));
+            }
+            _ => {
+                stats.by_agent.insert(key, Figures::from(&figures));
+            }
+        }
+    }
+    Ok(stats)
+}

@@ -1,0 +1,319 @@
+//! Ticket rows: create, find, list, edit and the status changes made outside the worker.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor};
+use uuid::Uuid;
+
+use crate::domain::{Status, Ticket, TicketError, TicketRef, TicketUsage};
+
+/// Every column a `Ticket` is built from, with the parent's key joined in.
+pub const TICKET_COLUMNS: &str = "t.id, t.key, t.task, t.labels, t.status, t.agent, t.reporter, t.priority, \
+     t.parent_id, (SELECT p.key FROM tickets p WHERE p.id = t.parent_id) AS parent_key, \
+     t.schema, t.result, t.error, t.attempts, t.max_attempts, t.metadata, \
+     t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_creation_tokens, t.requests, t.tool_calls, \
+     t.created_at, t.updated_at, t.started_at, t.finished_at";
+
+#[derive(sqlx::FromRow)]
+pub struct TicketRow {
+    id: Uuid,
+    key: String,
+    task: Value,
+    labels: Vec<String>,
+    status: String,
+    agent: Option<String>,
+    reporter: String,
+    priority: i32,
+    parent_id: Option<Uuid>,
+    parent_key: Option<String>,
+    schema: Option<Value>,
+    result: Option<Value>,
+    error: Option<Value>,
+    attempts: i32,
+    max_attempts: i32,
+    metadata: Value,
+    input_tokens: i64,
+    output_tokens: i64,
+    cache_read_tokens: i64,
+    cache_creation_tokens: i64,
+    requests: i64,
+    tool_calls: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+}
+
+impl From<TicketRow> for Ticket {
+    fn from(r: TicketRow) -> Ticket {
+        Ticket {
+            id: r.id,
+            key: r.key,
+            task: r.task,
+            labels: r.labels,
+            // The CHECK constraint admits only known statuses.
+            status: Status::parse(&r.status).unwrap_or(Status::Failed),
+            agent: r.agent,
+            reporter: r.reporter,
+            priority: r.priority,
+            parent_id: r.parent_id,
+            parent_key: r.parent_key,
+            schema: r.schema,
+            result: r.result,
+            error: r.error.and_then(|e| serde_json::from_value::<TicketError>(e).ok()),
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            metadata: r.metadata,
+            usage: TicketUsage {
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                cache_read_tokens: r.cache_read_tokens,
+                cache_creation_tokens: r.cache_creation_tokens,
+                requests: r.requests,
+                tool_calls: r.tool_calls,
+            },
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+        }
+    }
+}
+
+pub struct NewTicket {
+    pub task: Value,
+    pub labels: Vec<String>,
+    pub priority: i32,
+    pub schema: Option<Value>,
+    pub parent_id: Option<Uuid>,
+    pub metadata: Value,
+    pub max_attempts: i32,
+    pub reporter: String,
+    pub idempotency: Option<(String, String)>,
+}
+
+pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, sqlx::Error> {
+    let (idem_key, idem_hash) = new.idempotency.unzip();
+    let sql = format!(
+        "WITH t AS (
+            INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts,
+                                 reporter, idempotency_key, idempotency_hash)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+            RETURNING *)
+         SELECT {TICKET_COLUMNS} FROM t"
+    );
+    let row: TicketRow = sqlx::query_as(&sql)
+        .bind(Uuid::now_v7())
+        .bind(&new.task)
+        .bind(&new.labels)
+        .bind(new.priority)
+        .bind(&new.schema)
+        .bind(new.parent_id)
+        .bind(&new.metadata)
+        .bind(new.max_attempts)
+        .bind(&new.reporter)
+        .bind(idem_key)
+        .bind(idem_hash)
+        .fetch_one(conn)
+        .await?;
+    Ok(row.into())
+}
+
+/// Serialises creates that share an idempotency key until the first one commits.
+pub async fn lock_idempotency_key(conn: &mut PgConnection, key: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))")
+        .bind(key)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The ticket created earlier with this idempotency key, and the hash of its request body.
+pub async fn find_by_idempotency_key(
+    conn: &mut PgConnection,
+    key: &str,
+) -> Result<Option<(Ticket, Option<String>)>, sqlx::Error> {
+    let sql = format!("SELECT {TICKET_COLUMNS}, t.idempotency_hash FROM tickets t WHERE t.idempotency_key = $1");
+    let row = sqlx::query(&sql).bind(key).fetch_optional(&mut *conn).await?;
+    match row {
+        None => Ok(None),
+        Some(row) => {
+            use sqlx::{FromRow, Row};
+            let hash: Option<String> = row.try_get("idempotency_hash")?;
+            Ok(Some((TicketRow::from_row(&row)?.into(), hash)))
+        }
+    }
+}
+
+pub async fn find<'e>(db: impl PgExecutor<'e>, ticket: &TicketRef) -> Result<Option<Ticket>, sqlx::Error> {
+    let row: Option<TicketRow> = match ticket {
+        TicketRef::Id(id) => {
+            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.id = $1"))
+                .bind(id)
+                .fetch_optional(db)
+                .await?
+        }
+        TicketRef::Key(key) => {
+            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.key = $1"))
+                .bind(key)
+                .fetch_optional(db)
+                .await?
+        }
+    };
+    Ok(row.map(Ticket::from))
+}
+
+pub async fn find_by_id<'e>(db: impl PgExecutor<'e>, id: Uuid) -> Result<Option<Ticket>, sqlx::Error> {
+    find(db, &TicketRef::Id(id)).await
+}
+
+/// Locks a ticket row for the rest of the transaction. Taking this lock first in every writing
+/// transaction keeps a ticket's events in commit order (see `db::events`).
+pub async fn lock(conn: &mut PgConnection, ticket: &TicketRef) -> Result<Option<Ticket>, sqlx::Error> {
+    let row: Option<TicketRow> = match ticket {
+        TicketRef::Id(id) => {
+            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.id = $1 FOR UPDATE OF t"))
+                .bind(id)
+                .fetch_optional(conn)
+                .await?
+        }
+        TicketRef::Key(key) => {
+            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.key = $1 FOR UPDATE OF t"))
+                .bind(key)
+                .fetch_optional(conn)
+                .await?
+        }
+    };
+    Ok(row.map(Ticket::from))
+}
+
+#[derive(Default)]
+pub struct ListFilter {
+    pub statuses: Vec<Status>,
+    pub label: Option<String>,
+    pub agent: Option<String>,
+    pub parent_id: Option<Uuid>,
+    pub query: Option<String>,
+    pub descending: bool,
+    /// Ticket number to continue after (exclusive), in the list's order.
+    pub after_number: Option<i64>,
+    pub limit: i64,
+}
+
+/// One page of tickets plus the number of its last one (for the next cursor) when more follow.
+pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ticket>, Option<i64>), sqlx::Error> {
+    let (cmp, order) = if f.descending { ("<", "DESC") } else { (">", "ASC") };
+    let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
+    let sql = format!(
+        "SELECT {TICKET_COLUMNS}, t.number FROM tickets t
+         WHERE (cardinality($1::text[]) = 0 OR t.status = ANY($1))
+           AND ($2::text IS NULL OR $2 = ANY(t.labels))
+           AND ($3::text IS NULL OR t.agent = $3)
+           AND ($4::uuid IS NULL OR t.parent_id = $4)
+           AND ($5::text IS NULL OR t.task::text ILIKE '%' || $5 || '%')
+           AND ($6::bigint IS NULL OR t.number {cmp} $6)
+         ORDER BY t.number {order}
+         LIMIT $7"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(&statuses)
+        .bind(&f.label)
+        .bind(&f.agent)
+        .bind(f.parent_id)
+        .bind(f.query.as_deref().map(escape_like))
+        .bind(f.after_number)
+        .bind(f.limit + 1)
+        .fetch_all(db)
+        .await?;
+    use sqlx::{FromRow, Row};
+    let mut tickets = Vec::with_capacity(rows.len());
+    let mut numbers = Vec::with_capacity(rows.len());
+    for row in &rows {
+        numbers.push(row.try_get::<i64, _>("number")?);
+        tickets.push(Ticket::from(TicketRow::from_row(row)?));
+    }
+    let more = tickets.len() as i64 > f.limit;
+    tickets.truncate(f.limit as usize);
+    let next = if more { numbers.get(f.limit as usize - 1).copied() } else { None };
+    Ok((tickets, next))
+}
+
+/// Searching the task text must match `%` and `_` literally.
+fn escape_like(q: &str) -> String {
+    q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
+}
+
+pub struct TicketPatch {
+    pub task: Option<Value>,
+    pub labels: Option<Vec<String>>,
+    pub priority: Option<i32>,
+    /// Some(None) clears the schema.
+    pub schema: Option<Option<Value>>,
+    pub metadata: Option<Value>,
+}
+
+pub async fn update_fields(conn: &mut PgConnection, id: Uuid, patch: &TicketPatch) -> Result<Ticket, sqlx::Error> {
+    let sql = format!(
+        "WITH t AS (
+            UPDATE tickets SET
+                task = COALESCE($2, task),
+                labels = COALESCE($3, labels),
+                priority = COALESCE($4, priority),
+                schema = CASE WHEN $5 THEN $6 ELSE schema END,
+                metadata = COALESCE($7, metadata),
+                updated_at = now()
+            WHERE id = $1 RETURNING *)
+         SELECT {TICKET_COLUMNS} FROM t"
+    );
+    let row: TicketRow = sqlx::query_as(&sql)
+        .bind(id)
+        .bind(&patch.task)
+        .bind(&patch.labels)
+        .bind(patch.priority)
+        .bind(patch.schema.is_some())
+        .bind(patch.schema.clone().flatten())
+        .bind(&patch.metadata)
+        .fetch_one(conn)
+        .await?;
+    Ok(row.into())
+}
+
+/// Moves a ticket nobody works on (or whose worker is fenced out by the bumped generation) to a
+/// new status. `cancelled` ends any claim; `todo` re-arms a finished ticket with fresh attempts.
+pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result<Ticket, sqlx::Error> {
+    let sql = format!(
+        "WITH t AS (
+            UPDATE tickets SET
+                status = $2,
+                -- fence out a worker that still runs this ticket: its writes name the old generation
+                generation = generation + CASE WHEN status = 'in_progress' THEN 1 ELSE 0 END,
+                work_ms = work_ms + CASE WHEN status = 'in_progress' AND claimed_at IS NOT NULL
+                          THEN (extract(epoch FROM now() - claimed_at) * 1000)::bigint ELSE 0 END,
+                lease_expires_at = NULL, worker_id = NULL, claimed_at = NULL,
+                finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled') THEN now() ELSE NULL END,
+                error = CASE WHEN $2 = 'todo' THEN NULL ELSE error END,
+                attempts = CASE WHEN $2 = 'todo' AND status IN ('done', 'failed', 'cancelled') THEN 0 ELSE attempts END,
+                schema_retries = CASE WHEN $2 = 'todo' THEN 0 ELSE schema_retries END,
+                updated_at = now()
+            WHERE id = $1 RETURNING *)
+         SELECT {TICKET_COLUMNS} FROM t"
+    );
+    let row: TicketRow = sqlx::query_as(&sql).bind(id).bind(to.as_str()).fetch_one(conn).await?;
+    Ok(row.into())
+}
+
+/// Wakes idle workers (any process) after a ticket became claimable; sent at commit.
+pub async fn notify_work(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, '')").bind(super::WORK_CHANNEL).execute(conn).await?;
+    Ok(())
+}
+
+/// Tells the process running a ticket to stop it (cancel); sent at commit.
+pub async fn notify_cancel(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(super::CONTROL_CHANNEL)
+        .bind(format!("cancel:{id}"))
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! Ticket operations with their events, shared by the HTTP API and the agents' tools. Each change
+//! and the events describing it commit in one transaction: either both are durable or neither.
+
+use serde_json::{json, Value};
+use sqlx::{PgConnection, PgPool};
+
+use crate::db;
+use crate::db::tickets::{NewTicket, TicketPatch};
+use crate::domain::event::kind;
+use crate::domain::{Author, Comment, ContentBlock, NewEvent, Status, Ticket, TicketRef};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeskError {
+    #[error("no ticket {0:?}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+pub const MAX_LABELS: usize = 50;
+pub const MAX_LABEL_LEN: usize = 100;
+
+/// Labels: non-empty, at most 100 characters, no control characters; duplicates dropped.
+pub fn normalize_labels(labels: Vec<String>) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::with_capacity(labels.len());
+    for label in labels {
+        if label.trim().is_empty() || label.len() > MAX_LABEL_LEN || label.chars().any(char::is_control) {
+            return Err(format!(
+                "invalid label {label:?}: labels are 1 to {MAX_LABEL_LEN} characters without control characters"
+            ));
+        }
+        if !out.contains(&label) {
+            out.push(label);
+        }
+    }
+    if out.len() > MAX_LABELS {
+        return Err(format!("at most {MAX_LABELS} labels"));
+    }
+    Ok(out)
+}
+
+/// A ticket's result schema must be a valid JSON Schema (draft 2020-12).
+pub fn check_schema(schema: &Value) -> Result<(), String> {
+    if !(schema.is_object() || schema.is_boolean()) {
+        return Err("schema must be a JSON Schema object (or a boolean)".into());
+    }
+    if let Err(err) = jsonschema::draft202012::meta::validate(schema) {
+        return Err(format!("schema is not a valid JSON Schema (draft 2020-12): {err}"));
+    }
+    jsonschema::draft202012::new(schema)
+        .map(|_| ())
+        .map_err(|err| format!("schema is not a valid JSON Schema (draft 2020-12): {err}"))
+}
+
+/// A task is any JSON but null or an empty string.
+pub fn check_task(task: &Value) -> Result<(), String> {
+    match task {
+        Value::Null => Err("task must not be null".into()),
+        Value::String(s) if s.trim().is_empty() => Err("task must not be empty".into()),
+        _ => Ok(()),
+    }
+}
+
+/// Creates a ticket and its `ticket.created` event in the caller's transaction, and wakes the
+/// workers at commit.
+pub async fn create_ticket(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, DeskError> {
+    let ticket = db::tickets::insert(conn, new).await?;
+    let created = NewEvent::new(kind::TICKET_CREATED, None, json!({ "ticket": ticket }));
+    db::events::append(conn, ticket.id, &[created]).await?;
+    db::tickets::notify_work(conn).await?;
+    Ok(ticket)
+}
+
+pub async fn find(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> {
+    let not_found = || DeskError::NotFound(reference.to_owned());
+    let ticket_ref = TicketRef::parse(reference).ok_or_else(not_found)?;
+    db::tickets::find(pool, &ticket_ref).await?.ok_or_else(not_found)
+}
+
+/// Locks the ticket for this transaction, or NotFound.
+async fn lock(conn: &mut PgConnection, reference: &str) -> Result<Ticket, DeskError> {
+    let not_found = || DeskError::NotFound(reference.to_owned());
+    let ticket_ref = TicketRef::parse(reference).ok_or_else(not_found)?;
+    db::tickets::lock(conn, &ticket_ref).await?.ok_or_else(not_found)
+}
+
+/// A human comment. A waiting or finished ticket goes back to `todo`; an in-progress ticket's
+/// agent sees the comment on its next model request.
+pub async fn add_comment(
+    pool: &PgPool,
+    reference: &str,
+    author: Author,
+    text: String,
+) -> Result<(Comment, Ticket), DeskError> {
+    let mut tx = pool.begin().await?;
+    let ticket = lock(&mut tx, reference).await?;
+    let comment = db::comments::insert(&mut tx, ticket.id, author, None, &[ContentBlock::text(text)]).await?;
+    let mut events = vec![NewEvent::new(kind::COMMENT_CREATED, None, json!({ "comment": comment }))];
+    let ticket = if ticket.status == Status::Waiting || ticket.status.is_terminal() {
+        let ticket = db::tickets::set_status(&mut tx, ticket.id, Status::Todo).await?;
+        events.push(NewEvent::new(kind::TICKET_REQUEUED, None, json!({ "reason": "comment" })));
+        db::tickets::notify_work(&mut tx).await?;
+        ticket
+    } else {
+        ticket
+    };
+    db::events::append(&mut tx, ticket.id, &events).await?;
+    tx.commit().await?;
+    Ok((comment, ticket))
+}
+
+pub async fn patch(pool: &PgPool, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
+    let mut tx = pool.begin().await?;
+    let ticket = lock(&mut tx, reference).await?;
+    if !ticket.status.is_editable() {
+        return Err(DeskError::Conflict(format!(
+            "{} is {}: only todo or waiting tickets can be edited",
+            ticket.key,
+            ticket.status.as_str()
+        )));
+    }
+    let updated = db::tickets::update_fields(&mut tx, ticket.id, &patch).await?;
+    let event = NewEvent::new(kind::TICKET_UPDATED, None, json!({ "ticket": updated }));
+    db::events::append(&mut tx, ticket.id, &[event]).await?;
+    if updated.status == Status::Todo {
+        // New labels or priority may make it claimable by another agent.
+        db::tickets::notify_work(&mut tx).await?;
+    }
+    tx.commit().await?;
+    Ok(updated)
+}
+
+/// Cancels a ticket. For an in-progress ticket the claim is ended here, in the same transaction
+/// (the bumped generation fences the worker out), and the worker is told to abort its model
+/// stream and tools.
+pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> {
+    let mut tx = pool.begin().await?;
+    let ticket = lock(&mut tx, reference).await?;
+    match ticket.status {
+        Status::Cancelled => return Ok(ticket),
+        Status::Done | Status::Failed => {
+            return Err(DeskError::Conflict(format!(
+                "{} is {}: finished tickets cannot be cancelled",
+                ticket.key,
+                ticket.status.as_str()
+            )))
+        }
+        Status::Todo | Status::Waiting | Status::InProgress => {}
+    }
+    let was_running = ticket.status == Status::InProgress;
+    let cancelled = db::tickets::set_status(&mut tx, ticket.id, Status::Cancelled).await?;
+    db::events::append(&mut tx, ticket.id, &[NewEvent::new(kind::TICKET_CANCELLED, None, json!({}))]).await?;
+    if was_running {
+        db::tickets::notify_cancel(&mut tx, ticket.id).await?;
+    }
+    tx.commit().await?;
+    Ok(cancelled)
+}
+
+/// Re-queues a failed or cancelled ticket, keeping its transcript so the agent continues.
+pub async fn retry(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> {
+    let mut tx = pool.begin().await?;
+    let ticket = lock(&mut tx, reference).await?;
+    if !matches!(ticket.status, Status::Failed | Status::Cancelled) {
+        return Err(DeskError::Conflict(format!(
+            "{} is {}: only failed or cancelled tickets can be retried",
+            ticket.key,
+            ticket.status.as_str()
+        )));
+    }
+    let requeued = db::tickets::set_status(&mut tx, ticket.id, Status::Todo).await?;
+    db::events::append(
+        &mut tx,
+        ticket.id,
+        &[NewEvent::new(kind::TICKET_REQUEUED, None, json!({ "reason": "retry" }))],
+    )
+    .await?;
+    db::tickets::notify_work(&mut tx).await?;
+    tx.commit().await?;
+    Ok(requeued)
+}

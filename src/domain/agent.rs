@@ -1,0 +1,38 @@
+//! Agents: a role (system prompt), a model and the tools it may use. Routing follows labels.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct Agent {
+    pub name: String,
+    /// The system prompt.
+    pub role: String,
+    /// `openai` or `anthropic`; null picks the configured one (Anthropic first).
+    pub provider: Option<String>,
+    pub model: String,
+    /// Labels of the tickets this agent takes (besides those labelled with its name).
+    pub labels: Vec<String>,
+    pub tools: Vec<String>,
+    pub context_window: Option<i32>,
+    pub max_turns: Option<i32>,
+    pub max_input_tokens: Option<i64>,
+    pub max_output_tokens: Option<i64>,
+    pub max_schema_retries: i32,
+    pub max_request_retries: i32,
+    pub request_retry_delay_ms: i32,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<i32>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Agent names double as labels and appear in URLs: keep them simple.
+pub fn is_valid_agent_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}

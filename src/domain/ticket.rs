@@ -1,0 +1,153 @@
+//! Tickets: the unit of work an agent claims, works and closes.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Todo,
+    InProgress,
+    Waiting,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl Status {
+    pub const ALL: [Status; 6] = [
+        Status::Todo,
+        Status::InProgress,
+        Status::Waiting,
+        Status::Done,
+        Status::Failed,
+        Status::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Todo => "todo",
+            Status::InProgress => "in_progress",
+            Status::Waiting => "waiting",
+            Status::Done => "done",
+            Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|status| status.as_str() == s)
+    }
+
+    /// Finished tickets: a comment reopens them, retry re-queues failed and cancelled ones.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Done | Status::Failed | Status::Cancelled)
+    }
+
+    /// Statuses a ticket may be edited in: nobody is working on it.
+    pub fn is_editable(self) -> bool {
+        matches!(self, Status::Todo | Status::Waiting)
+    }
+}
+
+/// Token and call counts summed over every model request of a ticket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TicketUsage {
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cache_read_tokens: i64,
+    pub cache_creation_tokens: i64,
+    pub requests: i64,
+    pub tool_calls: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TicketError {
+    /// Machine-readable cause, e.g. `rate_limited`, `max_turns`, `lease_lost`.
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct Ticket {
+    pub id: Uuid,
+    /// `TICKET-<n>`: unique and increasing.
+    #[schema(example = "TICKET-7")]
+    pub key: String,
+    /// Any JSON; usually a string.
+    pub task: Value,
+    pub labels: Vec<String>,
+    pub status: Status,
+    /// The agent that last claimed the ticket.
+    pub agent: Option<String>,
+    /// `user`, or the agent that created the ticket.
+    pub reporter: String,
+    /// Higher is claimed first; then oldest first.
+    pub priority: i32,
+    pub parent_id: Option<Uuid>,
+    pub parent_key: Option<String>,
+    /// JSON Schema (draft 2020-12) the result must satisfy.
+    pub schema: Option<Value>,
+    pub result: Option<Value>,
+    pub error: Option<TicketError>,
+    /// Claims that ended in a lost lease or an error.
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub metadata: Value,
+    pub usage: TicketUsage,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A ticket reference in a path: its id, or its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TicketRef {
+    Id(Uuid),
+    Key(String),
+}
+
+impl TicketRef {
+    /// Anything that is neither a UUID nor `TICKET-<n>` names no ticket.
+    pub fn parse(s: &str) -> Option<TicketRef> {
+        if let Ok(id) = Uuid::parse_str(s) {
+            return Some(TicketRef::Id(id));
+        }
+        let number = s
+            .strip_prefix("TICKET-")
+            .or_else(|| s.strip_prefix("ticket-"))?;
+        if number.is_empty() || number.len() > 18 || !number.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let number: i64 = number.parse().ok()?;
+        Some(TicketRef::Key(format!("TICKET-{number}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticket_refs_parse_ids_and_keys_and_nothing_else() {
+        let id = Uuid::now_v7();
+        assert_eq!(TicketRef::parse(&id.to_string()), Some(TicketRef::Id(id)));
+        assert_eq!(TicketRef::parse("TICKET-42"), Some(TicketRef::Key("TICKET-42".into())));
+        assert_eq!(TicketRef::parse("ticket-042"), Some(TicketRef::Key("TICKET-42".into())));
+        for bad in ["", "TICKET-", "TICKET-x", "42", "TICKET-99999999999999999999", "T-1"] {
+            assert_eq!(TicketRef::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn statuses_round_trip() {
+        for status in Status::ALL {
+            assert_eq!(Status::parse(status.as_str()), Some(status));
+        }
+        assert_eq!(Status::parse("doing"), None);
+    }
+}

@@ -1,0 +1,180 @@
+//! The in-process broadcast hub fed from the event log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::sync::{broadcast, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::db;
+use crate::db::events::{GlobalCursor, LoggedEvent};
+use crate::domain::event::kind;
+use crate::domain::TicketEvent;
+
+/// How many messages a subscriber may fall behind before it re-reads from the database.
+const CHANNEL_CAPACITY: usize = 8192;
+/// Events read per query while catching up.
+const BATCH: i64 = 1000;
+/// Polling fallback for missed notifications (e.g. while the listener reconnects).
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// Re-read soon when committed events wait behind an older open transaction.
+const HELD_BACK_RETRY: Duration = Duration::from_millis(10);
+
+/// An event ready to send: serialised once, shared by every subscriber.
+#[derive(Debug)]
+pub struct StreamItem {
+    /// None for live-only deltas.
+    pub cursor: Option<GlobalCursor>,
+    pub event: TicketEvent,
+    pub ticket_labels: Vec<String>,
+    pub ticket_agent: Option<String>,
+    /// The event as JSON text, for the SSE `data:` line.
+    pub json: Bytes,
+}
+
+impl StreamItem {
+    pub fn from_logged(e: LoggedEvent) -> StreamItem {
+        let json = Bytes::from(serde_json::to_vec(&e.event).unwrap_or_default());
+        StreamItem {
+            cursor: Some(e.cursor),
+            event: e.event,
+            ticket_labels: e.ticket_labels,
+            ticket_agent: e.ticket_agent,
+            json,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum HubMessage {
+    Event(Arc<StreamItem>),
+    Delta(Arc<StreamItem>),
+}
+
+#[derive(Clone)]
+pub struct EventHub {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    sender: broadcast::Sender<HubMessage>,
+    wake: Notify,
+    /// The last cursor broadcast; new "from now" subscribers start here.
+    position: std::sync::Mutex<GlobalCursor>,
+}
+
+impl EventHub {
+    /// Creates the hub positioned at the log's current head. Call `run` to start following.
+    pub async fn new(pool: PgPool) -> Result<EventHub, sqlx::Error> {
+        let head = db::events::head(&pool).await?;
+        let (sender, _) = broadcast::channel(CHANNEL_CAPACITY);
+        Ok(EventHub {
+            inner: Arc::new(Inner { pool, sender, wake: Notify::new(), position: std::sync::Mutex::new(head) }),
+        })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<HubMessage> {
+        self.inner.sender.subscribe()
+    }
+
+    pub fn position(&self) -> GlobalCursor {
+        *self.inner.position.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks the reader to look at the log now (called after this process commits events).
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// Publishes a live-only delta (`text.delta` / `thinking.delta`) to local subscribers.
+    pub fn publish_delta(&self, event: TicketEvent, ticket_labels: Vec<String>, ticket_agent: Option<String>) {
+        debug_assert!(event.kind == kind::TEXT_DELTA || event.kind == kind::THINKING_DELTA);
+        let json = Bytes::from(serde_json::to_vec(&event).unwrap_or_default());
+        let item = StreamItem { cursor: None, event, ticket_labels, ticket_agent, json };
+        // No subscribers is fine: deltas are not kept.
+        let _ = self.inner.sender.send(HubMessage::Delta(Arc::new(item)));
+    }
+
+    /// Follows the log until shutdown: LISTEN for wake-ups, poll as a fallback.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let listener = tokio::spawn(listen_for_events(self.clone(), shutdown.clone()));
+        let mut cursor = self.position();
+        let mut failures = 0u32;
+        loop {
+            let next_wait = match self.catch_up(&mut cursor).await {
+                Ok(true) => HELD_BACK_RETRY,
+                Ok(false) => {
+                    failures = 0;
+                    POLL_INTERVAL
+                }
+                Err(err) => {
+                    failures += 1;
+                    if failures == 1 || failures % 20 == 0 {
+                        tracing::warn!(error = %err, "event hub cannot read the event log; retrying");
+                    }
+                    Duration::from_millis(200 * u64::from(failures.min(10)))
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.inner.wake.notified() => {}
+                _ = tokio::time::sleep(next_wait) => {}
+            }
+        }
+        listener.abort();
+    }
+
+    /// Broadcasts every readable event after `cursor`; true when more are held back.
+    async fn catch_up(&self, cursor: &mut GlobalCursor) -> Result<bool, sqlx::Error> {
+        loop {
+            let batch = db::events::read_global(&self.inner.pool, *cursor, BATCH).await?;
+            let full = batch.len() as i64 == BATCH;
+            for event in batch {
+                *cursor = event.cursor;
+                let _ = self.inner.sender.send(HubMessage::Event(Arc::new(StreamItem::from_logged(event))));
+            }
+            *self.inner.position.lock().unwrap_or_else(|e| e.into_inner()) = *cursor;
+            if !full {
+                break;
+            }
+        }
+        db::events::held_back(&self.inner.pool, *cursor).await
+    }
+}
+
+/// Turns NOTIFYs on the events channel into wake-ups. Reconnects on its own; notifications missed
+/// meanwhile are covered by the hub's polling.
+async fn listen_for_events(hub: EventHub, shutdown: CancellationToken) {
+    loop {
+        let mut listener = match PgListener::connect_with(&hub.inner.pool).await {
+            Ok(l) => l,
+            Err(_) => {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        if listener.listen(db::EVENTS_CHANNEL).await.is_err() {
+            continue;
+        }
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                msg = listener.try_recv() => match msg {
+                    Ok(Some(_)) => hub.wake(),
+                    // The connection dropped: wake anyway (we may have missed some) and reconnect.
+                    Ok(None) | Err(_) => { hub.wake(); break; }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! Live fan-out of the event log: one reader per process follows the log (woken by LISTEN/NOTIFY,
+//! with polling as a fallback) and broadcasts each event once, pre-serialised, to every
+//! subscriber in the process. Token deltas travel the same hub, in memory only.
+
+pub mod hub;
+pub mod stream;
+
+pub use hub::{EventHub, HubMessage, StreamItem};

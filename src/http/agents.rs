@@ -1,0 +1,184 @@
+//! `/v1/agents`: create or replace, read, list, delete.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::pagination::{Cursor, Page};
+use super::tickets::PageQuery;
+use super::AppState;
+use crate::db;
+use crate::domain::agent::is_valid_agent_name;
+use crate::domain::Agent;
+use crate::tools::specs::BUILTIN_TOOLS;
+
+#[derive(Deserialize, ToSchema)]
+pub struct PutAgent {
+    /// The system prompt.
+    #[serde(default)]
+    pub role: String,
+    /// `openai` or `anthropic`; omitted: the configured one (Anthropic first).
+    pub provider: Option<String>,
+    /// Omitted: `AGENTDESK_MODEL`, else the provider's default.
+    pub model: Option<String>,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Default: all four built-in tools.
+    pub tools: Option<Vec<String>>,
+    pub context_window: Option<i32>,
+    pub max_turns: Option<i32>,
+    pub max_input_tokens: Option<i64>,
+    pub max_output_tokens: Option<i64>,
+    pub max_schema_retries: Option<i32>,
+    pub max_request_retries: Option<i32>,
+    pub request_retry_delay_ms: Option<i32>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<i32>,
+}
+
+fn non_negative<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T>) -> ApiResult<Option<T>> {
+    match v {
+        Some(v) if v < T::default() => Err(ApiError::Validation(format!("{name} must not be negative"))),
+        v => Ok(v),
+    }
+}
+
+fn positive<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T>) -> ApiResult<Option<T>> {
+    match v {
+        Some(v) if v <= T::default() => Err(ApiError::Validation(format!("{name} must be positive"))),
+        v => Ok(v),
+    }
+}
+
+/// The model an agent gets when it names none.
+pub fn default_model(configured: Option<&str>, provider: Option<&str>) -> String {
+    match (configured, provider) {
+        (Some(m), _) => m.to_owned(),
+        (None, Some("anthropic")) => "claude-sonnet-4-5".into(),
+        _ => "gpt-4o-mini".into(),
+    }
+}
+
+/// Create or replace an agent
+#[utoipa::path(put, path = "/v1/agents/{name}", tag = "agents", request_body = PutAgent,
+    params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'; at most 64")),
+    responses((status = 201, description = "Created", body = Agent), (status = 200, description = "Replaced", body = Agent),
+        (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
+pub async fn put_agent(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(req): ApiJson<PutAgent>,
+) -> ApiResult<(StatusCode, Json<Agent>)> {
+    if !is_valid_agent_name(&name) {
+        return Err(ApiError::Validation(format!(
+            "invalid agent name {name:?}: use 1 to 64 letters, digits, '-', '_' or '.'"
+        )));
+    }
+    let provider = match req.provider.as_deref() {
+        None => None,
+        Some(p @ ("openai" | "anthropic")) => Some(p.to_owned()),
+        Some(other) => return Err(ApiError::Validation(format!("provider must be openai or anthropic, not {other:?}"))),
+    };
+    let tools = match req.tools {
+        None => BUILTIN_TOOLS.iter().map(|t| t.to_string()).collect(),
+        Some(tools) => {
+            if let Some(unknown) = tools.iter().find(|t| !BUILTIN_TOOLS.contains(&t.as_str())) {
+                return Err(ApiError::Validation(format!(
+                    "unknown tool {unknown:?}: the tools are {}",
+                    BUILTIN_TOOLS.join(", ")
+                )));
+            }
+            let mut unique: Vec<String> = vec![];
+            for t in tools {
+                if !unique.contains(&t) {
+                    unique.push(t);
+                }
+            }
+            unique
+        }
+    };
+    let labels = crate::desk::normalize_labels(req.labels).map_err(ApiError::Validation)?;
+    let model = match req.model {
+        Some(m) if m.trim().is_empty() => return Err(ApiError::Validation("model must not be empty".into())),
+        Some(m) => m,
+        None => default_model(state.config.model.as_deref(), provider.as_deref().or(state.providers.detected())),
+    };
+    if let Some(t) = req.temperature {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(ApiError::Validation("temperature must be between 0 and 2".into()));
+        }
+    }
+    let now = chrono::Utc::now();
+    let agent = Agent {
+        name,
+        role: req.role,
+        provider,
+        model,
+        labels,
+        tools,
+        context_window: positive("context_window", req.context_window)?,
+        max_turns: positive("max_turns", req.max_turns)?,
+        max_input_tokens: positive("max_input_tokens", req.max_input_tokens)?,
+        max_output_tokens: positive("max_output_tokens", req.max_output_tokens)?,
+        max_schema_retries: non_negative("max_schema_retries", req.max_schema_retries)?.unwrap_or(10),
+        max_request_retries: non_negative("max_request_retries", req.max_request_retries)?.unwrap_or(10),
+        request_retry_delay_ms: non_negative("request_retry_delay_ms", req.request_retry_delay_ms)?.unwrap_or(500),
+        temperature: req.temperature,
+        max_tokens: positive("max_tokens", req.max_tokens)?,
+        created_at: now,
+        updated_at: now,
+    };
+    let (agent, created) = db::agents::upsert(&state.pool, &agent).await?;
+    // New labels may make waiting work claimable.
+    let _ = sqlx::query("SELECT pg_notify($1, '')").bind(db::WORK_CHANNEL).execute(&state.pool).await;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(agent)))
+}
+
+/// Get an agent
+#[utoipa::path(get, path = "/v1/agents/{name}", tag = "agents",
+    params(("name" = String, Path)),
+    responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
+pub async fn get_agent(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<Json<Agent>> {
+    db::agents::get(&state.pool, &name)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no agent {name:?}")))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AgentList {
+    pub items: Vec<Agent>,
+    pub next_cursor: Option<String>,
+}
+
+/// List agents
+#[utoipa::path(get, path = "/v1/agents", tag = "agents", params(PageQuery),
+    responses((status = 200, body = AgentList), (status = 400, body = ErrorBody)))]
+pub async fn list_agents(State(state): State<AppState>, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Json<AgentList>> {
+    let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let after = match page.cursor {
+        None => None,
+        Some(c) => Some(c.into_name().ok_or_else(Page::bad_cursor)?),
+    };
+    let mut items = db::agents::list(&state.pool, after.as_deref(), page.limit + 1).await?;
+    let more = items.len() as i64 > page.limit;
+    items.truncate(page.limit as usize);
+    let next_cursor = if more { items.last().map(|a| Cursor::Name(a.name.clone()).encode()) } else { None };
+    Ok(Json(AgentList { items, next_cursor }))
+}
+
+/// Delete an agent
+#[utoipa::path(delete, path = "/v1/agents/{name}", tag = "agents",
+    params(("name" = String, Path)),
+    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
+pub async fn delete_agent(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
+    if db::agents::delete(&state.pool, &name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("no agent {name:?}")))
+    }
+}

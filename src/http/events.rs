@@ -1,0 +1,124 @@
+//! Server-sent event streams: one ticket's log, or all tickets'.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::Response;
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{ApiPath, ApiQuery};
+use super::AppState;
+use crate::db::events::GlobalCursor;
+use crate::desk;
+use crate::events::stream::{self, GlobalFilter};
+
+fn sse_response<S>(frames: S) -> Response
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send + 'static,
+{
+    let mut response = Response::new(Body::from_stream(frames));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Proxies such as nginx would otherwise hold events back in their buffers.
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// The resume point: `Last-Event-ID` (sent by reconnecting EventSource clients) wins over `?after=`.
+fn resume_point<'a>(headers: &'a HeaderMap, after: Option<&'a str>) -> ApiResult<Option<&'a str>> {
+    match headers.get("last-event-id") {
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s.trim()).filter(|s| !s.is_empty()))
+            .map_err(|_| ApiError::BadRequest("Last-Event-ID is not readable".into())),
+        None => Ok(after.map(str::trim).filter(|s| !s.is_empty())),
+    }
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TicketEventsQuery {
+    /// Replay events after this `seq` (like `Last-Event-ID`).
+    pub after: Option<String>,
+}
+
+/// A ticket's events (SSE)
+///
+/// Replays the ticket's persisted events (from the first, or after `Last-Event-ID` / `?after=`),
+/// then streams live ones, including `text.delta` and `thinking.delta` while the model streams.
+/// Each persisted event has SSE `id:` = its `seq`. The stream ends after the ticket's latest
+/// event when that is `ticket.done`, `ticket.failed` or `ticket.cancelled`.
+#[utoipa::path(get, path = "/v1/tickets/{ticket}/events", tag = "events",
+    params(("ticket" = String, Path, description = "Ticket id or key"), TicketEventsQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this seq")),
+    responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::TicketEvent),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn ticket_events(
+    State(state): State<AppState>,
+    ApiPath(reference): ApiPath<String>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<TicketEventsQuery>,
+) -> ApiResult<Response> {
+    let after = match resume_point(&headers, q.after.as_deref())? {
+        None => 0,
+        Some(s) => s
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| ApiError::BadRequest(format!("after must be an event seq (a non-negative integer), not {s:?}")))?,
+    };
+    let ticket = desk::find(&state.pool, &reference).await?;
+    let frames = stream::ticket(state.hub.clone(), ticket.id, after, state.config.sse_ping, state.shutdown.clone());
+    Ok(sse_response(frames))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct GlobalEventsQuery {
+    /// Resume after this cursor (an SSE `id:` of this stream).
+    pub after: Option<String>,
+    /// Comma-separated labels: events of tickets with any of them.
+    pub label: Option<String>,
+    /// Comma-separated agents: events of tickets last claimed by one of them.
+    pub agent: Option<String>,
+    /// Comma-separated kinds; an entry may end in `*` (`ticket.*`).
+    pub kind: Option<String>,
+}
+
+fn comma_list(s: Option<&str>) -> Vec<String> {
+    s.map(|s| s.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect())
+        .unwrap_or_default()
+}
+
+/// All tickets' events (SSE)
+///
+/// Without a cursor it starts with new events. SSE `id:` is an opaque cursor; resuming with
+/// `Last-Event-ID` or `?after=` delivers every persisted event after it exactly once, each
+/// ticket's events in `seq` order, even while many tickets write at once.
+#[utoipa::path(get, path = "/v1/events", tag = "events",
+    params(GlobalEventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this cursor")),
+    responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::TicketEvent),
+        (status = 400, body = ErrorBody)))]
+pub async fn global_events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<GlobalEventsQuery>,
+) -> ApiResult<Response> {
+    let after = match resume_point(&headers, q.after.as_deref())? {
+        None => None,
+        Some(s) => Some(
+            GlobalCursor::parse(s)
+                .ok_or_else(|| ApiError::BadRequest(format!("{s:?} is not a cursor of this stream")))?,
+        ),
+    };
+    let filter = GlobalFilter {
+        labels: comma_list(q.label.as_deref()),
+        agents: comma_list(q.agent.as_deref()),
+        kinds: comma_list(q.kind.as_deref()),
+    };
+    let frames = stream::global(state.hub.clone(), after, filter, state.config.sse_ping, state.shutdown.clone());
+    Ok(sse_response(frames))
+}

@@ -1,0 +1,86 @@
+//! Extractors whose rejections speak the API's error format.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// A JSON body: malformed JSON is 400, JSON of the wrong shape is 422, over 1 MiB is 413.
+/// The content type is not insisted on, so a plain `curl -d` works.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge
+            } else {
+                ApiError::BadRequest(format!("cannot read the request body: {rejection}"))
+            }
+        })?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadRequest("the request body is empty; expected a JSON object".into()));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error(&mut de)?;
+    de.end().map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
+    Ok(value)
+}
+
+fn serde_path_to_error<'de, T: DeserializeOwned>(
+    de: &mut serde_json::Deserializer<serde_json::de::SliceRead<'de>>,
+) -> Result<T, ApiError> {
+    T::deserialize(de).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Syntax | Category::Eof | Category::Io => ApiError::BadRequest(format!("malformed JSON: {e}")),
+            Category::Data => ApiError::Validation(format!("invalid request body: {e}")),
+        }
+    })
+}
+
+/// Query parameters: anything that does not parse is 400.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or_default();
+        serde_urlencoded_from_str(query).map(ApiQuery)
+    }
+}
+
+fn serde_urlencoded_from_str<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    axum::extract::Query::<T>::try_from_uri(&format!("/?{query}").parse().map_err(|_| bad_query("unreadable query string"))?)
+        .map(|q| q.0)
+        .map_err(|e| bad_query(&e.body_text()))
+}
+
+fn bad_query(detail: &str) -> ApiError {
+    ApiError::BadRequest(format!("invalid query: {detail}"))
+}
+
+/// A path segment, with axum's rejection (e.g. invalid UTF-8) turned into a 404.
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| ApiPath(p.0))
+            .map_err(|e| ApiError::NotFound(format!("no such resource: {}", e.body_text())))
+    }
+}

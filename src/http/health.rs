@@ -1,0 +1,37 @@
+//! Liveness, readiness and statistics.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::AppState;
+use crate::db;
+use crate::db::stats::Stats;
+
+/// Liveness
+#[utoipa::path(get, path = "/healthz", tag = "health", security(()),
+    responses((status = 200, description = "The process is up")))]
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Readiness: the database is reachable and migrated
+#[utoipa::path(get, path = "/readyz", tag = "health", security(()),
+    responses((status = 200, description = "Ready"), (status = 503, body = ErrorBody)))]
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    if db::is_ready(&state.pool).await {
+        (StatusCode::OK, Json(json!({ "status": "ready" }))).into_response()
+    } else {
+        ApiError::Unavailable.into_response()
+    }
+}
+
+/// Ticket statistics, overall and per label and agent
+#[utoipa::path(get, path = "/v1/stats", tag = "stats",
+    responses((status = 200, body = Stats), (status = 401, body = ErrorBody)))]
+pub async fn stats(State(state): State<AppState>) -> ApiResult<Json<Stats>> {
+    Ok(Json(db::stats::compute(&state.pool).await?))
+}

@@ -1,0 +1,64 @@
+//! The OpenAPI document, generated from the handlers' annotations.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::{agents, events, health, tickets};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "agentdesk",
+        description = "A ticket desk where AI agents work tickets: a durable queue, an agent runtime and a replayable event log on Postgres.",
+        license(name = "Apache-2.0")
+    ),
+    paths(
+        tickets::create_ticket, tickets::list_tickets, tickets::get_ticket, tickets::patch_ticket,
+        tickets::cancel_ticket, tickets::retry_ticket, tickets::list_comments, tickets::create_comment,
+        events::ticket_events, events::global_events,
+        agents::put_agent, agents::get_agent, agents::list_agents, agents::delete_agent,
+        health::healthz, health::readyz, health::stats,
+    ),
+    components(schemas(
+        crate::domain::Ticket, crate::domain::Status, crate::domain::TicketUsage, crate::domain::TicketError,
+        crate::domain::Comment, crate::domain::ContentBlock, crate::domain::Author,
+        crate::domain::Agent, crate::domain::TicketEvent,
+        crate::db::stats::Stats, crate::db::stats::Figures, crate::db::stats::StatusCounts,
+        super::error::ErrorBody, super::error::ErrorDetail,
+    )),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags(
+        (name = "tickets", description = "Work for agents"),
+        (name = "comments", description = "A ticket's transcript: the agent conversation"),
+        (name = "events", description = "Server-sent events, replayable"),
+        (name = "agents", description = "Roles, models and tools"),
+        (name = "health", description = "Liveness and readiness (no token)"),
+        (name = "stats", description = "Figures"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("One of AGENTDESK_API_TOKENS (when set)"))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The document as committed in `openapi/openapi.json`.
+pub fn document_json() -> String {
+    let mut text = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
+    text.push('\n');
+    text
+}

@@ -1,0 +1,405 @@
+//! `/v1/tickets`: create, read, list, edit, cancel, retry, comments.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::pagination::{Cursor, Page};
+use super::AppState;
+use crate::db;
+use crate::db::tickets::{ListFilter, NewTicket, TicketPatch};
+use crate::desk::{self, DeskError};
+use crate::domain::{Author, Comment, Status, Ticket, TicketRef};
+
+impl From<DeskError> for ApiError {
+    fn from(err: DeskError) -> ApiError {
+        match err {
+            DeskError::NotFound(r) => ApiError::ticket_not_found(&r),
+            DeskError::Conflict(m) => ApiError::Conflict(m),
+            DeskError::Invalid(m) => ApiError::Validation(m),
+            DeskError::Db(e) => e.into(),
+        }
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct CreateTicket {
+    /// Any JSON but null or an empty string; usually a string.
+    pub task: Value,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    #[serde(default)]
+    pub priority: i32,
+    /// JSON Schema (draft 2020-12) the result must satisfy.
+    #[serde(default)]
+    pub schema: Option<Value>,
+    /// The parent ticket's id or key.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// A JSON object kept with the ticket.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    /// 1 to 100; default 3.
+    #[serde(default)]
+    pub max_attempts: Option<i32>,
+}
+
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
+
+/// Canonical JSON (object keys sorted) so that an idempotent repeat matches whatever its key order.
+fn canonical_hash(value: &Value) -> String {
+    fn write(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
+                    write(&map[k], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut text = String::new();
+    write(value, &mut text);
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// Create a ticket
+#[utoipa::path(post, path = "/v1/tickets", tag = "tickets",
+    request_body = CreateTicket,
+    params(("Idempotency-Key" = Option<String>, Header, description = "A repeat with the same key and body returns the first ticket (200); the same key with another body is 409.")),
+    responses(
+        (status = 201, description = "Created", body = Ticket),
+        (status = 200, description = "An idempotent repeat: the ticket created first", body = Ticket),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn create_ticket(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Response> {
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => {
+            let key = v
+                .to_str()
+                .ok()
+                .map(str::trim)
+                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN)
+                .ok_or_else(|| ApiError::BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters".into()))?;
+            Some(key.to_owned())
+        }
+    };
+    let hash = canonical_hash(&body);
+    let req: CreateTicket = serde_json::from_value(body)
+        .map_err(|e| ApiError::Validation(format!("invalid request body: {e}")))?;
+    desk::check_task(&req.task).map_err(ApiError::Validation)?;
+    let labels = desk::normalize_labels(req.labels).map_err(ApiError::Validation)?;
+    if let Some(schema) = &req.schema {
+        desk::check_schema(schema).map_err(ApiError::Validation)?;
+    }
+    let metadata = match req.metadata {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(m @ Value::Object(_)) => m,
+        Some(_) => return Err(ApiError::Validation("metadata must be a JSON object".into())),
+    };
+    let max_attempts = req.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    if !(1..=100).contains(&max_attempts) {
+        return Err(ApiError::Validation("max_attempts must be between 1 and 100".into()));
+    }
+
+    let mut tx = state.pool.begin().await?;
+    let parent_id = match &req.parent {
+        None => None,
+        Some(p) => {
+            let parent = TicketRef::parse(p).ok_or_else(|| ApiError::Validation(format!("parent {p:?} names no ticket")))?;
+            let parent = db::tickets::find(&mut *tx, &parent)
+                .await?
+                .ok_or_else(|| ApiError::Validation(format!("parent {p:?} names no ticket")))?;
+            Some(parent.id)
+        }
+    };
+    if let Some(key) = &idempotency_key {
+        // Concurrent repeats wait here for the first to commit, then find its ticket.
+        db::tickets::lock_idempotency_key(&mut tx, key).await?;
+        if let Some((existing, existing_hash)) = db::tickets::find_by_idempotency_key(&mut tx, key).await? {
+            return if existing_hash.as_deref() == Some(hash.as_str()) {
+                Ok((StatusCode::OK, Json(existing)).into_response())
+            } else {
+                Err(ApiError::Conflict(format!(
+                    "Idempotency-Key {key:?} was used for {} with a different body",
+                    existing.key
+                )))
+            };
+        }
+    }
+    let new = NewTicket {
+        task: req.task,
+        labels,
+        priority: req.priority,
+        schema: req.schema,
+        parent_id,
+        metadata,
+        max_attempts,
+        reporter: "user".into(),
+        idempotency: idempotency_key.map(|k| (k, hash)),
+    };
+    let ticket = desk::create_ticket(&mut tx, new).await?;
+    // Acknowledged only after commit: a 201 means the ticket and its event are durable.
+    tx.commit().await?;
+    state.hub.wake();
+    Ok((StatusCode::CREATED, Json(ticket)).into_response())
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListTicketsQuery {
+    /// Comma-separated statuses.
+    pub status: Option<String>,
+    pub label: Option<String>,
+    pub agent: Option<String>,
+    /// Parent ticket id or key.
+    pub parent: Option<String>,
+    /// Case-insensitive search in the task.
+    pub q: Option<String>,
+    /// `asc` (creation order, default) or `desc`.
+    pub order: Option<String>,
+    /// 1 to 200, default 50.
+    pub limit: Option<String>,
+    pub cursor: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TicketList {
+    pub items: Vec<Ticket>,
+    pub next_cursor: Option<String>,
+}
+
+/// List tickets
+#[utoipa::path(get, path = "/v1/tickets", tag = "tickets", params(ListTicketsQuery),
+    responses((status = 200, body = TicketList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn list_tickets(
+    State(state): State<AppState>,
+    ApiQuery(q): ApiQuery<ListTicketsQuery>,
+) -> ApiResult<Json<TicketList>> {
+    let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let statuses = match q.status.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => vec![],
+        Some(list) => list
+            .split(',')
+            .map(|s| {
+                Status::parse(s.trim()).ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "unknown status {s:?}: expected todo, in_progress, waiting, done, failed or cancelled"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let descending = match q.order.as_deref() {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(other) => return Err(ApiError::BadRequest(format!("order must be asc or desc, not {other:?}"))),
+    };
+    let parent_id = match q.parent.as_deref() {
+        None => None,
+        Some(p) => match TicketRef::parse(p) {
+            Some(r) => match db::tickets::find(&state.pool, &r).await? {
+                Some(parent) => Some(parent.id),
+                None => return Ok(Json(TicketList { items: vec![], next_cursor: None })),
+            },
+            None => return Err(ApiError::BadRequest(format!("parent {p:?} is neither a ticket id nor a key"))),
+        },
+    };
+    let after_number = match page.cursor {
+        None => None,
+        Some(c) => Some(c.as_number().ok_or_else(Page::bad_cursor)?),
+    };
+    let filter = ListFilter {
+        statuses,
+        label: q.label,
+        agent: q.agent,
+        parent_id,
+        query: q.q.filter(|s| !s.is_empty()),
+        descending,
+        after_number,
+        limit: page.limit,
+    };
+    let (items, next) = db::tickets::list(&state.pool, &filter).await?;
+    Ok(Json(TicketList { items, next_cursor: next.map(|n| Cursor::number(n).encode()) }))
+}
+
+/// Get a ticket
+#[utoipa::path(get, path = "/v1/tickets/{ticket}", tag = "tickets",
+    params(("ticket" = String, Path, description = "Ticket id or key (TICKET-7)")),
+    responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn get_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Json<Ticket>> {
+    Ok(Json(desk::find(&state.pool, &reference).await?))
+}
+
+fn double_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Value>>, D::Error> {
+    Option::<Value>::deserialize(d).map(|v| Some(v.filter(|v| !v.is_null())))
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct PatchTicket {
+    pub task: Option<Value>,
+    pub labels: Option<Vec<String>>,
+    pub priority: Option<i32>,
+    /// A JSON Schema, or null to remove it.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Object>)]
+    pub schema: Option<Option<Value>>,
+    pub metadata: Option<Value>,
+}
+
+/// Edit a todo or waiting ticket
+#[utoipa::path(patch, path = "/v1/tickets/{ticket}", tag = "tickets", request_body = PatchTicket,
+    params(("ticket" = String, Path, description = "Ticket id or key")),
+    responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
+pub async fn patch_ticket(
+    State(state): State<AppState>,
+    ApiPath(reference): ApiPath<String>,
+    ApiJson(req): ApiJson<PatchTicket>,
+) -> ApiResult<Json<Ticket>> {
+    if let Some(task) = &req.task {
+        desk::check_task(task).map_err(ApiError::Validation)?;
+    }
+    let labels = req.labels.map(desk::normalize_labels).transpose().map_err(ApiError::Validation)?;
+    if let Some(Some(schema)) = &req.schema {
+        desk::check_schema(schema).map_err(ApiError::Validation)?;
+    }
+    if let Some(m) = &req.metadata {
+        if !m.is_object() {
+            return Err(ApiError::Validation("metadata must be a JSON object".into()));
+        }
+    }
+    let patch = TicketPatch { task: req.task, labels, priority: req.priority, schema: req.schema, metadata: req.metadata };
+    Ok(Json(desk::patch(&state.pool, &reference, patch).await?))
+}
+
+/// Cancel a ticket
+///
+/// `todo`/`waiting` tickets are cancelled at once; for an `in_progress` ticket the claim ends here
+/// and its worker aborts the model stream and running tools. Cancelling a cancelled ticket returns it.
+#[utoipa::path(post, path = "/v1/tickets/{ticket}/cancel", tag = "tickets",
+    params(("ticket" = String, Path, description = "Ticket id or key")),
+    responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn cancel_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Json<Ticket>> {
+    let ticket = desk::cancel(&state.pool, &reference).await?;
+    state.hub.wake();
+    Ok(Json(ticket))
+}
+
+/// Retry a failed or cancelled ticket
+#[utoipa::path(post, path = "/v1/tickets/{ticket}/retry", tag = "tickets",
+    params(("ticket" = String, Path, description = "Ticket id or key")),
+    responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn retry_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Json<Ticket>> {
+    let ticket = desk::retry(&state.pool, &reference).await?;
+    state.hub.wake();
+    Ok(Json(ticket))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// 1 to 200, default 50.
+    pub limit: Option<String>,
+    pub cursor: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CommentList {
+    pub items: Vec<Comment>,
+    pub next_cursor: Option<String>,
+}
+
+/// The transcript
+#[utoipa::path(get, path = "/v1/tickets/{ticket}/comments", tag = "comments",
+    params(("ticket" = String, Path, description = "Ticket id or key"), PageQuery),
+    responses((status = 200, body = CommentList), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
+pub async fn list_comments(
+    State(state): State<AppState>,
+    ApiPath(reference): ApiPath<String>,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Json<CommentList>> {
+    let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let ticket = desk::find(&state.pool, &reference).await?;
+    let after = match page.cursor {
+        None => 0,
+        Some(c) => c.as_number().ok_or_else(Page::bad_cursor)?,
+    };
+    let (items, more) = db::comments::list(&state.pool, ticket.id, after, page.limit).await?;
+    let next_cursor = if more { items.last().map(|c| Cursor::number(c.seq).encode()) } else { None };
+    Ok(Json(CommentList { items, next_cursor }))
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct CreateComment {
+    pub text: String,
+    /// `user` (default) or `system`.
+    #[serde(default)]
+    pub author: Option<String>,
+}
+
+pub const MAX_COMMENT_LEN: usize = 512 * 1024;
+
+/// Comment on a ticket
+///
+/// A `waiting` ticket goes back to `todo`; an `in_progress` ticket's agent sees the comment on its
+/// next model request; a finished ticket is reopened to `todo`.
+#[utoipa::path(post, path = "/v1/tickets/{ticket}/comments", tag = "comments", request_body = CreateComment,
+    params(("ticket" = String, Path, description = "Ticket id or key")),
+    responses((status = 201, body = Comment), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn create_comment(
+    State(state): State<AppState>,
+    ApiPath(reference): ApiPath<String>,
+    ApiJson(req): ApiJson<CreateComment>,
+) -> ApiResult<(StatusCode, Json<Comment>)> {
+    if req.text.trim().is_empty() {
+        return Err(ApiError::Validation("text must not be empty".into()));
+    }
+    if req.text.len() > MAX_COMMENT_LEN {
+        return Err(ApiError::Validation("text is longer than 512 KiB".into()));
+    }
+    let author = match req.author.as_deref() {
+        None | Some("user") => Author::User,
+        Some("system") => Author::System,
+        Some(other) => {
+            return Err(ApiError::Validation(format!("author must be user or system, not {other:?}")))
+        }
+    };
+    let (comment, _) = desk::add_comment(&state.pool, &reference, author, req.text).await?;
+    state.hub.wake();
+    Ok((StatusCode::CREATED, Json(comment)))
+}
