@@ -171,17 +171,15 @@ fn close_json(text: &str) -> Option<String> {
                 let top = stack
                     .last_mut()
                     .expect("stack is non-empty inside the loop");
-                match top.expect {
-                    Expect::Next => {
-                        top.comma_at = Some(out.len());
-                        out.push(',');
-                        top.expect = match top.kind {
-                            Kind::Object => Expect::Key,
-                            Kind::Array => Expect::Value,
-                        };
-                    }
-                    // Doubled or leading commas carry no information.
-                    _ => {}
+                // Doubled or leading commas carry no information: only a
+                // comma after a complete value is kept.
+                if top.expect == Expect::Next {
+                    top.comma_at = Some(out.len());
+                    out.push(',');
+                    top.expect = match top.kind {
+                        Kind::Object => Expect::Key,
+                        Kind::Array => Expect::Value,
+                    };
                 }
             }
             ':' => {
@@ -499,7 +497,7 @@ pub fn coerce_to_schema(value: Value, schema: &Value) -> Value {
         return value;
     };
     let value = match map.get("allOf").and_then(Value::as_array) {
-        Some(branches) => branches.iter().fold(value, |v, b| coerce_to_schema(v, b)),
+        Some(branches) => branches.iter().fold(value, coerce_to_schema),
         None => value,
     };
     if let Some(branches) = map
@@ -802,6 +800,30 @@ mod tests {
     #[test]
     fn unicode_survives() {
         assert_eq!(repaired(r#"{"a": "héllo ✓ "#), json!({"a": "héllo ✓ "}));
+    }
+
+    #[test]
+    fn edge_cases_do_not_lose_structure() {
+        assert_eq!(repaired("{"), json!({}));
+        assert_eq!(repaired("["), json!([]));
+        assert_eq!(repaired(r#"{"a": {"#), json!({"a": {}}));
+        assert_eq!(repaired(r#"{"a": ["#), json!({"a": []}));
+        assert_eq!(repaired(r#"{,}"#), json!({}));
+        assert_eq!(repaired(r#"{"a": 1,, "b": 2}"#), json!({"a": 1, "b": 2}));
+        assert_eq!(repaired(r#"{"a": "x"}}}"#), json!({"a": "x"}));
+        assert_eq!(repaired(r#"{"a": {"b": 1}, "c""#), json!({"a": {"b": 1}}));
+        assert_eq!(repaired(r#"{{"a": 1}}"#), json!({}));
+    }
+
+    #[test]
+    fn every_prefix_of_a_document_repairs_to_an_object() {
+        let full = r#"{"result": {"items": [1, -2.5e3, true, null, "a\"b\\c\u00e9"], "note": "x, y: {z}"}, "n": 42}"#;
+        for end in (1..full.len()).filter(|&i| full.is_char_boundary(i)) {
+            let (value, was_repaired) = repair_json(&full[..end]);
+            assert!(was_repaired, "{end}");
+            assert!(value.is_object(), "prefix {:?} gave {value}", &full[..end]);
+        }
+        assert!(!repair_json(full).1);
     }
 
     // --- coercion ---
