@@ -1,11 +1,14 @@
-pub mod domain;
-pub mod db;
-pub mod events;
+//! agentdesk: a ticket desk where AI agents work tickets — a durable job queue on Postgres, an
+//! agent runtime and a replayable event log, in one service.
+
+pub mod app;
 pub mod config;
+pub mod db;
 pub mod desk;
+pub mod domain;
+pub mod embedded_pg;
+pub mod events;
 pub mod http;
 pub mod llm;
 pub mod tools;
-pub mod app;
 pub mod worker;
-pub mod embedded_pg;
