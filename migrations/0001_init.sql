@@ -55,6 +55,8 @@ CREATE TABLE tickets (
     claimed_at          timestamptz,
     work_ms             bigint NOT NULL DEFAULT 0,
     schema_retries      integer NOT NULL DEFAULT 0,
+    -- whether the task has been written into the transcript as its first user comment
+    seeded              boolean NOT NULL DEFAULT false,
     -- per-ticket counters, bumped under the row lock so seqs have no gaps and commit in order
     last_event_seq      bigint NOT NULL DEFAULT 0,
     last_comment_seq    bigint NOT NULL DEFAULT 0,

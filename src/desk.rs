@@ -48,12 +48,9 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
     if !(schema.is_object() || schema.is_boolean()) {
         return Err("schema must be a JSON Schema object (or a boolean)".into());
     }
-    if let Err(err) = jsonschema::draft202012::meta::validate(schema) {
-        return Err(format!("schema is not a valid JSON Schema (draft 2020-12): {err}"));
-    }
-    jsonschema::draft202012::new(schema)
+    crate::tools::validate::compile_schema(schema)
         .map(|_| ())
-        .map_err(|err| format!("schema is not a valid JSON Schema (draft 2020-12): {err}"))
+        .map_err(|err| format!("schema: {err} (draft 2020-12 expected)"))
 }
 
 /// A task is any JSON but null or an empty string.

@@ -2,6 +2,7 @@
 //! a change and its events in one transaction.
 
 pub mod agents;
+pub mod claims;
 pub mod comments;
 pub mod events;
 pub mod stats;

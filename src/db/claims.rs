@@ -1,0 +1,349 @@
+//! The worker side of tickets: claiming with leases and fencing, renewing, reaping, releasing.
+//!
+//! Fencing: every claim bumps `generation`. Each write a worker makes starts with
+//! `fence`, an UPDATE matching `(id, generation, status = 'in_progress')`; zero rows means the
+//! claim was lost (lease expired and reaped, cancelled, or taken by another worker), and the
+//! worker must stop without writing anything more.
+
+use std::time::Duration;
+
+use serde_json::json;
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+use super::tickets::{TicketRow, TICKET_COLUMNS};
+use crate::domain::event::kind;
+use crate::domain::{NewEvent, Ticket};
+
+/// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    pub ticket: Ticket,
+    pub generation: i64,
+    pub agent: String,
+}
+
+impl Claim {
+    pub fn fence(&self) -> Fence {
+        Fence { ticket_id: self.ticket.id, generation: self.generation }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub ticket_id: Uuid,
+    pub generation: i64,
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Claims up to `limit` claimable tickets in one statement, by priority then age, routed by the
+/// agents' labels, and logs `ticket.started` for each in the same transaction.
+///
+/// Routing (as agentwerk): a ticket labelled with an agent's name goes only to that agent; an agent
+/// with no labels takes unlabelled tickets; otherwise any agent sharing a label. The claiming
+/// agent's name is added to the labels, pinning the ticket to it if it is re-queued.
+pub async fn claim_batch(
+    pool: &PgPool,
+    limit: i64,
+    lease: Duration,
+    worker_id: &str,
+) -> Result<Vec<Claim>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let sql = format!(
+        "WITH candidates AS MATERIALIZED (
+            SELECT t.id, a.name AS agent_name
+            FROM tickets t
+            CROSS JOIN LATERAL (
+                SELECT a.name FROM agents a
+                WHERE a.name = ANY(t.labels)
+                   OR (NOT EXISTS (SELECT 1 FROM agents b WHERE b.name = ANY(t.labels))
+                       AND ((cardinality(a.labels) = 0 AND cardinality(t.labels) = 0) OR a.labels && t.labels))
+                ORDER BY (a.name = ANY(t.labels)) DESC, a.name
+                LIMIT 1) a
+            WHERE t.status = 'todo'
+            ORDER BY t.priority DESC, t.created_at, t.id
+            LIMIT $1
+            FOR UPDATE OF t SKIP LOCKED),
+         claimed AS (
+            UPDATE tickets t SET
+                status = 'in_progress',
+                agent = c.agent_name,
+                labels = CASE WHEN c.agent_name = ANY(t.labels) THEN t.labels ELSE array_append(t.labels, c.agent_name) END,
+                generation = t.generation + 1,
+                attempts = t.attempts + 1,
+                lease_expires_at = now() + make_interval(secs => $2),
+                worker_id = $3,
+                claimed_at = now(),
+                started_at = COALESCE(t.started_at, now()),
+                finished_at = NULL,
+                updated_at = now()
+            FROM candidates c WHERE t.id = c.id
+            RETURNING t.*)
+         SELECT {TICKET_COLUMNS}, t.generation FROM claimed t"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(limit)
+        .bind(secs(lease))
+        .bind(worker_id)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut claims = Vec::with_capacity(rows.len());
+    for row in &rows {
+        use sqlx::{FromRow, Row};
+        let generation: i64 = row.try_get("generation")?;
+        let ticket: Ticket = TicketRow::from_row(row)?.into();
+        let agent = ticket.agent.clone().unwrap_or_default();
+        claims.push(Claim { ticket, generation, agent });
+    }
+    for claim in &claims {
+        let started = NewEvent::new(
+            kind::TICKET_STARTED,
+            Some(&claim.agent),
+            json!({ "agent": claim.agent, "attempt": claim.ticket.attempts }),
+        );
+        super::events::append(&mut tx, claim.ticket.id, &[started]).await?;
+    }
+    tx.commit().await?;
+    Ok(claims)
+}
+
+/// Opens a transaction holding the claim's row lock, or None when the claim was lost. Every
+/// write of a worker goes through here, so a worker that lost its claim changes nothing.
+pub async fn fence(pool: &PgPool, fence: Fence) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let held = sqlx::query(
+        "UPDATE tickets SET updated_at = now() WHERE id = $1 AND generation = $2 AND status = 'in_progress'",
+    )
+    .bind(fence.ticket_id)
+    .bind(fence.generation)
+    .execute(&mut *tx)
+    .await?;
+    if held.rows_affected() == 1 {
+        Ok(Some(tx))
+    } else {
+        tx.rollback().await?;
+        Ok(None)
+    }
+}
+
+/// Renews the leases of every ticket this process runs, in one statement; returns the ids still
+/// held. A running ticket missing from the answer has been lost and its loop must stop.
+pub async fn renew_leases(pool: &PgPool, held: &[Fence], lease: Duration) -> Result<Vec<Uuid>, sqlx::Error> {
+    if held.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids: Vec<Uuid> = held.iter().map(|f| f.ticket_id).collect();
+    let generations: Vec<i64> = held.iter().map(|f| f.generation).collect();
+    sqlx::query_scalar(
+        "UPDATE tickets t SET lease_expires_at = now() + make_interval(secs => $3)
+         FROM unnest($1::uuid[], $2::bigint[]) AS h(id, generation)
+         WHERE t.id = h.id AND t.generation = h.generation AND t.status = 'in_progress'
+         RETURNING t.id",
+    )
+    .bind(&ids)
+    .bind(&generations)
+    .bind(secs(lease))
+    .fetch_all(pool)
+    .await
+}
+
+/// Re-queues tickets whose lease expired (their worker died or hung), counting the lost claim as
+/// an attempt; a ticket out of attempts fails. One reaper at a time across all processes.
+/// Returns how many tickets were reaped.
+pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let got_lock: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended('agentdesk.reaper', 0))")
+        .fetch_one(&mut *tx)
+        .await?;
+    if !got_lock {
+        return Ok(0);
+    }
+    // Expiry is re-checked under the row lock: a renewal that won the race keeps its ticket.
+    let expired: Vec<(Uuid, i32, i32, Option<String>)> = sqlx::query_as(
+        "SELECT id, attempts, max_attempts, agent FROM tickets
+         WHERE status = 'in_progress' AND lease_expires_at < now()
+         ORDER BY lease_expires_at LIMIT $1
+         FOR UPDATE SKIP LOCKED",
+    )
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (id, attempts, max_attempts, agent) in &expired {
+        let out_of_attempts = attempts >= max_attempts;
+        let status = if out_of_attempts { "failed" } else { "todo" };
+        let error = out_of_attempts.then(|| {
+            json!({ "kind": "lease_lost", "message": format!("the worker's lease expired on {attempts} of {max_attempts} attempts") })
+        });
+        sqlx::query(
+            "UPDATE tickets SET status = $2, error = COALESCE($3, error), generation = generation + 1,
+                lease_expires_at = NULL, worker_id = NULL,
+                work_ms = work_ms + COALESCE((extract(epoch FROM now() - claimed_at) * 1000)::bigint, 0),
+                claimed_at = NULL,
+                finished_at = CASE WHEN $2 = 'failed' THEN now() ELSE NULL END, updated_at = now()
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(status)
+        .bind(&error)
+        .execute(&mut *tx)
+        .await?;
+        let event = match &error {
+            Some(error) => NewEvent::new(kind::TICKET_FAILED, agent.as_deref(), json!({ "error": error })),
+            None => NewEvent::new(kind::TICKET_REQUEUED, agent.as_deref(), json!({ "reason": "lease_lost" })),
+        };
+        super::events::append(&mut tx, *id, &[event]).await?;
+    }
+    if !expired.is_empty() {
+        super::tickets::notify_work(&mut tx).await?;
+    }
+    tx.commit().await?;
+    Ok(expired.len())
+}
+
+/// How a worker lets go of a claim it still holds (inside a fenced transaction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// The agent asked the humans something: `waiting` until a comment arrives.
+    Waiting,
+    /// Clean shutdown: back to `todo` without spending an attempt.
+    Shutdown,
+}
+
+pub async fn release(conn: &mut PgConnection, fence: Fence, how: Release, agent: &str) -> Result<(), sqlx::Error> {
+    let (status, event) = match how {
+        Release::Waiting => ("waiting", NewEvent::new(kind::TICKET_WAITING, Some(agent), json!({}))),
+        Release::Shutdown => (
+            "todo",
+            NewEvent::new(kind::TICKET_REQUEUED, Some(agent), json!({ "reason": "shutdown" })),
+        ),
+    };
+    sqlx::query(
+        "UPDATE tickets SET status = $3, attempts = GREATEST(attempts - 1, 0),
+            lease_expires_at = NULL, worker_id = NULL,
+            work_ms = work_ms + COALESCE((extract(epoch FROM now() - claimed_at) * 1000)::bigint, 0),
+            claimed_at = NULL, updated_at = now()
+         WHERE id = $1 AND generation = $2",
+    )
+    .bind(fence.ticket_id)
+    .bind(fence.generation)
+    .bind(status)
+    .execute(&mut *conn)
+    .await?;
+    super::events::append(conn, fence.ticket_id, &[event]).await?;
+    if how == Release::Shutdown {
+        super::tickets::notify_work(conn).await?;
+    }
+    Ok(())
+}
+
+/// Ends a claim as `done` or `failed` (inside a fenced transaction).
+pub async fn finish(
+    conn: &mut PgConnection,
+    fence: Fence,
+    outcome: &Finish,
+    agent: &str,
+) -> Result<(), sqlx::Error> {
+    let (status, result, error, event) = match outcome {
+        Finish::Done(result) => (
+            "done",
+            Some(result.clone()),
+            None,
+            NewEvent::new(kind::TICKET_DONE, Some(agent), json!({ "result": result })),
+        ),
+        Finish::Failed { kind: k, message } => {
+            let error = json!({ "kind": k, "message": message });
+            (
+                "failed",
+                None,
+                Some(error.clone()),
+                NewEvent::new(kind::TICKET_FAILED, Some(agent), json!({ "error": error })),
+            )
+        }
+    };
+    sqlx::query(
+        "UPDATE tickets SET status = $3, result = COALESCE($4, result), error = $5,
+            lease_expires_at = NULL, worker_id = NULL,
+            work_ms = work_ms + COALESCE((extract(epoch FROM now() - claimed_at) * 1000)::bigint, 0),
+            claimed_at = NULL, finished_at = now(), updated_at = now()
+         WHERE id = $1 AND generation = $2",
+    )
+    .bind(fence.ticket_id)
+    .bind(fence.generation)
+    .bind(status)
+    .bind(result)
+    .bind(error)
+    .execute(&mut *conn)
+    .await?;
+    super::events::append(conn, fence.ticket_id, &[event]).await?;
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+pub enum Finish {
+    Done(serde_json::Value),
+    Failed { kind: String, message: String },
+}
+
+/// Adds one model request's usage to the ticket (inside a fenced transaction).
+pub async fn add_usage(
+    conn: &mut PgConnection,
+    ticket_id: Uuid,
+    usage: &crate::domain::TicketUsage,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE tickets SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
+            cache_read_tokens = cache_read_tokens + $4, cache_creation_tokens = cache_creation_tokens + $5,
+            requests = requests + $6, tool_calls = tool_calls + $7
+         WHERE id = $1",
+    )
+    .bind(ticket_id)
+    .bind(usage.input_tokens)
+    .bind(usage.output_tokens)
+    .bind(usage.cache_read_tokens)
+    .bind(usage.cache_creation_tokens)
+    .bind(usage.requests)
+    .bind(usage.tool_calls)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks the task as written into the transcript.
+pub async fn mark_seeded(conn: &mut PgConnection, ticket_id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE tickets SET seeded = true WHERE id = $1").bind(ticket_id).execute(conn).await?;
+    Ok(())
+}
+
+/// Counts a schema retry and returns the new count.
+pub async fn bump_schema_retries(conn: &mut PgConnection, ticket_id: Uuid, reset: bool) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE tickets SET schema_retries = CASE WHEN $2 THEN 0 ELSE schema_retries + 1 END WHERE id = $1
+         RETURNING schema_retries",
+    )
+    .bind(ticket_id)
+    .bind(reset)
+    .fetch_one(conn)
+    .await
+}
+
+/// What the loop needs of a ticket besides `Ticket`: whether the task is in the transcript yet and
+/// how many schema retries were spent.
+pub async fn loop_state(pool: &PgPool, ticket_id: Uuid) -> Result<Option<(Ticket, bool, i32, i64)>, sqlx::Error> {
+    let row = sqlx::query(&format!(
+        "SELECT {TICKET_COLUMNS}, t.seeded, t.schema_retries, t.generation FROM tickets t WHERE t.id = $1"
+    ))
+    .bind(ticket_id)
+    .fetch_optional(pool)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    use sqlx::{FromRow, Row};
+    Ok(Some((
+        TicketRow::from_row(&row)?.into(),
+        row.try_get("seeded")?,
+        row.try_get("schema_retries")?,
+        row.try_get("generation")?,
+    )))
+}
