@@ -1,2 +1,3 @@
 pub mod domain;
+pub mod fake_llm;
 pub mod llm;
