@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::post;
@@ -31,6 +31,8 @@ pub struct RecordedRequest {
     pub headers: BTreeMap<String, String>,
     /// The body parsed as JSON (a JSON string holding the raw text when it was not JSON).
     pub body: Value,
+    /// The client's address; the same port across requests means a reused connection.
+    pub peer: SocketAddr,
 }
 
 impl RecordedRequest {
@@ -102,7 +104,11 @@ impl FakeLlm {
             .route("/v1/messages", post(anthropic_handler))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await;
         });
         FakeLlm {
             inner: Arc::new(Handle {
@@ -171,25 +177,28 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, State_> {
 
 async fn openai_handler(
     State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(s, Endpoint::OpenAi, uri, headers, body).await
+    handle(s, Endpoint::OpenAi, peer, uri, headers, body).await
 }
 
 async fn anthropic_handler(
     State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(s, Endpoint::Anthropic, uri, headers, body).await
+    handle(s, Endpoint::Anthropic, peer, uri, headers, body).await
 }
 
 async fn handle(
     shared: Arc<Shared>,
     endpoint: Endpoint,
+    peer: SocketAddr,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -214,6 +223,7 @@ async fn handle(
             path: uri.path().to_string(),
             headers: recorded_headers,
             body: json.clone(),
+            peer,
         });
         let n = st.requests.len();
         shared.count.send_replace(n);

@@ -679,3 +679,26 @@ async fn providers_select_by_name() {
         "provider 'anthropic' is not configured: set ANTHROPIC_API_KEY"
     );
 }
+
+#[tokio::test]
+async fn connections_are_reused_across_requests() {
+    let fake = FakeLlm::start().await;
+    for kind in BOTH {
+        let p = provider(&fake, kind);
+        for _ in 0..3 {
+            fake.push(Reply::tool_call("run", json!({"cmd": "ls"})).with_text("hi"));
+            p.stream(&simple_request(), &mut |_| {}, IDLE)
+                .await
+                .unwrap();
+        }
+    }
+    let reqs = fake.requests();
+    assert_eq!(
+        reqs[0].peer, reqs[2].peer,
+        "openai requests opened new connections"
+    );
+    assert_eq!(
+        reqs[3].peer, reqs[5].peer,
+        "anthropic requests opened new connections"
+    );
+}

@@ -323,6 +323,7 @@ impl Provider for Anthropic {
                 }
                 "message_stop" => {
                     finished = true;
+                    events.drain().await;
                     break;
                 }
                 "error" => return Err(http::classify_stream_error(NAME, &v, key)),

@@ -168,6 +168,18 @@ impl EventStream {
     }
 }
 
+impl EventStream {
+    /// Reads the (normally already arriving) end of the body after the final event, so the
+    /// connection goes back to the pool instead of being torn down; bounded so a server that
+    /// keeps the stream open costs little.
+    pub async fn drain(&mut self) {
+        let _ = tokio::time::timeout(Duration::from_millis(250), async {
+            while let Ok(Some(_)) = self.next().await {}
+        })
+        .await;
+    }
+}
+
 pub(crate) fn parse_json(provider: &str, data: &str) -> Result<Value, LlmError> {
     serde_json::from_str(data).map_err(|e| {
         LlmError::new(

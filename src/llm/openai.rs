@@ -199,6 +199,7 @@ impl Provider for OpenAi {
             }
             if data == "[DONE]" {
                 done = true;
+                events.drain().await;
                 break;
             }
             let v = http::parse_json(NAME, data)?;
