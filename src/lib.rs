@@ -8,6 +8,7 @@ pub mod desk;
 pub mod domain;
 pub mod embedded_pg;
 pub mod events;
+pub mod fake_llm;
 pub mod http;
 pub mod llm;
 pub mod tools;
