@@ -1,1 +1,3 @@
 pub mod domain;
+pub mod embedded_pg;
+pub mod testing;
