@@ -279,6 +279,29 @@ impl Layout {
     }
 }
 
+/// Whether a server for `data_dir` could run: always when we are not root;
+/// as root, when the `postgres` user can reach the directory's parent (not
+/// so for a checkout under /root, for example). Lets callers pick another
+/// place up front; a missing `postgres` user counts as reachable, since it
+/// is created with the access it needs.
+pub fn data_dir_reachable(data_dir: &Path) -> bool {
+    if unsafe { libc::geteuid() } != 0 {
+        return true;
+    }
+    let Ok(data_dir) = absolute(data_dir) else {
+        return false;
+    };
+    let Some(parent) = data_dir.parent() else {
+        return false;
+    };
+    // The parent may not exist yet: check what does.
+    let existing = parent.ancestors().find(|p| p.exists()).unwrap_or(parent);
+    match lookup_user("postgres") {
+        Ok(Some(user)) => check_reachable(existing, &user).is_ok(),
+        _ => true,
+    }
+}
+
 /// The system user the server runs as when we are root.
 #[derive(Debug, Clone)]
 struct User {

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use sqlx::{Connection, PgConnection};
 use tokio::sync::OnceCell;
 
-use crate::embedded_pg::EmbeddedPostgres;
+use crate::embedded_pg::{self, EmbeddedPostgres};
 
 const PREFIX: &str = "agentdesk_test_";
 
@@ -69,15 +69,25 @@ async fn init_server() -> Result<String> {
         Ok(url) if !url.trim().is_empty() => with_database(url.trim(), "postgres"),
         _ => {
             let pg = EMBEDDED
-                .get_or_try_init(|| async {
-                    EmbeddedPostgres::start_shared(&target_dir().join("agentdesk-test-pg")).await
-                })
+                .get_or_try_init(|| async { EmbeddedPostgres::start_shared(&shared_dir()).await })
                 .await?;
             pg.admin_url()
         }
     };
     drop_leftovers(&admin_url).await?;
     Ok(admin_url)
+}
+
+/// `<target>/agentdesk-test-pg`, unless we run as root in a tree the
+/// `postgres` user cannot enter (a checkout under /root): then a directory
+/// under the system temp dir, keyed by user so it is still shared by runs.
+fn shared_dir() -> PathBuf {
+    let dir = target_dir().join("agentdesk-test-pg");
+    if embedded_pg::data_dir_reachable(&dir) {
+        dir
+    } else {
+        std::env::temp_dir().join(format!("agentdesk-test-pg-{}", unsafe { libc::geteuid() }))
+    }
 }
 
 fn target_dir() -> PathBuf {

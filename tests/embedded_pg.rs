@@ -39,7 +39,11 @@ async fn clean(dir: &Path) {
 
 #[tokio::test]
 async fn embedded_server_lifecycle() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("embedded-pg-lifecycle");
+    let mut dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("embedded-pg-lifecycle");
+    if !agentdesk::embedded_pg::data_dir_reachable(&dir) {
+        // As root in a tree the postgres user cannot enter.
+        dir = std::env::temp_dir().join("agentdesk-embedded-pg-lifecycle");
+    }
     clean(&dir).await;
 
     // First start: initdb, then a server with the agentdesk database.
