@@ -14,6 +14,11 @@
 //! initdb and postgres refuse to run as root, so when the current process is
 //! root they are run as the `postgres` system user, which must then be able
 //! to reach the data directory (every ancestor directory searchable).
+//!
+//! The server runs in its own process group, so a terminal's Ctrl-C does not
+//! reach it: the owner stops it (dropping a non-shared value does). If the
+//! owner is killed outright the server keeps running, and the next start on
+//! the same directory reuses it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -128,6 +133,9 @@ impl EmbeddedPostgres {
 
     async fn start_inner(data_dir: &Path, shared: bool) -> Result<EmbeddedPostgres> {
         let data_dir = absolute(data_dir)?;
+        // First, so that a machine without PostgreSQL gets the one-line
+        // "install it" error rather than anything about users or paths.
+        let bindir = find_bindir(&data_dir)?;
         let layout = Layout::new(&data_dir)?;
         fs::create_dir_all(&layout.parent)
             .with_context(|| format!("creating {}", layout.parent.display()))?;
@@ -155,7 +163,6 @@ impl EmbeddedPostgres {
             return Ok(pg);
         }
 
-        let bindir = find_bindir(&data_dir)?;
         if !data_dir.join("PG_VERSION").exists() {
             init_cluster(&bindir, &layout, run_as.as_ref())?;
         } else if let Some(user) = &run_as {
@@ -672,10 +679,11 @@ fn spawn_server(
             "-c",
             "max_connections=500",
         ]);
-        // Its own process group: a Ctrl-C aimed at the test run must not
-        // take down a server that later runs will reuse.
-        cmd.process_group(0);
     }
+    // Its own process group, so a Ctrl-C in the terminal reaches only us:
+    // `serve` still needs the database while it shuts down gracefully, and
+    // a shared server must survive the test run it was started by.
+    cmd.process_group(0);
     run_as(&mut cmd, user);
     cmd.spawn()
         .with_context(|| format!("starting {}", bindir.join("postgres").display()))
