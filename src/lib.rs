@@ -11,5 +11,6 @@ pub mod events;
 pub mod fake_llm;
 pub mod http;
 pub mod llm;
+pub mod testing;
 pub mod tools;
 pub mod worker;
