@@ -13,3 +13,4 @@ pub use specs::{
     READ_TICKETS,
 };
 pub use validate::{compile_schema, prepare_tool_input, validate_against};
+pub mod run;
