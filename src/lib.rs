@@ -9,3 +9,4 @@ pub mod tools;
 pub mod app;
 pub mod worker;
 pub mod embedded_pg;
+pub mod testing;
