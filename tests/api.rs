@@ -6,7 +6,14 @@ mod support;
 use std::collections::HashSet;
 
 use serde_json::{json, Value};
+use reqwest::Method;
 use support::{assert_error, send, StatusCode, TestApp};
+
+const GET: Method = Method::GET;
+const POST: Method = Method::POST;
+const PUT: Method = Method::PUT;
+const PATCH: Method = Method::PATCH;
+const DELETE: Method = Method::DELETE;
 
 /// References that name no ticket, in every form a client might send.
 const UNKNOWN_TICKETS: [&str; 4] = ["TICKET-999", "0193a0b2-0000-7000-8000-000000000000", "nonsense", "TICKET-x"];
@@ -918,6 +925,15 @@ async fn with_api_tokens_set_v1_needs_a_right_bearer_token_while_health_and_docs
 // ---------------------------------------------------------------------------------------------
 // Robustness
 
+/// The status alone: the body is not read, since an odd path may well open an endless event stream.
+async fn status(request: reqwest::RequestBuilder) -> StatusCode {
+    request.send().await.expect("send the request").status()
+}
+
+async fn raw_status(app: &TestApp, path: &str, body: impl Into<reqwest::Body>) -> StatusCode {
+    status(app.request(POST, path).header("content-type", "application/json").body(body)).await
+}
+
 #[tokio::test]
 async fn odd_inputs_never_produce_a_server_error() {
     let app = TestApp::spawn().await;
@@ -961,12 +977,12 @@ async fn odd_inputs_never_produce_a_server_error() {
             json!({"task": "x", "parent": value}),
             json!({"task": "x", "max_attempts": value}),
         ] {
-            check(format!("POST /v1/tickets {short}"), app.post("/v1/tickets", body).await.0);
+            check(format!("POST /v1/tickets {short}"), status(app.request(POST, "/v1/tickets").json(&body)).await);
         }
         for body in [json!({"task": value}), json!({"labels": [value]}), json!({"metadata": value}), json!({"schema": value})] {
-            check(format!("PATCH {short}"), app.patch(&format!("/v1/tickets/{key}"), body).await.0);
+            check(format!("PATCH {short}"), status(app.request(PATCH, &format!("/v1/tickets/{key}")).json(&body)).await);
         }
-        check(format!("comment {short}"), app.post(&format!("/v1/tickets/{key}/comments"), json!({"text": value})).await.0);
+        check(format!("comment {short}"), status(app.request(POST, &format!("/v1/tickets/{key}/comments")).json(&json!({"text": value}))).await);
         for body in [
             json!({"role": value}),
             json!({"model": value}),
@@ -976,14 +992,14 @@ async fn odd_inputs_never_produce_a_server_error() {
             json!({"max_input_tokens": value}),
             json!({"tools": [value]}),
         ] {
-            check(format!("PUT agent {short}"), app.put("/v1/agents/odd", body).await.0);
+            check(format!("PUT agent {short}"), status(app.request(PUT, "/v1/agents/odd").json(&body)).await);
         }
     }
-    check("deep JSON".into(), app.post_raw("/v1/tickets", too_deep.clone()).await.0);
-    check("deep JSON comment".into(), app.post_raw(&format!("/v1/tickets/{key}/comments"), too_deep).await.0);
-    check("invalid UTF-8".into(), app.post_raw("/v1/tickets", vec![b'{', b'"', 0xff, 0xfe, b'"', b'}']).await.0);
-    check("invalid UTF-8 task".into(), app.post_raw("/v1/tickets", b"{\"task\": \"\xc3\x28\"}".to_vec()).await.0);
-    check("lone surrogate".into(), app.post_raw("/v1/tickets", r#"{"task": "\ud800"}"#).await.0);
+    check("deep JSON".into(), raw_status(&app, "/v1/tickets", too_deep.clone()).await);
+    check("deep JSON comment".into(), raw_status(&app, &format!("/v1/tickets/{key}/comments"), too_deep).await);
+    check("invalid UTF-8".into(), raw_status(&app, "/v1/tickets", vec![b'{', b'"', 0xff, 0xfe, b'"', b'}']).await);
+    check("invalid UTF-8 task".into(), raw_status(&app, "/v1/tickets", b"{\"task\": \"\xc3\x28\"}".to_vec()).await);
+    check("lone surrogate".into(), raw_status(&app, "/v1/tickets", r#"{"task": "\ud800"}"#).await);
 
     let long = "a".repeat(10_000);
     let segments = [
@@ -998,14 +1014,14 @@ async fn odd_inputs_never_produce_a_server_error() {
             format!("/v1/tickets/{segment}/events"),
             format!("/v1/agents/{segment}"),
         ] {
-            check(format!("GET {short}"), app.get(&path).await.0);
+            check(format!("GET {short}"), status(app.request(GET, &path)).await);
         }
-        check(format!("PATCH {short}"), app.patch(&format!("/v1/tickets/{segment}"), json!({"priority": 1})).await.0);
-        check(format!("cancel {short}"), app.post(&format!("/v1/tickets/{segment}/cancel"), json!({})).await.0);
-        check(format!("retry {short}"), app.post(&format!("/v1/tickets/{segment}/retry"), json!({})).await.0);
-        check(format!("comment {short}"), app.post(&format!("/v1/tickets/{segment}/comments"), json!({"text": "x"})).await.0);
-        check(format!("PUT agent {short}"), app.put(&format!("/v1/agents/{segment}"), json!({})).await.0);
-        check(format!("DELETE agent {short}"), app.delete(&format!("/v1/agents/{segment}")).await.0);
+        check(format!("PATCH {short}"), status(app.request(PATCH, &format!("/v1/tickets/{segment}")).json(&json!({"priority": 1}))).await);
+        check(format!("cancel {short}"), status(app.request(POST, &format!("/v1/tickets/{segment}/cancel"))).await);
+        check(format!("retry {short}"), status(app.request(POST, &format!("/v1/tickets/{segment}/retry"))).await);
+        check(format!("comment {short}"), status(app.request(POST, &format!("/v1/tickets/{segment}/comments")).json(&json!({"text": "x"}))).await);
+        check(format!("PUT agent {short}"), status(app.request(PUT, &format!("/v1/agents/{segment}")).json(&json!({}))).await);
+        check(format!("DELETE agent {short}"), status(app.request(DELETE, &format!("/v1/agents/{segment}"))).await);
     }
     let queries = [
         "q=%00", "q=a%00b", "label=%00", "agent=%00", "parent=%00", "status=%00", "order=%00", "limit=%00", "cursor=%00",
@@ -1013,18 +1029,18 @@ async fn odd_inputs_never_produce_a_server_error() {
         "cursor=6e39393939393939393939393939393939393939", "status=todo&status=done", "q=", "label=", "parent=",
     ];
     for query in queries {
-        check(format!("list ?{query}"), app.get(&format!("/v1/tickets?{query}")).await.0);
-        check(format!("comments ?{query}"), app.get(&format!("/v1/tickets/{key}/comments?{query}")).await.0);
-        check(format!("agents ?{query}"), app.get(&format!("/v1/agents?{query}")).await.0);
+        check(format!("list ?{query}"), status(app.request(GET, &format!("/v1/tickets?{query}"))).await);
+        check(format!("comments ?{query}"), status(app.request(GET, &format!("/v1/tickets/{key}/comments?{query}"))).await);
+        check(format!("agents ?{query}"), status(app.request(GET, &format!("/v1/agents?{query}"))).await);
     }
     for after in ["%00", "-1", "99999999999999999999999", "1-2-3", "%FF", "abc", "1.5"] {
-        check(format!("ticket events after {after}"), app.get(&format!("/v1/tickets/{key}/events?after={after}")).await.0);
-        check(format!("events after {after}"), app.get(&format!("/v1/events?after={after}")).await.0);
+        check(format!("ticket events after {after}"), status(app.request(GET, &format!("/v1/tickets/{key}/events?after={after}"))).await);
+        check(format!("events after {after}"), status(app.request(GET, &format!("/v1/events?after={after}"))).await);
     }
     for idempotency_key in ["\u{7f}", "é", &"k".repeat(10_000)] {
         let request = app.request(reqwest::Method::POST, "/v1/tickets").json(&json!({"task": "x"}));
         let status = match reqwest::header::HeaderValue::from_bytes(idempotency_key.as_bytes()) {
-            Ok(v) => send(request.header("idempotency-key", v)).await.0,
+            Ok(v) => status(request.header("idempotency-key", v)).await,
             Err(_) => continue,
         };
         check(format!("idempotency key {:?}", idempotency_key.chars().take(10).collect::<String>()), status);
@@ -1034,6 +1050,35 @@ async fn odd_inputs_never_produce_a_server_error() {
     assert!(errors.is_empty(), "server errors for: {errors:#?}");
     // The service is still healthy and its data consistent.
     assert_eq!(app.get("/readyz").await.0, StatusCode::OK);
-    assert_eq!(app.get(&format!("/v1/tickets/{key}")).await.0, StatusCode::OK);
+    assert_eq!(status(app.request(GET, &format!("/v1/tickets/{key}"))).await, StatusCode::OK);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_nul_character_is_422_in_a_body_400_in_a_query_and_404_in_a_path_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    let t = app.create_ticket(json!({"task": "x"})).await;
+    let key = t["key"].as_str().unwrap();
+    let before = app.counts().await;
+    for (path, body) in [
+        ("/v1/tickets".to_owned(), json!({"task": "a\u{0}b"})),
+        ("/v1/tickets".to_owned(), json!({"task": "x", "metadata": {"\u{0}": 1}})),
+        (format!("/v1/tickets/{key}/comments"), json!({"text": "\u{0}"})),
+    ] {
+        assert_error(&app.post(&path, body).await, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    }
+    let answer = app.patch(&format!("/v1/tickets/{key}"), json!({"task": ["\u{0}"]})).await;
+    assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    let answer = app.put("/v1/agents/nul", json!({"role": "\u{0}"})).await;
+    assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    for query in ["q=%00", "label=a%00", "agent=%00"] {
+        assert_error(&app.get(&format!("/v1/tickets?{query}")).await, StatusCode::BAD_REQUEST, "bad_request");
+    }
+    for path in ["/v1/agents/%00", "/v1/tickets/%00", "/v1/tickets/TICKET-1%00"] {
+        assert_error(&app.get(path).await, StatusCode::NOT_FOUND, "not_found");
+    }
+    assert_error(&app.delete("/v1/agents/a%00").await, StatusCode::NOT_FOUND, "not_found");
+    assert_eq!(app.counts().await, before);
+    assert_eq!(app.get(&format!("/v1/tickets/{key}")).await.1, t);
     app.shutdown().await;
 }
