@@ -29,7 +29,7 @@ impl Claim {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fence {
     pub ticket_id: Uuid,
     pub generation: i64,

@@ -25,7 +25,6 @@ const MAX_CLAIM_BATCH: i64 = 64;
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
 struct Running {
-    fence: Fence,
     agent: String,
     signals: Signals,
 }
@@ -34,7 +33,8 @@ struct Shared {
     config: Arc<Config>,
     runtime: Runtime,
     worker_id: String,
-    running: Mutex<HashMap<Uuid, Running>>,
+    /// Keyed by claim: a ticket lost and claimed again here runs under a new generation.
+    running: Mutex<HashMap<Fence, Running>>,
     /// Work may be claimable (NOTIFY, or a slot freed).
     wake: Notify,
     /// Stop claiming.
@@ -96,7 +96,7 @@ impl WorkerPool {
             let left: Vec<(Fence, String, Signals)> = shared
                 .running
                 .lock()
-                .map(|r| r.values().map(|r| (r.fence, r.agent.clone(), r.signals.clone())).collect())
+                .map(|r| r.iter().map(|(fence, r)| (*fence, r.agent.clone(), r.signals.clone())).collect())
                 .unwrap_or_default();
             tracing::info!(tickets = left.len(), "grace period over: releasing running tickets");
             for (_, _, signals) in &left {
@@ -165,9 +165,9 @@ async fn claim_loop(shared: Arc<Shared>) {
 
 fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
     let signals = Signals::default();
-    let id = claim.ticket.id;
+    let fence = claim.fence();
     if let Ok(mut running) = shared.running.lock() {
-        running.insert(id, Running { fence: claim.fence(), agent: claim.agent.clone(), signals: signals.clone() });
+        running.insert(fence, Running { agent: claim.agent.clone(), signals: signals.clone() });
     }
     if shared.stop.is_cancelled() {
         signals.stop.cancel();
@@ -178,7 +178,7 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
         let end = run_until_settled(&shared, &claim, &signals).await;
         tracing::debug!(ticket = %claim.ticket.key, ?end, "ticket run ended");
         if let Ok(mut running) = shared.running.lock() {
-            running.remove(&id);
+            running.remove(&fence);
         }
         shared.wake.notify_one();
     });
@@ -216,7 +216,7 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}
         }
-        let held: Vec<Fence> = shared.running.lock().map(|r| r.values().map(|r| r.fence).collect()).unwrap_or_default();
+        let held: Vec<Fence> = shared.running.lock().map(|r| r.keys().copied().collect()).unwrap_or_default();
         if held.is_empty() {
             last_success = tokio::time::Instant::now();
             continue;
@@ -225,7 +225,7 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
             Ok(kept) => {
                 last_success = tokio::time::Instant::now();
                 if kept.len() < held.len() {
-                    abort_where(&shared, |id| !kept.contains(&id));
+                    abort_where(&shared, |fence| !kept.contains(&fence.ticket_id));
                 }
             }
             Err(err) => {
@@ -238,10 +238,10 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
-fn abort_where(shared: &Shared, lost: impl Fn(Uuid) -> bool) {
+fn abort_where(shared: &Shared, lost: impl Fn(&Fence) -> bool) {
     if let Ok(running) = shared.running.lock() {
-        for (id, r) in running.iter().filter(|(id, _)| lost(**id)) {
-            tracing::info!(ticket = %id, "claim lost: stopping its loop");
+        for (fence, r) in running.iter().filter(|(fence, _)| lost(fence)) {
+            tracing::info!(ticket = %fence.ticket_id, "claim lost or cancelled: stopping its loop");
             r.signals.abort.cancel();
         }
     }
@@ -295,7 +295,7 @@ async fn listen_loop(shared: Arc<Shared>, stop: CancellationToken) {
             match message {
                 Ok(Some(n)) if n.channel() == db::CONTROL_CHANNEL => {
                     if let Some(id) = n.payload().strip_prefix("cancel:").and_then(|id| Uuid::parse_str(id).ok()) {
-                        abort_where(&shared, |running| running == id);
+                        abort_where(&shared, |fence| fence.ticket_id == id);
                     }
                 }
                 Ok(Some(_)) => shared.wake.notify_one(),

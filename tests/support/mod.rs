@@ -67,6 +67,16 @@ impl TestApp {
 
     /// Defaults: listens on 127.0.0.1:0, a fresh database, `: ping` every second, 8 connections.
     pub async fn spawn_mode(mode: Mode, configure: impl FnOnce(&mut Config)) -> TestApp {
+        TestApp::spawn_full(mode, Providers::from_env(), configure).await
+    }
+
+    /// API and workers with the OpenAI-compatible provider pointed at a fake model server.
+    pub async fn spawn_with_llm(llm: &agentdesk::fake_llm::FakeLlm, configure: impl FnOnce(&mut Config)) -> TestApp {
+        let providers = Providers::new(Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)), None);
+        TestApp::spawn_full(Mode::Serve, providers, configure).await
+    }
+
+    pub async fn spawn_full(mode: Mode, providers: Providers, configure: impl FnOnce(&mut Config)) -> TestApp {
         init_tracing();
         let database_url = agentdesk::testing::fresh_database().await.expect("create a test database");
         let mut config = Config {
@@ -80,7 +90,7 @@ impl TestApp {
         configure(&mut config);
         let database_url = config.database_url.clone().expect("a database URL");
         let token = config.api_tokens.first().cloned();
-        let app = App::start(config, mode, Providers::from_env()).await.expect("start agentdesk");
+        let app = App::start(config, mode, providers).await.expect("start agentdesk");
         let url = if app.addr.is_some() { app.url() } else { String::new() };
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(4)
