@@ -6,6 +6,8 @@
 //! a short transaction opened by `db::claims::fence`, so a worker that lost its claim writes
 //! nothing; no connection is held while the model or a tool runs.
 
+pub mod compaction;
+pub mod outputs;
 pub mod transcript;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +24,8 @@ use crate::db::claims::{Claim, Fence, Finish, Release};
 use crate::domain::event::kind;
 use crate::domain::{Agent, Author, ContentBlock, NewEvent, Status, Ticket, TicketEvent, TicketUsage};
 use crate::events::EventHub;
-use crate::llm::{self, Delta, LlmError, ModelRequest, ModelResponse, Provider, Providers, ToolSpec};
+use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, Providers, ToolSpec};
+use compaction::Reason;
 use crate::tools::run::{self as tool_run, ToolContext, ToolOutcome};
 
 /// What the loop needs from the process.
@@ -149,18 +152,143 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>
         }
     };
 
-    let comments = db::comments::all(&rt.pool, ticket.id).await?;
-    let request = ModelRequest {
-        model: agent.model.clone(),
-        system: system_prompt(&agent, &ticket),
-        messages: transcript::to_messages(&comments),
-        tools: tool_specs(&agent),
-        temperature: agent.temperature,
-        max_tokens: agent.max_tokens.map(|m| m as u32),
+    let window = agent
+        .context_window
+        .map(|w| w as u64)
+        .or_else(|| llm::known_context_window(&agent.model).map(u64::from));
+    let mut request = build_request(&agent, &ticket, &db::comments::all(&rt.pool, ticket.id).await?);
+    let mut compacted = false;
+    if let Some(window) = window {
+        let estimated = compaction::estimate_tokens(&request);
+        if let Some(reason) = compaction::trigger(estimated, window, ticket.usage.requests > 0) {
+            if reason == Reason::Blocking {
+                let data = json!({ "estimated_tokens": estimated, "threshold_tokens": compaction::blocking_threshold(window) });
+                next!(append_events(rt, fence, &[NewEvent::new(kind::CONTEXT_LIMIT_EXCEEDED, Some(agent_name), data)]).await?);
+            }
+            compacted = next!(compact(rt, fence, &agent, &ticket, provider.as_ref(), window, reason, estimated, signals).await?);
+            request = build_request(&agent, &ticket, &db::comments::all(&rt.pool, ticket.id).await?);
+            if compaction::estimate_tokens(&request) >= compaction::blocking_threshold(window) {
+                return still_too_large(rt, fence, agent_name).await;
+            }
+        }
+    }
+    let response = match next!(call_model(rt, fence, &agent, &ticket, provider.as_ref(), &request, signals).await?) {
+        ModelOutcome::Response(r) => r,
+        ModelOutcome::Overflow(err) => {
+            // Reactive: the provider says the context is full. Compact once and try again; a
+            // second overflow right after a compaction fails the ticket.
+            let Some(window) = window.filter(|_| !compacted) else {
+                return overflow_failure(rt, fence, agent_name, &err, compacted).await;
+            };
+            let estimated = compaction::estimate_tokens(&request);
+            next!(compact(rt, fence, &agent, &ticket, provider.as_ref(), window, Reason::Reactive, estimated, signals).await?);
+            request = build_request(&agent, &ticket, &db::comments::all(&rt.pool, ticket.id).await?);
+            match next!(call_model(rt, fence, &agent, &ticket, provider.as_ref(), &request, signals).await?) {
+                ModelOutcome::Response(r) => r,
+                ModelOutcome::Overflow(err) => return overflow_failure(rt, fence, agent_name, &err, true).await,
+            }
+        }
     };
-    let response = next!(call_model(rt, fence, &agent, &ticket, provider.as_ref(), &request, signals).await?);
     let calls = next!(persist_response(rt, fence, &agent, &ticket, response).await?);
     run_tools(rt, fence, &agent, &ticket, calls, signals).await
+}
+
+fn build_request(agent: &Agent, ticket: &Ticket, comments: &[crate::domain::Comment]) -> ModelRequest {
+    ModelRequest {
+        model: agent.model.clone(),
+        system: system_prompt(agent, ticket),
+        messages: transcript::to_messages(comments),
+        tools: tool_specs(agent),
+        temperature: agent.temperature,
+        max_tokens: agent.max_tokens.map(|m| m as u32),
+    }
+}
+
+const STILL_TOO_LARGE: &str = "context still exceeds window after compaction";
+
+async fn still_too_large(rt: &Runtime, fence: Fence, agent: &str) -> Result<Flow<()>, sqlx::Error> {
+    fail(rt, fence, agent, "context_window_exceeded", STILL_TOO_LARGE, vec![]).await
+}
+
+async fn overflow_failure(rt: &Runtime, fence: Fence, agent: &str, err: &LlmError, after_compaction: bool) -> Result<Flow<()>, sqlx::Error> {
+    let message = if after_compaction { format!("{STILL_TOO_LARGE}: {}", err.message) } else { err.message.clone() };
+    let event = NewEvent::new(kind::REQUEST_FAILED, Some(agent), json!({ "kind": err.kind.as_str(), "message": message }));
+    fail(rt, fence, agent, err.kind.as_str(), &message, vec![event]).await
+}
+
+/// Summarises the transcript and replaces it. Next(true) when compacted, Next(false) when a
+/// proactive compaction failed (the request still fits); a failed blocking or reactive
+/// compaction fails the ticket.
+#[allow(clippy::too_many_arguments)]
+async fn compact(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &Agent,
+    ticket: &Ticket,
+    provider: &dyn Provider,
+    window: u64,
+    reason: Reason,
+    tokens_before: u64,
+    signals: &Signals,
+) -> Result<Flow<bool>, sqlx::Error> {
+    let name = agent.name.as_str();
+    next!(append_events(rt, fence, &[NewEvent::new(kind::COMPACTION_STARTED, Some(name), compaction::started_data(reason))]).await?);
+    let comments = db::comments::all(&rt.pool, ticket.id).await?;
+    let summariser = compaction::summariser_request(&agent.model, &comments, window);
+    // One request, no tools, no retries: a failing summariser is reported, not hammered.
+    let mut ignore_deltas = |_: Delta| {};
+    let result = tokio::select! {
+        biased;
+        _ = signals.abort.cancelled() => return Ok(Flow::End(RunEnd::Aborted)),
+        r = provider.stream(&summariser, &mut ignore_deltas, rt.stream_idle) => r,
+    };
+    let (usage, outcome) = match result {
+        Ok(response) if !response.text.trim().is_empty() => (Some(response.usage), Ok(response.text)),
+        Ok(response) => (Some(response.usage), Err("the summariser returned an empty summary".to_owned())),
+        Err(err) => (None, Err(format!("{}: {}", err.kind.as_str(), err.message))),
+    };
+    let mut tx = fenced!(rt, fence);
+    if let Some(usage) = usage {
+        db::claims::add_usage(&mut tx, ticket.id, &ticket_usage(&usage, 1)).await?;
+    }
+    let flow = match outcome {
+        Ok(summary) => {
+            db::comments::delete_non_system(&mut tx, ticket.id).await?;
+            let content = compaction::summary_comment(&summary);
+            let comment = db::comments::insert(&mut tx, ticket.id, Author::User, None, &content).await?;
+            let kept: Vec<_> = comments.into_iter().filter(|c| c.author == Author::System).chain([comment.clone()]).collect();
+            let tokens_after = compaction::estimate_tokens(&build_request(agent, ticket, &kept));
+            db::events::append(&mut tx, ticket.id, &[
+                NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })),
+                NewEvent::new(kind::COMPACTION_FINISHED, Some(name), json!({ "reason": reason.as_str(), "tokens_before": tokens_before, "tokens_after": tokens_after })),
+            ]).await?;
+            Flow::Next(true)
+        }
+        Err(message) => {
+            db::events::append(&mut tx, ticket.id, &[NewEvent::new(kind::COMPACTION_FAILED, Some(name), json!({ "reason": reason.as_str(), "message": message }))]).await?;
+            if reason == Reason::Proactive {
+                Flow::Next(false)
+            } else {
+                let outcome = Finish::Failed { kind: "compaction_failed".into(), message: format!("compaction failed: {message}") };
+                db::claims::finish(&mut tx, fence, &outcome, name).await?;
+                Flow::End(RunEnd::Failed)
+            }
+        }
+    };
+    tx.commit().await?;
+    rt.hub.wake();
+    Ok(flow)
+}
+
+fn ticket_usage(usage: &llm::Usage, requests: i64) -> TicketUsage {
+    TicketUsage {
+        input_tokens: usage.input_tokens as i64,
+        output_tokens: usage.output_tokens as i64,
+        cache_read_tokens: usage.cache_read_tokens as i64,
+        cache_creation_tokens: usage.cache_creation_tokens as i64,
+        requests,
+        tool_calls: 0,
+    }
 }
 
 fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
@@ -218,6 +346,12 @@ async fn append_events(rt: &Runtime, fence: Fence, events: &[NewEvent]) -> Resul
     Ok(Flow::Next(()))
 }
 
+enum ModelOutcome {
+    Response(ModelResponse),
+    /// The provider reported a full context window (compaction may help).
+    Overflow(LlmError),
+}
+
 /// One model response, with retries: retryable errors back off (Retry-After wins) and try again,
 /// unless output was already shown to clients; exhausted or terminal errors fail the ticket.
 async fn call_model(
@@ -228,7 +362,7 @@ async fn call_model(
     provider: &dyn Provider,
     request: &ModelRequest,
     signals: &Signals,
-) -> Result<Flow<ModelResponse>, sqlx::Error> {
+) -> Result<Flow<ModelOutcome>, sqlx::Error> {
     let name = agent.name.as_str();
     next!(append_events(rt, fence, &[NewEvent::new(kind::REQUEST_STARTED, Some(name), json!({ "model": agent.model }))]).await?);
     let max_retries = agent.max_request_retries.max(0) as u32;
@@ -263,7 +397,8 @@ async fn call_model(
             r = provider.stream(request, &mut on_delta, rt.stream_idle) => r,
         };
         let err: LlmError = match result {
-            Ok(response) => return Ok(Flow::Next(response)),
+            Ok(response) => return Ok(Flow::Next(ModelOutcome::Response(response))),
+            Err(err) if err.kind == LlmErrorKind::ContextWindowExceeded => return Ok(Flow::Next(ModelOutcome::Overflow(err))),
             Err(err) => err,
         };
         attempt += 1;
@@ -354,14 +489,7 @@ async fn persist_response(
     for call in &calls {
         content.push(ContentBlock::ToolUse { id: call.id.clone(), name: call.name.clone(), input: call.shown_input.clone() });
     }
-    let usage = TicketUsage {
-        input_tokens: response.usage.input_tokens as i64,
-        output_tokens: response.usage.output_tokens as i64,
-        cache_read_tokens: response.usage.cache_read_tokens as i64,
-        cache_creation_tokens: response.usage.cache_creation_tokens as i64,
-        requests: 1,
-        tool_calls: 0,
-    };
+    let usage = ticket_usage(&response.usage, 1);
     let model = if response.model.is_empty() { agent.model.clone() } else { response.model.clone() };
 
     let mut tx = fenced!(rt, fence);
@@ -459,7 +587,18 @@ async fn run_tools(
         outcomes = futures::future::join_all(runs) => outcomes,
     };
 
+    let mut outcomes = outcomes;
+    let sizes: Vec<usize> = outcomes.iter().map(|o| match o { ToolOutcome::Output(text) => text.len(), _ => 0 }).collect();
+    let offloads = outputs::select_offloads(&sizes);
+
     let mut tx = fenced!(rt, fence);
+    for &i in &offloads {
+        if let ToolOutcome::Output(text) = &mut outcomes[i] {
+            // The whole output is kept for download; the model gets a stub with a preview.
+            db::outputs::store(&mut tx, ticket.id, &calls[i].id, &calls[i].name, text).await?;
+            *text = outputs::stub(&ticket.key, &calls[i].id, text);
+        }
+    }
     let mut results = Vec::with_capacity(calls.len());
     let mut events = Vec::with_capacity(calls.len() + 3);
     let mut closed_with: Option<Value> = None;

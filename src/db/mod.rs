@@ -5,6 +5,7 @@ pub mod agents;
 pub mod claims;
 pub mod comments;
 pub mod events;
+pub mod outputs;
 pub mod stats;
 pub mod tickets;
 
