@@ -3,6 +3,7 @@
 
 pub mod placeholders;
 pub mod repair;
+pub mod run;
 pub mod specs;
 pub mod validate;
 
