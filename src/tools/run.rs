@@ -66,6 +66,37 @@ pub enum Finisher {
     },
 }
 
+/// A refused input, kept small so that parameter helpers can return it by value.
+struct Rejection {
+    kind: &'static str,
+    message: String,
+}
+
+impl Rejection {
+    fn invalid(message: impl Into<String>) -> Self {
+        Rejection {
+            kind: "invalid_input",
+            message: message.into(),
+        }
+    }
+
+    fn not_found(message: impl Into<String>) -> Self {
+        Rejection {
+            kind: "not_found",
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Rejection> for ToolOutcome {
+    fn from(r: Rejection) -> Self {
+        ToolOutcome::Failed {
+            kind: r.kind,
+            message: r.message,
+        }
+    }
+}
+
 impl ToolOutcome {
     fn invalid(message: impl Into<String>) -> Self {
         ToolOutcome::Failed {
@@ -309,18 +340,18 @@ fn unknown_action(action: Option<&str>, valid: &str) -> ToolOutcome {
 }
 
 /// A string parameter, trimmed; absent, null and blank are all "not given".
-fn text_param<'v>(input: &'v Value, name: &str) -> Result<Option<&'v str>, ToolOutcome> {
+fn text_param<'v>(input: &'v Value, name: &str) -> Result<Option<&'v str>, Rejection> {
     match input.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.trim())),
-        Some(_) => Err(ToolOutcome::invalid(format!("`{name}` must be a string"))),
+        Some(_) => Err(Rejection::invalid(format!("`{name}` must be a string"))),
     }
 }
 
-fn parse_ref(key: &str) -> Result<TicketRef, ToolOutcome> {
+fn parse_ref(key: &str) -> Result<TicketRef, Rejection> {
     TicketRef::parse(key).ok_or_else(|| {
-        ToolOutcome::not_found(format!(
+        Rejection::not_found(format!(
             "no ticket {key:?}: tickets are named by key, like TICKET-12"
         ))
     })
@@ -330,11 +361,11 @@ async fn get(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     let key = match text_param(input, "key") {
         Ok(Some(key)) => key,
         Ok(None) => return ToolOutcome::invalid("action \"get\" needs `key`, e.g. \"TICKET-12\""),
-        Err(e) => return e,
+        Err(e) => return e.into(),
     };
     let ticket_ref = match parse_ref(key) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return e.into(),
     };
     let ticket = match db::tickets::find(ctx.pool, &ticket_ref).await {
         Ok(Some(ticket)) => ticket,
@@ -433,7 +464,7 @@ async fn list(ctx: &ToolContext<'_>, input: &Value, search: bool) -> ToolOutcome
         text_param(input, "query"),
     ) {
         (Ok(s), Ok(l), Ok(q)) => (s, l, q),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return e,
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return e.into(),
     };
     if search && query.is_none() {
         return ToolOutcome::invalid(
@@ -518,11 +549,11 @@ async fn create(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     };
     let labels = match labels_param(input) {
         Ok(labels) => labels.unwrap_or_default(),
-        Err(e) => return e,
+        Err(e) => return e.into(),
     };
     let schema = match schema_param(input) {
         Ok(schema) => schema,
-        Err(e) => return e,
+        Err(e) => return e.into(),
     };
     let new = NewTicket {
         task: Value::String(task),
@@ -556,10 +587,10 @@ async fn edit(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     let key = match text_param(input, "key") {
         Ok(Some(key)) => key.to_string(),
         Ok(None) => return ToolOutcome::invalid("action \"edit\" needs `key`, e.g. \"TICKET-12\""),
-        Err(e) => return e,
+        Err(e) => return e.into(),
     };
     if let Err(e) = parse_ref(&key) {
-        return e;
+        return e.into();
     }
     let task = match input.get("task") {
         None | Some(Value::Null) => None,
@@ -569,11 +600,11 @@ async fn edit(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     };
     let labels = match labels_param(input) {
         Ok(labels) => labels,
-        Err(e) => return e,
+        Err(e) => return e.into(),
     };
     let schema = match schema_param(input) {
         Ok(schema) => schema,
-        Err(e) => return e,
+        Err(e) => return e.into(),
     };
     if task.is_none() && labels.is_none() && schema.is_none() {
         return ToolOutcome::invalid(
@@ -605,7 +636,7 @@ async fn edit(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     ToolOutcome::Output(format!("Updated {}.\n{}", updated.key, describe(&updated)))
 }
 
-fn labels_param(input: &Value) -> Result<Option<Vec<String>>, ToolOutcome> {
+fn labels_param(input: &Value) -> Result<Option<Vec<String>>, Rejection> {
     match input.get("labels") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(items)) => {
@@ -613,23 +644,23 @@ fn labels_param(input: &Value) -> Result<Option<Vec<String>>, ToolOutcome> {
             for item in items {
                 match item {
                     Value::String(s) => labels.push(s.trim().to_string()),
-                    _ => return Err(ToolOutcome::invalid("`labels` must be an array of strings")),
+                    _ => return Err(Rejection::invalid("`labels` must be an array of strings")),
                 }
             }
             desk::normalize_labels(labels)
                 .map(Some)
-                .map_err(|e| ToolOutcome::invalid(format!("`labels`: {e}")))
+                .map_err(|e| Rejection::invalid(format!("`labels`: {e}")))
         }
-        Some(_) => Err(ToolOutcome::invalid("`labels` must be an array of strings")),
+        Some(_) => Err(Rejection::invalid("`labels` must be an array of strings")),
     }
 }
 
-fn schema_param(input: &Value) -> Result<Option<Value>, ToolOutcome> {
+fn schema_param(input: &Value) -> Result<Option<Value>, Rejection> {
     match input.get("schema") {
         None | Some(Value::Null) => Ok(None),
         Some(schema) => desk::check_schema(schema)
             .map(|()| Some(schema.clone()))
-            .map_err(|e| ToolOutcome::invalid(format!("invalid `schema`: {e}"))),
+            .map_err(|e| Rejection::invalid(format!("invalid `schema`: {e}"))),
     }
 }
 
