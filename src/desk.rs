@@ -112,7 +112,15 @@ pub async fn add_comment(
 
 pub async fn patch(pool: &PgPool, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
-    let ticket = lock(&mut tx, reference).await?;
+    let updated = patch_in(&mut tx, reference, patch).await?;
+    tx.commit().await?;
+    Ok(updated)
+}
+
+/// Edits a `todo` or `waiting` ticket and logs `ticket.updated`, in the caller's transaction (an
+/// agent's edit runs inside its fenced transaction, so a worker that lost its claim edits nothing).
+pub async fn patch_in(conn: &mut PgConnection, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
+    let ticket = lock(conn, reference).await?;
     if !ticket.status.is_editable() {
         return Err(DeskError::Conflict(format!(
             "{} is {}: only todo or waiting tickets can be edited",
@@ -120,14 +128,13 @@ pub async fn patch(pool: &PgPool, reference: &str, patch: TicketPatch) -> Result
             ticket.status.as_str()
         )));
     }
-    let updated = db::tickets::update_fields(&mut tx, ticket.id, &patch).await?;
+    let updated = db::tickets::update_fields(conn, ticket.id, &patch).await?;
     let event = NewEvent::new(kind::TICKET_UPDATED, None, json!({ "ticket": updated }));
-    db::events::append(&mut tx, ticket.id, &[event]).await?;
+    db::events::append(conn, ticket.id, &[event]).await?;
     if updated.status == Status::Todo {
         // New labels or priority may make it claimable by another agent.
-        db::tickets::notify_work(&mut tx).await?;
+        db::tickets::notify_work(conn).await?;
     }
-    tx.commit().await?;
     Ok(updated)
 }
 

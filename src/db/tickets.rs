@@ -238,6 +238,27 @@ pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ti
     Ok((tickets, next))
 }
 
+/// How many tickets match a list's filters (the cursor and limit aside): lets a capped listing
+/// say how many it left out.
+pub async fn count<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<i64, sqlx::Error> {
+    let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
+    sqlx::query_scalar(
+        "SELECT count(*) FROM tickets t
+         WHERE (cardinality($1::text[]) = 0 OR t.status = ANY($1))
+           AND ($2::text IS NULL OR $2 = ANY(t.labels))
+           AND ($3::text IS NULL OR t.agent = $3)
+           AND ($4::uuid IS NULL OR t.parent_id = $4)
+           AND ($5::text IS NULL OR t.task::text ILIKE '%' || $5 || '%')",
+    )
+    .bind(&statuses)
+    .bind(&f.label)
+    .bind(&f.agent)
+    .bind(f.parent_id)
+    .bind(f.query.as_deref().map(escape_like))
+    .fetch_one(db)
+    .await
+}
+
 /// Searching the task text must match `%` and `_` literally.
 fn escape_like(q: &str) -> String {
     q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")

@@ -3,6 +3,7 @@
 
 pub mod placeholders;
 pub mod repair;
+pub mod run;
 pub mod specs;
 pub mod validate;
 
@@ -13,4 +14,3 @@ pub use specs::{
     READ_TICKETS,
 };
 pub use validate::{compile_schema, prepare_tool_input, validate_against};
-pub mod run;
