@@ -37,6 +37,8 @@ pub struct TestApp {
     /// Base URL, e.g. `http://127.0.0.1:41234`.
     pub url: String,
     pub client: reqwest::Client,
+    /// For event streams, which stay open longer than any request timeout.
+    pub stream_client: reqwest::Client,
     /// A pool of its own on the test database, for assertions behind the API's back.
     pub pool: PgPool,
     pub database_url: String,
@@ -91,7 +93,11 @@ impl TestApp {
             .timeout(Duration::from_secs(30))
             .build()
             .expect("an HTTP client");
-        TestApp { url, client, pool, database_url, token, app: Some(app) }
+        let stream_client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .expect("an HTTP client");
+        TestApp { url, client, stream_client, pool, database_url, token, app: Some(app) }
     }
 
     pub fn app(&self) -> &App {
@@ -205,11 +211,16 @@ impl TestApp {
 
     /// Opens an SSE stream at `path` (with the helper's token).
     pub async fn sse(&self, path: &str, last_event_id: Option<&str>) -> SseClient {
-        let mut request = self.request(reqwest::Method::GET, path);
+        let mut request = self.stream_client.get(self.endpoint(path));
+        if let Some(t) = &self.token {
+            request = request.bearer_auth(t);
+        }
         if let Some(id) = last_event_id {
             request = request.header("last-event-id", id);
         }
-        SseClient::open(request).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+        let mut client = SseClient::open(request).await.unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        assert!(client.wait_ready(Duration::from_secs(5)).await, "GET {path}: no retry hint");
+        client
     }
 }
 
@@ -271,6 +282,8 @@ impl SseEvent {
 struct SseState {
     pings: AtomicUsize,
     ended: AtomicBool,
+    /// The connection is over (events may still wait in the channel).
+    closed: AtomicBool,
     retry_ms: Mutex<Option<u64>>,
     error: Mutex<Option<String>>,
 }
@@ -311,6 +324,19 @@ impl SseClient {
         let (tx, events) = mpsc::unbounded_channel();
         let reader = tokio::spawn(read_frames(response, tx, state.clone())).abort_handle();
         Ok(SseClient { status, headers, events, state, reader, last_id: None })
+    }
+
+    /// Waits for the server's first frame, the `retry:` hint: from then on the stream's starting
+    /// point is fixed, so events written afterwards are sure to be sent.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.retry_ms().is_none() {
+            if Instant::now() >= deadline || self.state.closed.load(Ordering::SeqCst) {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
     }
 
     /// The next event with data, or None when `timeout` passes or the stream has ended.
@@ -480,5 +506,6 @@ async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseE
             }
         }
     }
+    state.closed.store(true, Ordering::SeqCst);
     // Dropping `tx` tells the client the stream is over.
 }
