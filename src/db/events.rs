@@ -81,6 +81,9 @@ impl From<EventRow> for LoggedEvent {
     }
 }
 
+/// `(ticket_key, seq, kind, agent, data, at)` of an appended event.
+type AppendedRow = (String, i64, String, Option<String>, Value, DateTime<Utc>);
+
 /// Appends events to a ticket's log inside the caller's transaction and wakes the stream readers
 /// at commit. If the transaction rolls back, the events vanish with the change they describe.
 pub async fn append(
@@ -95,7 +98,7 @@ pub async fn append(
     let agents: Vec<Option<&str>> = events.iter().map(|e| e.agent.as_deref()).collect();
     let data: Vec<Value> = events.iter().map(|e| e.data.clone()).collect();
     // The UPDATE takes (or re-enters) the ticket's row lock: seqs are handed out in lock order.
-    let rows: Vec<(String, i64, String, Option<String>, Value, DateTime<Utc>)> = sqlx::query_as(
+    let rows: Vec<AppendedRow> = sqlx::query_as(
         "WITH t AS (
             UPDATE tickets SET last_event_seq = last_event_seq + $2
             WHERE id = $1 RETURNING key, last_event_seq - $2 AS base),

@@ -117,7 +117,7 @@ impl EventHub {
                 }
                 Err(err) => {
                     failures += 1;
-                    if failures == 1 || failures % 20 == 0 {
+                    if failures == 1 || failures.is_multiple_of(20) {
                         tracing::warn!(error = %err, "event hub cannot read the event log; retrying");
                     }
                     Duration::from_millis(200 * u64::from(failures.min(10)))
