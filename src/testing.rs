@@ -9,8 +9,13 @@ pub async fn fresh_database() -> anyhow::Result<String> {
     let url = std::env::var("DATABASE_URL").context("DATABASE_URL is not set")?;
     let options: PgConnectOptions = url.parse().context("DATABASE_URL is not a Postgres URL")?;
     let name = format!("agentdesk_test_{}", uuid::Uuid::now_v7().simple());
-    let mut conn = options.connect().await.context("cannot connect to DATABASE_URL")?;
-    sqlx::query(&format!("CREATE DATABASE \"{name}\"")).execute(&mut conn).await?;
+    let mut conn = options
+        .connect()
+        .await
+        .context("cannot connect to DATABASE_URL")?;
+    sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+        .execute(&mut conn)
+        .await?;
     conn.close().await?;
     Ok(with_database(&url, &name))
 }

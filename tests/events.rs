@@ -15,7 +15,10 @@ use tokio::time::Instant;
 const WAIT: Duration = Duration::from_secs(5);
 
 fn ids(events: &[SseEvent]) -> Vec<String> {
-    events.iter().map(|e| e.id.clone().unwrap_or_default()).collect()
+    events
+        .iter()
+        .map(|e| e.id.clone().unwrap_or_default())
+        .collect()
 }
 
 fn kinds(events: &[SseEvent]) -> Vec<String> {
@@ -33,7 +36,9 @@ async fn settle() {
 #[tokio::test]
 async fn a_ticket_stream_replays_from_the_first_event_with_gapless_ids_then_sends_live_events() {
     let app = TestApp::spawn().await;
-    let t = app.create_ticket(json!({"task": "x", "labels": ["l"]})).await;
+    let t = app
+        .create_ticket(json!({"task": "x", "labels": ["l"]}))
+        .await;
     let key = t["key"].as_str().unwrap();
     for i in 0..3 {
         app.comment(key, &format!("comment {i}")).await;
@@ -41,26 +46,50 @@ async fn a_ticket_stream_replays_from_the_first_event_with_gapless_ids_then_send
     let mut stream = app.sse(&format!("/v1/tickets/{key}/events"), None).await;
     let replayed = stream.collect_n(4, WAIT).await;
     assert_eq!(ids(&replayed), ["1", "2", "3", "4"]);
-    assert_eq!(kinds(&replayed), ["ticket.created", "comment.created", "comment.created", "comment.created"]);
+    assert_eq!(
+        kinds(&replayed),
+        [
+            "ticket.created",
+            "comment.created",
+            "comment.created",
+            "comment.created"
+        ]
+    );
     for (i, e) in replayed.iter().enumerate() {
         assert_eq!(e.seq(), Some(i as i64 + 1));
         assert_eq!(e.data["ticket_id"], t["id"]);
         assert_eq!(e.data["ticket_key"], t["key"]);
-        assert!(e.data["at"].is_string() && e.data.get("agent").is_some(), "{}", e.data);
+        assert!(
+            e.data["at"].is_string() && e.data.get("agent").is_some(),
+            "{}",
+            e.data
+        );
     }
     assert_eq!(replayed[0].data["data"]["ticket"]["id"], t["id"]);
-    assert_eq!(replayed[1].data["data"]["comment"]["content"][0]["text"], "comment 0");
+    assert_eq!(
+        replayed[1].data["data"]["comment"]["content"][0]["text"],
+        "comment 0"
+    );
 
     // Live, after the replay, with the next id.
     app.comment(key, "live").await;
     let live = stream.next_event(WAIT).await.expect("a live event");
-    assert_eq!((live.id.as_deref(), live.kind()), (Some("5"), "comment.created"));
+    assert_eq!(
+        (live.id.as_deref(), live.kind()),
+        (Some("5"), "comment.created")
+    );
     // Another ticket's events do not show up.
     app.create_ticket(json!({"task": "other"})).await;
     app.comment(key, "live again").await;
     let live = stream.next_event(WAIT).await.expect("a live event");
-    assert_eq!((live.id.as_deref(), live.data["ticket_id"].clone()), (Some("6"), t["id"].clone()));
-    assert!(stream.next_event(Duration::from_millis(300)).await.is_none());
+    assert_eq!(
+        (live.id.as_deref(), live.data["ticket_id"].clone()),
+        (Some("6"), t["id"].clone())
+    );
+    assert!(stream
+        .next_event(Duration::from_millis(300))
+        .await
+        .is_none());
     assert!(!stream.ended());
     app.shutdown().await;
 }
@@ -69,18 +98,34 @@ async fn a_ticket_stream_replays_from_the_first_event_with_gapless_ids_then_send
 async fn a_ticket_stream_has_the_sse_headers_a_retry_hint_and_pings_every_second() {
     let app = TestApp::spawn().await;
     let t = app.create_ticket(json!({"task": "x"})).await;
-    let stream = app.sse(&format!("/v1/tickets/{}/events", t["id"].as_str().unwrap()), None).await;
-    assert!(stream.headers["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let stream = app
+        .sse(
+            &format!("/v1/tickets/{}/events", t["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert!(stream.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
     assert_eq!(stream.headers["x-accel-buffering"], "no");
     assert!(stream.retry_ms().is_some_and(|ms| ms > 0));
     let global = app.sse("/v1/events", None).await;
-    assert!(global.headers["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    assert!(global.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
     assert_eq!(global.headers["x-accel-buffering"], "no");
     assert!(global.retry_ms().is_some());
     tokio::time::sleep(Duration::from_millis(2300)).await;
     assert!(stream.saw_ping(), "no ping on the ticket stream");
     assert!(global.saw_ping(), "no ping on the global stream");
-    assert!(stream.pings() >= 2 && global.pings() >= 2, "pings: {} {}", stream.pings(), global.pings());
+    assert!(
+        stream.pings() >= 2 && global.pings() >= 2,
+        "pings: {} {}",
+        stream.pings(),
+        global.pings()
+    );
     app.shutdown().await;
 }
 
@@ -104,15 +149,27 @@ async fn a_ticket_stream_resumes_after_last_event_id_or_the_after_parameter_with
     // After the latest event only new ones come.
     let mut caught_up = app.sse(&format!("{path}?after=5"), None).await;
     let mut beyond = app.sse(&format!("{path}?after=99"), None).await;
-    assert!(caught_up.next_event(Duration::from_millis(300)).await.is_none());
+    assert!(caught_up
+        .next_event(Duration::from_millis(300))
+        .await
+        .is_none());
 
     app.comment(key, "new").await;
     for stream in [&mut by_header, &mut by_query, &mut both, &mut caught_up] {
         let e = stream.next_event(WAIT).await.expect("the live event");
         assert_eq!(e.id.as_deref(), Some("6"));
-        assert!(stream.next_event(Duration::from_millis(200)).await.is_none(), "nothing repeated");
+        assert!(
+            stream
+                .next_event(Duration::from_millis(200))
+                .await
+                .is_none(),
+            "nothing repeated"
+        );
     }
-    assert!(beyond.next_event(Duration::from_millis(200)).await.is_none());
+    assert!(beyond
+        .next_event(Duration::from_millis(200))
+        .await
+        .is_none());
     app.shutdown().await;
 }
 
@@ -124,8 +181,12 @@ async fn a_ticket_stream_ends_after_ticket_cancelled_but_not_while_a_reopened_ti
     let path = format!("/v1/tickets/{key}/events");
     let mut live = app.sse(&path, None).await;
     assert_eq!(kinds(&live.collect_n(1, WAIT).await), ["ticket.created"]);
-    app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
-    let rest = live.wait_end(WAIT).await.expect("the stream ends after ticket.cancelled");
+    app.post(&format!("/v1/tickets/{key}/cancel"), json!({}))
+        .await;
+    let rest = live
+        .wait_end(WAIT)
+        .await
+        .expect("the stream ends after ticket.cancelled");
     assert_eq!(kinds(&rest), ["ticket.cancelled"]);
     assert!(live.error().is_none(), "ended cleanly: {:?}", live.error());
 
@@ -140,11 +201,26 @@ async fn a_ticket_stream_ends_after_ticket_cancelled_but_not_while_a_reopened_ti
     app.comment(key, "again please").await;
     let mut reopened = app.sse(&path, None).await;
     let events = reopened.collect_n(4, WAIT).await;
-    assert_eq!(kinds(&events), ["ticket.created", "ticket.cancelled", "comment.created", "ticket.requeued"]);
-    assert!(reopened.next_event(Duration::from_millis(500)).await.is_none());
+    assert_eq!(
+        kinds(&events),
+        [
+            "ticket.created",
+            "ticket.cancelled",
+            "comment.created",
+            "ticket.requeued"
+        ]
+    );
+    assert!(reopened
+        .next_event(Duration::from_millis(500))
+        .await
+        .is_none());
     assert!(!reopened.ended());
-    app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
-    let rest = reopened.wait_end(WAIT).await.expect("ends at the second cancel");
+    app.post(&format!("/v1/tickets/{key}/cancel"), json!({}))
+        .await;
+    let rest = reopened
+        .wait_end(WAIT)
+        .await
+        .expect("ends at the second cancel");
     assert_eq!(ids(&rest), ["5"]);
     app.shutdown().await;
 }
@@ -155,11 +231,23 @@ async fn a_ticket_stream_with_a_bad_cursor_is_400_and_for_an_unknown_ticket_404(
     let t = app.create_ticket(json!({"task": "x"})).await;
     let path = format!("/v1/tickets/{}/events", t["key"].as_str().unwrap());
     for after in ["abc", "-1", "1.5", "1-2", "99999999999999999999"] {
-        assert_error(&app.get(&format!("{path}?after={after}")).await, StatusCode::BAD_REQUEST, "bad_request");
-        let answer = support::send(app.request(reqwest::Method::GET, &path).header("last-event-id", after)).await;
+        assert_error(
+            &app.get(&format!("{path}?after={after}")).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        );
+        let answer = support::send(
+            app.request(reqwest::Method::GET, &path)
+                .header("last-event-id", after),
+        )
+        .await;
         assert_error(&answer, StatusCode::BAD_REQUEST, "bad_request");
     }
-    for reference in ["TICKET-999", "0193a0b2-0000-7000-8000-000000000000", "nonsense"] {
+    for reference in [
+        "TICKET-999",
+        "0193a0b2-0000-7000-8000-000000000000",
+        "nonsense",
+    ] {
         let answer = app.get(&format!("/v1/tickets/{reference}/events")).await;
         assert_error(&answer, StatusCode::NOT_FOUND, "not_found");
     }
@@ -182,9 +270,20 @@ async fn the_global_stream_starts_with_new_events_and_resumes_after_a_cursor() {
     let events = stream.collect_n(3, WAIT).await;
     assert_eq!(kinds(&events), ["ticket.created"; 3]);
     let tickets: Vec<&Value> = events.iter().map(|e| &e.data["ticket_id"]).collect();
-    assert_eq!(tickets, created.iter().map(|t| &t["id"]).collect::<Vec<_>>());
-    assert!(!tickets.contains(&&old["id"]), "events from before the connection are not sent");
-    assert!(events.iter().all(|e| e.id.as_deref().is_some_and(|id| !id.is_empty())), "every event has a cursor");
+    assert_eq!(
+        tickets,
+        created.iter().map(|t| &t["id"]).collect::<Vec<_>>()
+    );
+    assert!(
+        !tickets.contains(&&old["id"]),
+        "events from before the connection are not sent"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e.id.as_deref().is_some_and(|id| !id.is_empty())),
+        "every event has a cursor"
+    );
     assert_eq!(ids(&events).into_iter().collect::<HashSet<_>>().len(), 3);
     assert_eq!(stream.last_id(), events[2].id.as_deref());
 
@@ -194,7 +293,13 @@ async fn the_global_stream_starts_with_new_events_and_resumes_after_a_cursor() {
     for resumed in [&mut by_header, &mut by_query] {
         let again = resumed.collect_n(2, WAIT).await;
         assert_eq!(ids(&again), ids(&events[1..]));
-        assert!(resumed.next_event(Duration::from_millis(300)).await.is_none(), "nothing repeated");
+        assert!(
+            resumed
+                .next_event(Duration::from_millis(300))
+                .await
+                .is_none(),
+            "nothing repeated"
+        );
     }
     // All three go on live.
     let later = app.create_ticket(json!({"task": "later"})).await;
@@ -212,25 +317,45 @@ async fn the_global_stream_filters_by_label_and_by_exact_or_wildcard_kind() {
     let mut label_x = app.sse("/v1/events?label=x", None).await;
     let mut labels_yz = app.sse("/v1/events?label=z,y", None).await;
     let mut ticket_kinds = app.sse("/v1/events?kind=ticket.*", None).await;
-    let mut exact = app.sse("/v1/events?kind=comment.created,ticket.cancelled", None).await;
+    let mut exact = app
+        .sse("/v1/events?kind=comment.created,ticket.cancelled", None)
+        .await;
     let mut nothing = app.sse("/v1/events?kind=tool.started", None).await;
 
-    let t1 = app.create_ticket(json!({"task": "1", "labels": ["x"]})).await;
+    let t1 = app
+        .create_ticket(json!({"task": "1", "labels": ["x"]}))
+        .await;
     app.comment(t1["key"].as_str().unwrap(), "on 1").await;
-    let t2 = app.create_ticket(json!({"task": "2", "labels": ["y"]})).await;
+    let t2 = app
+        .create_ticket(json!({"task": "2", "labels": ["y"]}))
+        .await;
     app.comment(t2["key"].as_str().unwrap(), "on 2").await;
-    app.post(&format!("/v1/tickets/{}/cancel", t2["key"].as_str().unwrap()), json!({})).await;
+    app.post(
+        &format!("/v1/tickets/{}/cancel", t2["key"].as_str().unwrap()),
+        json!({}),
+    )
+    .await;
     // The last ticket matches every filter but one, so its cancel closes each collection.
-    let t3 = app.create_ticket(json!({"task": "3", "labels": ["x", "y"]})).await;
+    let t3 = app
+        .create_ticket(json!({"task": "3", "labels": ["x", "y"]}))
+        .await;
     app.comment(t3["key"].as_str().unwrap(), "on 3").await;
-    app.post(&format!("/v1/tickets/{}/cancel", t3["key"].as_str().unwrap()), json!({})).await;
+    app.post(
+        &format!("/v1/tickets/{}/cancel", t3["key"].as_str().unwrap()),
+        json!({}),
+    )
+    .await;
 
-    let until_end = |e: &SseEvent| e.data["ticket_id"] == t3["id"] && e.kind() == "ticket.cancelled";
+    let until_end =
+        |e: &SseEvent| e.data["ticket_id"] == t3["id"] && e.kind() == "ticket.cancelled";
     let summary = |events: &[SseEvent]| {
         events
             .iter()
             .map(|e| {
-                let n = [&t1, &t2, &t3].iter().position(|t| t["id"] == e.data["ticket_id"]).map_or(0, |i| i + 1);
+                let n = [&t1, &t2, &t3]
+                    .iter()
+                    .position(|t| t["id"] == e.data["ticket_id"])
+                    .map_or(0, |i| i + 1);
                 format!("{n} {}", e.kind())
             })
             .collect::<Vec<_>>()
@@ -238,39 +363,87 @@ async fn the_global_stream_filters_by_label_and_by_exact_or_wildcard_kind() {
     assert_eq!(
         summary(&all.collect_until(until_end, WAIT).await),
         [
-            "1 ticket.created", "1 comment.created", "2 ticket.created", "2 comment.created", "2 ticket.cancelled",
-            "3 ticket.created", "3 comment.created", "3 ticket.cancelled"
+            "1 ticket.created",
+            "1 comment.created",
+            "2 ticket.created",
+            "2 comment.created",
+            "2 ticket.cancelled",
+            "3 ticket.created",
+            "3 comment.created",
+            "3 ticket.cancelled"
         ]
     );
     assert_eq!(
         summary(&label_x.collect_until(until_end, WAIT).await),
-        ["1 ticket.created", "1 comment.created", "3 ticket.created", "3 comment.created", "3 ticket.cancelled"]
+        [
+            "1 ticket.created",
+            "1 comment.created",
+            "3 ticket.created",
+            "3 comment.created",
+            "3 ticket.cancelled"
+        ]
     );
     assert_eq!(
         summary(&labels_yz.collect_until(until_end, WAIT).await),
         [
-            "2 ticket.created", "2 comment.created", "2 ticket.cancelled", "3 ticket.created", "3 comment.created",
+            "2 ticket.created",
+            "2 comment.created",
+            "2 ticket.cancelled",
+            "3 ticket.created",
+            "3 comment.created",
             "3 ticket.cancelled"
         ]
     );
     assert_eq!(
         summary(&ticket_kinds.collect_until(until_end, WAIT).await),
-        ["1 ticket.created", "2 ticket.created", "2 ticket.cancelled", "3 ticket.created", "3 ticket.cancelled"]
+        [
+            "1 ticket.created",
+            "2 ticket.created",
+            "2 ticket.cancelled",
+            "3 ticket.created",
+            "3 ticket.cancelled"
+        ]
     );
     assert_eq!(
         summary(&exact.collect_until(until_end, WAIT).await),
-        ["1 comment.created", "2 comment.created", "2 ticket.cancelled", "3 comment.created", "3 ticket.cancelled"]
+        [
+            "1 comment.created",
+            "2 comment.created",
+            "2 ticket.cancelled",
+            "3 comment.created",
+            "3 ticket.cancelled"
+        ]
     );
-    assert!(nothing.next_event(Duration::from_millis(300)).await.is_none());
+    assert!(nothing
+        .next_event(Duration::from_millis(300))
+        .await
+        .is_none());
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn the_global_stream_refuses_a_bad_cursor_with_400() {
     let app = TestApp::spawn().await;
-    for cursor in ["abc", "1", "-1", "1-2-3", "1--2", "x-1", "1-x", "99999999999999999999999-1"] {
-        assert_error(&app.get(&format!("/v1/events?after={cursor}")).await, StatusCode::BAD_REQUEST, "bad_request");
-        let answer = support::send(app.request(reqwest::Method::GET, "/v1/events").header("last-event-id", cursor)).await;
+    for cursor in [
+        "abc",
+        "1",
+        "-1",
+        "1-2-3",
+        "1--2",
+        "x-1",
+        "1-x",
+        "99999999999999999999999-1",
+    ] {
+        assert_error(
+            &app.get(&format!("/v1/events?after={cursor}")).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        );
+        let answer = support::send(
+            app.request(reqwest::Method::GET, "/v1/events")
+                .header("last-event-id", cursor),
+        )
+        .await;
         assert_error(&answer, StatusCode::BAD_REQUEST, "bad_request");
     }
     app.shutdown().await;
@@ -292,7 +465,8 @@ async fn write_until(app: Arc<TestApp>, writer: usize, until: Instant) -> usize 
             requests += 1;
         }
         if n % 4 == 3 {
-            app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
+            app.post(&format!("/v1/tickets/{key}/cancel"), json!({}))
+                .await;
             requests += 1;
         }
         n += 1;
@@ -301,14 +475,18 @@ async fn write_until(app: Arc<TestApp>, writer: usize, until: Instant) -> usize 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives_every_event_exactly_once() {
+async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives_every_event_exactly_once(
+) {
     let app = Arc::new(TestApp::spawn().await);
     // Earlier events are not part of what the client must see.
     for i in 0..3 {
         app.create_ticket(json!({"task": format!("old {i}")})).await;
     }
     settle().await;
-    let baseline: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM events").fetch_one(&app.pool).await.unwrap();
+    let baseline: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM events")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
 
     let seed: u64 = rand::random();
     println!("reconnect seed {seed}");
@@ -333,7 +511,11 @@ async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives
                         assert!(!stream.ended(), "the global stream ended by itself");
                         continue;
                     };
-                    assert!(event.id.is_some(), "a persisted event without a cursor: {:?}", event.data);
+                    assert!(
+                        event.id.is_some(),
+                        "a persisted event without a cursor: {:?}",
+                        event.data
+                    );
                     cursor.clone_from(&event.id);
                     received.lock().unwrap().push(event);
                     budget -= 1;
@@ -346,7 +528,9 @@ async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives
     });
 
     let until = Instant::now() + Duration::from_secs(4);
-    let writers: Vec<_> = (0..6).map(|w| tokio::spawn(write_until(app.clone(), w, until))).collect();
+    let writers: Vec<_> = (0..6)
+        .map(|w| tokio::spawn(write_until(app.clone(), w, until)))
+        .collect();
     let mut requests = 0;
     for w in writers {
         requests += w.await.unwrap();
@@ -357,7 +541,11 @@ async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives
             .fetch_all(&app.pool)
             .await
             .unwrap();
-    assert!(expected.len() >= 200, "only {} events were written ({requests} requests)", expected.len());
+    assert!(
+        expected.len() >= 200,
+        "only {} events were written ({requests} requests)",
+        expected.len()
+    );
 
     // Drain: wait until the client has as many events as the log holds, then a little longer
     // so that a repeat would show.
@@ -370,8 +558,10 @@ async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives
     let connections = reader.await.unwrap();
     let received = received.lock().unwrap().clone();
 
-    let got: Vec<(String, i64)> =
-        received.iter().map(|e| (e.ticket_id().to_owned(), e.seq().expect("a seq"))).collect();
+    let got: Vec<(String, i64)> = received
+        .iter()
+        .map(|e| (e.ticket_id().to_owned(), e.seq().expect("a seq")))
+        .collect();
     let mut seen = HashSet::new();
     let repeats: Vec<&(String, i64)> = got.iter().filter(|k| !seen.insert((*k).clone())).collect();
     assert!(repeats.is_empty(), "repeated events: {repeats:?}");
@@ -394,9 +584,19 @@ async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives
         assert_eq!(*seq, *last + 1, "ticket {ticket}: seq {seq} after {last}");
         *last = *seq;
     }
-    assert!(connections > 20, "the client reconnected only {connections} times");
-    println!("{} events, {requests} requests, {connections} connections", got.len());
-    Arc::try_unwrap(app).ok().expect("no other owner of the app").shutdown().await;
+    assert!(
+        connections > 20,
+        "the client reconnected only {connections} times"
+    );
+    println!(
+        "{} events, {requests} requests, {connections} connections",
+        got.len()
+    );
+    Arc::try_unwrap(app)
+        .ok()
+        .expect("no other owner of the app")
+        .shutdown()
+        .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -409,15 +609,28 @@ async fn shutdown_ends_open_streams_within_five_seconds() {
     let b = app.create_ticket(json!({"task": "b"})).await;
     let mut streams: Vec<SseClient> = vec![
         app.sse("/v1/events", None).await,
-        app.sse(&format!("/v1/tickets/{}/events", a["key"].as_str().unwrap()), None).await,
-        app.sse(&format!("/v1/tickets/{}/events?after=1", b["id"].as_str().unwrap()), None).await,
+        app.sse(
+            &format!("/v1/tickets/{}/events", a["key"].as_str().unwrap()),
+            None,
+        )
+        .await,
+        app.sse(
+            &format!("/v1/tickets/{}/events?after=1", b["id"].as_str().unwrap()),
+            None,
+        )
+        .await,
     ];
     assert_eq!(streams[1].collect_n(1, WAIT).await.len(), 1);
 
     let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), app.shutdown()).await.expect("shutdown took over 5 s");
+    tokio::time::timeout(Duration::from_secs(5), app.shutdown())
+        .await
+        .expect("shutdown took over 5 s");
     assert!(started.elapsed() < Duration::from_secs(5));
     for (i, stream) in streams.iter_mut().enumerate() {
-        assert!(stream.wait_end(Duration::from_secs(2)).await.is_some(), "stream {i} is still open");
+        assert!(
+            stream.wait_end(Duration::from_secs(2)).await.is_some(),
+            "stream {i} is still open"
+        );
     }
 }

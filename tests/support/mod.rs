@@ -70,7 +70,9 @@ impl TestApp {
     /// Defaults: listens on 127.0.0.1:0, a fresh database, `: ping` every second, 8 connections.
     pub async fn spawn_mode(mode: Mode, configure: impl FnOnce(&mut Config)) -> TestApp {
         init_tracing();
-        let database_url = agentdesk::testing::fresh_database().await.expect("create a test database");
+        let database_url = agentdesk::testing::fresh_database()
+            .await
+            .expect("create a test database");
         let mut config = Config {
             database_url: Some(database_url.clone()),
             addr: "127.0.0.1:0".parse().unwrap(),
@@ -82,8 +84,14 @@ impl TestApp {
         configure(&mut config);
         let database_url = config.database_url.clone().expect("a database URL");
         let token = config.api_tokens.first().cloned();
-        let app = App::start(config, mode, Providers::from_env()).await.expect("start agentdesk");
-        let url = if app.addr.is_some() { app.url() } else { String::new() };
+        let app = App::start(config, mode, Providers::from_env())
+            .await
+            .expect("start agentdesk");
+        let url = if app.addr.is_some() {
+            app.url()
+        } else {
+            String::new()
+        };
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(4)
             .connect(&database_url)
@@ -97,7 +105,15 @@ impl TestApp {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .expect("an HTTP client");
-        TestApp { url, client, stream_client, pool, database_url, token, app: Some(app) }
+        TestApp {
+            url,
+            client,
+            stream_client,
+            pool,
+            database_url,
+            token,
+            app: Some(app),
+        }
     }
 
     pub fn app(&self) -> &App {
@@ -134,7 +150,11 @@ impl TestApp {
     }
 
     /// A POST with a body sent exactly as given (e.g. malformed JSON).
-    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> (StatusCode, Value) {
         send(
             self.request(reqwest::Method::POST, path)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -164,9 +184,17 @@ impl TestApp {
 
     /// Adds a comment, insisting on 201.
     pub async fn comment(&self, ticket: &str, text: &str) -> Value {
-        let (status, comment) =
-            self.post(&format!("/v1/tickets/{ticket}/comments"), serde_json::json!({ "text": text })).await;
-        assert_eq!(status, StatusCode::CREATED, "commenting on {ticket}: {comment}");
+        let (status, comment) = self
+            .post(
+                &format!("/v1/tickets/{ticket}/comments"),
+                serde_json::json!({ "text": text }),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "commenting on {ticket}: {comment}"
+        );
         comment
     }
 
@@ -218,8 +246,13 @@ impl TestApp {
         if let Some(id) = last_event_id {
             request = request.header("last-event-id", id);
         }
-        let mut client = SseClient::open(request).await.unwrap_or_else(|e| panic!("GET {path}: {e}"));
-        assert!(client.wait_ready(Duration::from_secs(5)).await, "GET {path}: no retry hint");
+        let mut client = SseClient::open(request)
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        assert!(
+            client.wait_ready(Duration::from_secs(5)).await,
+            "GET {path}: no retry hint"
+        );
         client
     }
 }
@@ -241,7 +274,8 @@ pub async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
     let body = if bytes.is_empty() {
         Value::Null
     } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     (status, body)
 }
@@ -313,7 +347,10 @@ impl SseClient {
 
     /// Sends `request` and follows its event stream; any answer but 200 is an error with its body.
     pub async fn open(request: reqwest::RequestBuilder) -> anyhow::Result<SseClient> {
-        let response = request.header(reqwest::header::ACCEPT, "text/event-stream").send().await?;
+        let response = request
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .send()
+            .await?;
         let status = response.status();
         if status != StatusCode::OK {
             let body = response.text().await.unwrap_or_default();
@@ -323,7 +360,14 @@ impl SseClient {
         let state = Arc::new(SseState::default());
         let (tx, events) = mpsc::unbounded_channel();
         let reader = tokio::spawn(read_frames(response, tx, state.clone())).abort_handle();
-        Ok(SseClient { status, headers, events, state, reader, last_id: None })
+        Ok(SseClient {
+            status,
+            headers,
+            events,
+            state,
+            reader,
+            last_id: None,
+        })
     }
 
     /// Waits for the server's first frame, the `retry:` hint: from then on the stream's starting
@@ -357,10 +401,17 @@ impl SseClient {
     }
 
     /// Events until one satisfies `pred` (included), the stream ends, or `timeout` passes overall.
-    pub async fn collect_until(&mut self, mut pred: impl FnMut(&SseEvent) -> bool, timeout: Duration) -> Vec<SseEvent> {
+    pub async fn collect_until(
+        &mut self,
+        mut pred: impl FnMut(&SseEvent) -> bool,
+        timeout: Duration,
+    ) -> Vec<SseEvent> {
         let deadline = Instant::now() + timeout;
         let mut out = vec![];
-        while let Some(event) = self.next_event(deadline.saturating_duration_since(Instant::now())).await {
+        while let Some(event) = self
+            .next_event(deadline.saturating_duration_since(Instant::now()))
+            .await
+        {
             let done = pred(&event);
             out.push(event);
             if done {
@@ -425,7 +476,10 @@ impl SseClient {
         let deadline = Instant::now() + timeout;
         let mut rest = vec![];
         loop {
-            if let Some(event) = self.next_event(deadline.saturating_duration_since(Instant::now())).await {
+            if let Some(event) = self
+                .next_event(deadline.saturating_duration_since(Instant::now()))
+                .await
+            {
                 rest.push(event);
                 continue;
             }
@@ -446,7 +500,11 @@ impl Drop for SseClient {
 }
 
 /// Parses the byte stream into events (see the HTML standard's event-stream format).
-async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseEvent>, state: Arc<SseState>) {
+async fn read_frames(
+    response: reqwest::Response,
+    tx: mpsc::UnboundedSender<SseEvent>,
+    state: Arc<SseState>,
+) {
     let mut bytes = response.bytes_stream();
     let mut buffer: Vec<u8> = vec![];
     let mut data: Option<String> = None;
@@ -471,7 +529,11 @@ async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseE
             if line.is_empty() {
                 if let Some(text) = data.take() {
                     let data = serde_json::from_str(&text).unwrap_or(Value::String(text));
-                    let _ = tx.send(SseEvent { id: id.take(), event: event.take(), data });
+                    let _ = tx.send(SseEvent {
+                        id: id.take(),
+                        event: event.take(),
+                        data,
+                    });
                 }
                 id = None;
                 event = None;
