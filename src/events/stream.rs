@@ -220,9 +220,20 @@ async fn replay_ticket(hub: &EventHub, ticket_id: Uuid, last: &mut i64, out: &Ou
         if n < REPLAY_BATCH {
             return match final_seq {
                 Some(seq) => is_latest(hub, ticket_id, seq).await,
+                None if n == 0 && *last > 0 => resumed_at_final_event(hub, ticket_id, *last).await,
                 None => Ok(false),
             };
         }
+    }
+}
+
+/// Whether the client resumed right after the ticket's latest event and that one is final: such
+/// a stream has nothing more to send, so it ends as it would have after sending that event.
+async fn resumed_at_final_event(hub: &EventHub, ticket_id: Uuid, last: i64) -> Result<bool, ()> {
+    let at_last = read_with_retry(|| db::events::read_ticket(hub.pool(), ticket_id, last - 1, 1)).await?;
+    match at_last.first() {
+        Some(e) if e.event.seq == Some(last) && kind::is_final(&e.event.kind) => is_latest(hub, ticket_id, last).await,
+        _ => Ok(false),
     }
 }
 

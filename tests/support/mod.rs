@@ -37,6 +37,8 @@ pub struct TestApp {
     /// Base URL, e.g. `http://127.0.0.1:41234`.
     pub url: String,
     pub client: reqwest::Client,
+    /// For event streams, which stay open longer than any request timeout.
+    pub stream_client: reqwest::Client,
     /// A pool of its own on the test database, for assertions behind the API's back.
     pub pool: PgPool,
     pub database_url: String,
@@ -78,7 +80,9 @@ impl TestApp {
 
     pub async fn spawn_full(mode: Mode, providers: Providers, configure: impl FnOnce(&mut Config)) -> TestApp {
         init_tracing();
-        let database_url = agentdesk::testing::fresh_database().await.expect("create a test database");
+        let database_url = agentdesk::testing::fresh_database()
+            .await
+            .expect("create a test database");
         let mut config = Config {
             database_url: Some(database_url.clone()),
             addr: "127.0.0.1:0".parse().unwrap(),
@@ -101,7 +105,19 @@ impl TestApp {
             .timeout(Duration::from_secs(30))
             .build()
             .expect("an HTTP client");
-        TestApp { url, client, pool, database_url, token, app: Some(app) }
+        let stream_client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .expect("an HTTP client");
+        TestApp {
+            url,
+            client,
+            stream_client,
+            pool,
+            database_url,
+            token,
+            app: Some(app),
+        }
     }
 
     pub fn app(&self) -> &App {
@@ -138,7 +154,11 @@ impl TestApp {
     }
 
     /// A POST with a body sent exactly as given (e.g. malformed JSON).
-    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> (StatusCode, Value) {
         send(
             self.request(reqwest::Method::POST, path)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -168,9 +188,17 @@ impl TestApp {
 
     /// Adds a comment, insisting on 201.
     pub async fn comment(&self, ticket: &str, text: &str) -> Value {
-        let (status, comment) =
-            self.post(&format!("/v1/tickets/{ticket}/comments"), serde_json::json!({ "text": text })).await;
-        assert_eq!(status, StatusCode::CREATED, "commenting on {ticket}: {comment}");
+        let (status, comment) = self
+            .post(
+                &format!("/v1/tickets/{ticket}/comments"),
+                serde_json::json!({ "text": text }),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "commenting on {ticket}: {comment}"
+        );
         comment
     }
 
@@ -215,11 +243,21 @@ impl TestApp {
 
     /// Opens an SSE stream at `path` (with the helper's token).
     pub async fn sse(&self, path: &str, last_event_id: Option<&str>) -> SseClient {
-        let mut request = self.request(reqwest::Method::GET, path);
+        let mut request = self.stream_client.get(self.endpoint(path));
+        if let Some(t) = &self.token {
+            request = request.bearer_auth(t);
+        }
         if let Some(id) = last_event_id {
             request = request.header("last-event-id", id);
         }
-        SseClient::open(request).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
+        let mut client = SseClient::open(request)
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        assert!(
+            client.wait_ready(Duration::from_secs(5)).await,
+            "GET {path}: no retry hint"
+        );
+        client
     }
 }
 
@@ -240,7 +278,8 @@ pub async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
     let body = if bytes.is_empty() {
         Value::Null
     } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     (status, body)
 }
@@ -281,6 +320,8 @@ impl SseEvent {
 struct SseState {
     pings: AtomicUsize,
     ended: AtomicBool,
+    /// The connection is over (events may still wait in the channel).
+    closed: AtomicBool,
     retry_ms: Mutex<Option<u64>>,
     error: Mutex<Option<String>>,
 }
@@ -310,7 +351,10 @@ impl SseClient {
 
     /// Sends `request` and follows its event stream; any answer but 200 is an error with its body.
     pub async fn open(request: reqwest::RequestBuilder) -> anyhow::Result<SseClient> {
-        let response = request.header(reqwest::header::ACCEPT, "text/event-stream").send().await?;
+        let response = request
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .send()
+            .await?;
         let status = response.status();
         if status != StatusCode::OK {
             let body = response.text().await.unwrap_or_default();
@@ -320,7 +364,27 @@ impl SseClient {
         let state = Arc::new(SseState::default());
         let (tx, events) = mpsc::unbounded_channel();
         let reader = tokio::spawn(read_frames(response, tx, state.clone())).abort_handle();
-        Ok(SseClient { status, headers, events, state, reader, last_id: None })
+        Ok(SseClient {
+            status,
+            headers,
+            events,
+            state,
+            reader,
+            last_id: None,
+        })
+    }
+
+    /// Waits for the server's first frame, the `retry:` hint: from then on the stream's starting
+    /// point is fixed, so events written afterwards are sure to be sent.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.retry_ms().is_none() {
+            if Instant::now() >= deadline || self.state.closed.load(Ordering::SeqCst) {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
     }
 
     /// The next event with data, or None when `timeout` passes or the stream has ended.
@@ -341,10 +405,17 @@ impl SseClient {
     }
 
     /// Events until one satisfies `pred` (included), the stream ends, or `timeout` passes overall.
-    pub async fn collect_until(&mut self, mut pred: impl FnMut(&SseEvent) -> bool, timeout: Duration) -> Vec<SseEvent> {
+    pub async fn collect_until(
+        &mut self,
+        mut pred: impl FnMut(&SseEvent) -> bool,
+        timeout: Duration,
+    ) -> Vec<SseEvent> {
         let deadline = Instant::now() + timeout;
         let mut out = vec![];
-        while let Some(event) = self.next_event(deadline.saturating_duration_since(Instant::now())).await {
+        while let Some(event) = self
+            .next_event(deadline.saturating_duration_since(Instant::now()))
+            .await
+        {
             let done = pred(&event);
             out.push(event);
             if done {
@@ -409,7 +480,10 @@ impl SseClient {
         let deadline = Instant::now() + timeout;
         let mut rest = vec![];
         loop {
-            if let Some(event) = self.next_event(deadline.saturating_duration_since(Instant::now())).await {
+            if let Some(event) = self
+                .next_event(deadline.saturating_duration_since(Instant::now()))
+                .await
+            {
                 rest.push(event);
                 continue;
             }
@@ -430,7 +504,11 @@ impl Drop for SseClient {
 }
 
 /// Parses the byte stream into events (see the HTML standard's event-stream format).
-async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseEvent>, state: Arc<SseState>) {
+async fn read_frames(
+    response: reqwest::Response,
+    tx: mpsc::UnboundedSender<SseEvent>,
+    state: Arc<SseState>,
+) {
     let mut bytes = response.bytes_stream();
     let mut buffer: Vec<u8> = vec![];
     let mut data: Option<String> = None;
@@ -455,7 +533,11 @@ async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseE
             if line.is_empty() {
                 if let Some(text) = data.take() {
                     let data = serde_json::from_str(&text).unwrap_or(Value::String(text));
-                    let _ = tx.send(SseEvent { id: id.take(), event: event.take(), data });
+                    let _ = tx.send(SseEvent {
+                        id: id.take(),
+                        event: event.take(),
+                        data,
+                    });
                 }
                 id = None;
                 event = None;
@@ -490,5 +572,6 @@ async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseE
             }
         }
     }
+    state.closed.store(true, Ordering::SeqCst);
     // Dropping `tx` tells the client the stream is over.
 }
