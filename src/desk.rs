@@ -96,10 +96,18 @@ pub async fn add_comment(
     let mut tx = pool.begin().await?;
     let ticket = lock(&mut tx, reference).await?;
     let comment = db::comments::insert(&mut tx, ticket.id, author, None, &[ContentBlock::text(text)]).await?;
-    let mut events = vec![NewEvent::new(kind::COMMENT_CREATED, None, json!({ "comment": comment }))];
+    let mut events = vec![NewEvent::new(
+        kind::COMMENT_CREATED,
+        None,
+        json!({ "comment": comment }),
+    )];
     let ticket = if ticket.status == Status::Waiting || ticket.status.is_terminal() {
         let ticket = db::tickets::set_status(&mut tx, ticket.id, Status::Todo).await?;
-        events.push(NewEvent::new(kind::TICKET_REQUEUED, None, json!({ "reason": "comment" })));
+        events.push(NewEvent::new(
+            kind::TICKET_REQUEUED,
+            None,
+            json!({ "reason": "comment" }),
+        ));
         db::tickets::notify_work(&mut tx).await?;
         ticket
     } else {
@@ -157,7 +165,12 @@ pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError>
     }
     let was_running = ticket.status == Status::InProgress;
     let cancelled = db::tickets::set_status(&mut tx, ticket.id, Status::Cancelled).await?;
-    db::events::append(&mut tx, ticket.id, &[NewEvent::new(kind::TICKET_CANCELLED, None, json!({}))]).await?;
+    db::events::append(
+        &mut tx,
+        ticket.id,
+        &[NewEvent::new(kind::TICKET_CANCELLED, None, json!({}))],
+    )
+    .await?;
     if was_running {
         db::tickets::notify_cancel(&mut tx, ticket.id).await?;
     }

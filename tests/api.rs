@@ -58,10 +58,7 @@ async fn creating_a_ticket_returns_201_with_every_contract_field_and_logs_ticket
             "max_attempts": 7
         }))
         .await;
-    assert!(
-        uuid::Uuid::parse_str(t["id"].as_str().unwrap()).is_ok(),
-        "{t}"
-    );
+    assert!(uuid::Uuid::parse_str(t["id"].as_str().unwrap()).is_ok(), "{t}");
     assert!(t["key"].as_str().unwrap().starts_with("TICKET-"), "{t}");
     assert_eq!(t["task"], "Summarise the report");
     assert_eq!(
@@ -75,10 +72,7 @@ async fn creating_a_ticket_returns_201_with_every_contract_field_and_logs_ticket
     assert_eq!(t["priority"], 5);
     assert_eq!(t["parent_id"], Value::Null);
     assert_eq!(t["parent_key"], Value::Null);
-    assert_eq!(
-        t["schema"],
-        json!({"type": "object", "required": ["summary"]})
-    );
+    assert_eq!(t["schema"], json!({"type": "object", "required": ["summary"]}));
     assert_eq!(t["result"], Value::Null);
     assert_eq!(t["error"], Value::Null);
     assert_eq!(t["attempts"], 0);
@@ -89,10 +83,7 @@ async fn creating_a_ticket_returns_201_with_every_contract_field_and_logs_ticket
     }
     for field in ["created_at", "updated_at"] {
         let at = t[field].as_str().unwrap();
-        assert!(
-            chrono::DateTime::parse_from_rfc3339(at).is_ok(),
-            "{field} {at}"
-        );
+        assert!(chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{field} {at}");
     }
     assert_eq!(t["started_at"], Value::Null);
     assert_eq!(t["finished_at"], Value::Null);
@@ -168,19 +159,14 @@ async fn creating_a_ticket_with_wrong_types_is_422_and_creates_nothing() {
         json!({"task": "x", "parent": 5}),
     ] {
         let answer = app.post("/v1/tickets", body.clone()).await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     assert_eq!(app.counts().await, before);
     app.shutdown().await;
 }
 
 #[tokio::test]
-async fn creating_a_ticket_without_a_task_or_with_a_null_or_empty_task_is_422_and_creates_nothing()
-{
+async fn creating_a_ticket_without_a_task_or_with_a_null_or_empty_task_is_422_and_creates_nothing() {
     let app = TestApp::spawn().await;
     let before = app.counts().await;
     for body in [
@@ -191,11 +177,7 @@ async fn creating_a_ticket_without_a_task_or_with_a_null_or_empty_task_is_422_an
         json!({"labels": ["a"]}),
     ] {
         let answer = app.post("/v1/tickets", body.clone()).await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     assert_eq!(app.counts().await, before);
     app.shutdown().await;
@@ -215,14 +197,8 @@ async fn creating_a_ticket_with_bad_labels_is_422_and_creates_nothing() {
         json!(too_many),
         json!([null]),
     ] {
-        let answer = app
-            .post("/v1/tickets", json!({"task": "x", "labels": labels}))
-            .await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+        let answer = app.post("/v1/tickets", json!({"task": "x", "labels": labels})).await;
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     assert_eq!(app.counts().await, before);
     app.shutdown().await;
@@ -242,20 +218,12 @@ async fn creating_a_ticket_with_an_invalid_schema_is_422_and_creates_nothing() {
         json!(5),
         json!([{"type": "string"}]),
     ] {
-        let answer = app
-            .post("/v1/tickets", json!({"task": "x", "schema": schema}))
-            .await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+        let answer = app.post("/v1/tickets", json!({"task": "x", "schema": schema})).await;
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     assert_eq!(app.counts().await, before);
     // Boolean schemas are valid JSON Schemas.
-    let t = app
-        .create_ticket(json!({"task": "x", "schema": true}))
-        .await;
+    let t = app.create_ticket(json!({"task": "x", "schema": true})).await;
     assert_eq!(t["schema"], true);
     app.shutdown().await;
 }
@@ -268,11 +236,7 @@ async fn creating_a_ticket_with_metadata_that_is_not_an_object_is_422_and_create
         let answer = app
             .post("/v1/tickets", json!({"task": "x", "metadata": metadata}))
             .await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     assert_eq!(app.counts().await, before);
     app.shutdown().await;
@@ -284,22 +248,14 @@ async fn creating_a_ticket_with_max_attempts_outside_1_to_100_is_422_and_creates
     let before = app.counts().await;
     for max_attempts in [json!(0), json!(101), json!(-1), json!(1.5), json!(i64::MAX)] {
         let answer = app
-            .post(
-                "/v1/tickets",
-                json!({"task": "x", "max_attempts": max_attempts}),
-            )
+            .post("/v1/tickets", json!({"task": "x", "max_attempts": max_attempts}))
             .await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     assert_eq!(app.counts().await, before);
     for ok in [1, 100] {
         assert_eq!(
-            app.create_ticket(json!({"task": "x", "max_attempts": ok}))
-                .await["max_attempts"],
+            app.create_ticket(json!({"task": "x", "max_attempts": ok})).await["max_attempts"],
             ok
         );
     }
@@ -307,30 +263,18 @@ async fn creating_a_ticket_with_max_attempts_outside_1_to_100_is_422_and_creates
 }
 
 #[tokio::test]
-async fn creating_a_ticket_with_an_unknown_parent_is_422_and_a_known_parent_by_id_or_key_links_it()
-{
+async fn creating_a_ticket_with_an_unknown_parent_is_422_and_a_known_parent_by_id_or_key_links_it() {
     let app = TestApp::spawn().await;
     let before = app.counts().await;
-    for parent in UNKNOWN_TICKETS
-        .iter()
-        .chain(&["", "TICKET-99999999999999999999999"])
-    {
-        let answer = app
-            .post("/v1/tickets", json!({"task": "x", "parent": parent}))
-            .await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+    for parent in UNKNOWN_TICKETS.iter().chain(&["", "TICKET-99999999999999999999999"]) {
+        let answer = app.post("/v1/tickets", json!({"task": "x", "parent": parent})).await;
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     assert_eq!(app.counts().await, before);
 
     let parent = app.create_ticket(json!({"task": "parent"})).await;
     for reference in [&parent["id"], &parent["key"]] {
-        let child = app
-            .create_ticket(json!({"task": "child", "parent": reference}))
-            .await;
+        let child = app.create_ticket(json!({"task": "child", "parent": reference})).await;
         assert_eq!(child["parent_id"], parent["id"]);
         assert_eq!(child["parent_key"], parent["key"]);
     }
@@ -343,10 +287,8 @@ async fn a_body_over_1_mib_is_413_payload_too_large_and_changes_nothing() {
     let t = app.create_ticket(json!({"task": "x"})).await;
     let key = t["key"].as_str().unwrap();
     let before = app.counts().await;
-    let huge = serde_json::to_vec(
-        &json!({"task": "a".repeat(1024 * 1024 + 10), "text": "b".repeat(1024 * 1024)}),
-    )
-    .unwrap();
+    let huge =
+        serde_json::to_vec(&json!({"task": "a".repeat(1024 * 1024 + 10), "text": "b".repeat(1024 * 1024)})).unwrap();
     for (method, path) in [
         (reqwest::Method::POST, "/v1/tickets".to_owned()),
         (reqwest::Method::PATCH, format!("/v1/tickets/{key}")),
@@ -356,8 +298,7 @@ async fn a_body_over_1_mib_is_413_payload_too_large_and_changes_nothing() {
         let answer = send(app.request(method.clone(), &path).body(huge.clone())).await;
         assert_error(&answer, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
         // Without a Content-Length the limit holds as well.
-        let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
-            huge.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+        let chunks: Vec<Result<Vec<u8>, std::io::Error>> = huge.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
         let body = reqwest::Body::wrap_stream(futures::stream::iter(chunks));
         let answer = send(app.request(method, &path).body(body)).await;
         assert_error(&answer, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
@@ -370,8 +311,7 @@ async fn a_body_over_1_mib_is_413_payload_too_large_and_changes_nothing() {
 // Idempotency
 
 #[tokio::test]
-async fn repeating_a_create_with_the_same_idempotency_key_and_body_returns_the_first_ticket_with_200(
-) {
+async fn repeating_a_create_with_the_same_idempotency_key_and_body_returns_the_first_ticket_with_200() {
     let app = TestApp::spawn().await;
     let create = |body: Value, key: &str| {
         send(
@@ -380,25 +320,13 @@ async fn repeating_a_create_with_the_same_idempotency_key_and_body_returns_the_f
                 .json(&body),
         )
     };
-    let (status, first) = create(
-        json!({"task": "once", "labels": ["a"], "priority": 1}),
-        "key-1",
-    )
-    .await;
+    let (status, first) = create(json!({"task": "once", "labels": ["a"], "priority": 1}), "key-1").await;
     assert_eq!(status, StatusCode::CREATED, "{first}");
-    let (status, again) = create(
-        json!({"task": "once", "labels": ["a"], "priority": 1}),
-        "key-1",
-    )
-    .await;
+    let (status, again) = create(json!({"task": "once", "labels": ["a"], "priority": 1}), "key-1").await;
     assert_eq!(status, StatusCode::OK, "{again}");
     assert_eq!(again["id"], first["id"]);
     // Key order does not make another body.
-    let (status, reordered) = create(
-        json!({"priority": 1, "labels": ["a"], "task": "once"}),
-        "key-1",
-    )
-    .await;
+    let (status, reordered) = create(json!({"priority": 1, "labels": ["a"], "task": "once"}), "key-1").await;
     assert_eq!(status, StatusCode::OK, "{reordered}");
     assert_eq!(reordered["id"], first["id"]);
     let before = app.counts().await;
@@ -411,11 +339,7 @@ async fn repeating_a_create_with_the_same_idempotency_key_and_body_returns_the_f
     assert_eq!(app.counts().await, before);
 
     // Another key is another ticket.
-    let (status, other) = create(
-        json!({"task": "once", "labels": ["a"], "priority": 1}),
-        "key-2",
-    )
-    .await;
+    let (status, other) = create(json!({"task": "once", "labels": ["a"], "priority": 1}), "key-2").await;
     assert_eq!(status, StatusCode::CREATED);
     assert_ne!(other["id"], first["id"]);
     app.shutdown().await;
@@ -432,10 +356,7 @@ async fn ten_concurrent_identical_idempotent_creates_make_exactly_one_ticket() {
         )
     });
     let answers = futures::future::join_all(requests).await;
-    let created = answers
-        .iter()
-        .filter(|(s, _)| *s == StatusCode::CREATED)
-        .count();
+    let created = answers.iter().filter(|(s, _)| *s == StatusCode::CREATED).count();
     let repeated = answers.iter().filter(|(s, _)| *s == StatusCode::OK).count();
     assert_eq!((created, repeated), (1, 9), "{answers:?}");
     let ids: HashSet<&Value> = answers.iter().map(|(_, t)| &t["id"]).collect();
@@ -453,23 +374,17 @@ async fn a_ticket_is_found_by_id_and_by_key_and_unknown_references_are_404_every
     let app = TestApp::spawn().await;
     let t = app.create_ticket(json!({"task": "find me"})).await;
     let key = t["key"].as_str().unwrap();
-    for reference in [
-        t["id"].as_str().unwrap().to_owned(),
-        key.to_owned(),
-        key.to_lowercase(),
-    ] {
+    for reference in [t["id"].as_str().unwrap().to_owned(), key.to_owned(), key.to_lowercase()] {
         let (status, found) = app.get(&format!("/v1/tickets/{reference}")).await;
         assert_eq!(status, StatusCode::OK, "{reference}");
         assert_eq!(found, t, "{reference}");
     }
 
     let before = app.counts().await;
-    for reference in UNKNOWN_TICKETS.iter().chain(&[
-        "TICKET-0",
-        "TICKET--1",
-        "%20",
-        "TICKET-99999999999999999999999",
-    ]) {
+    for reference in UNKNOWN_TICKETS
+        .iter()
+        .chain(&["TICKET-0", "TICKET--1", "%20", "TICKET-99999999999999999999999"])
+    {
         let base = format!("/v1/tickets/{reference}");
         for answer in [
             app.get(&base).await,
@@ -477,8 +392,7 @@ async fn a_ticket_is_found_by_id_and_by_key_and_unknown_references_are_404_every
             app.post(&format!("{base}/cancel"), json!({})).await,
             app.post(&format!("{base}/retry"), json!({})).await,
             app.get(&format!("{base}/comments")).await,
-            app.post(&format!("{base}/comments"), json!({"text": "hi"}))
-                .await,
+            app.post(&format!("{base}/comments"), json!({"text": "hi"})).await,
             app.get(&format!("{base}/events")).await,
         ] {
             assert_error(&answer, StatusCode::NOT_FOUND, "not_found");
@@ -489,8 +403,7 @@ async fn a_ticket_is_found_by_id_and_by_key_and_unknown_references_are_404_every
 }
 
 #[tokio::test]
-async fn listing_tickets_filters_by_status_label_parent_and_case_insensitive_query_and_orders_desc()
-{
+async fn listing_tickets_filters_by_status_label_parent_and_case_insensitive_query_and_orders_desc() {
     let app = TestApp::spawn().await;
     let a = app
         .create_ticket(json!({"task": "Write the Quarterly report", "labels": ["writer"]}))
@@ -505,10 +418,7 @@ async fn listing_tickets_filters_by_status_label_parent_and_case_insensitive_que
         .create_ticket(json!({"task": "100% done_ish", "parent": a["id"]}))
         .await;
     let (status, _) = app
-        .post(
-            &format!("/v1/tickets/{}/cancel", b["key"].as_str().unwrap()),
-            json!({}),
-        )
+        .post(&format!("/v1/tickets/{}/cancel", b["key"].as_str().unwrap()), json!({}))
         .await;
     assert_eq!(status, StatusCode::OK);
 
@@ -520,10 +430,7 @@ async fn listing_tickets_filters_by_status_label_parent_and_case_insensitive_que
     };
     let k = |t: &Value| t["key"].as_str().unwrap().to_owned();
 
-    assert_eq!(
-        keys(&app.list_all("/v1/tickets").await),
-        [k(&a), k(&b), k(&c), k(&d)]
-    );
+    assert_eq!(keys(&app.list_all("/v1/tickets").await), [k(&a), k(&b), k(&c), k(&d)]);
     assert_eq!(
         keys(&app.list_all("/v1/tickets?order=asc").await),
         [k(&a), k(&b), k(&c), k(&d)]
@@ -532,10 +439,7 @@ async fn listing_tickets_filters_by_status_label_parent_and_case_insensitive_que
         keys(&app.list_all("/v1/tickets?order=desc").await),
         [k(&d), k(&c), k(&b), k(&a)]
     );
-    assert_eq!(
-        keys(&app.list_all("/v1/tickets?status=cancelled").await),
-        [k(&b)]
-    );
+    assert_eq!(keys(&app.list_all("/v1/tickets?status=cancelled").await), [k(&b)]);
     assert_eq!(
         keys(&app.list_all("/v1/tickets?status=todo").await),
         [k(&a), k(&c), k(&d)]
@@ -548,14 +452,8 @@ async fn listing_tickets_filters_by_status_label_parent_and_case_insensitive_que
         keys(&app.list_all("/v1/tickets?status=done,failed").await),
         Vec::<String>::new()
     );
-    assert_eq!(
-        keys(&app.list_all("/v1/tickets?label=writer").await),
-        [k(&a), k(&b)]
-    );
-    assert_eq!(
-        keys(&app.list_all("/v1/tickets?label=reviewer").await),
-        [k(&b)]
-    );
+    assert_eq!(keys(&app.list_all("/v1/tickets?label=writer").await), [k(&a), k(&b)]);
+    assert_eq!(keys(&app.list_all("/v1/tickets?label=reviewer").await), [k(&b)]);
     assert_eq!(
         keys(&app.list_all("/v1/tickets?label=nobody").await),
         Vec::<String>::new()
@@ -575,10 +473,7 @@ async fn listing_tickets_filters_by_status_label_parent_and_case_insensitive_que
         keys(&app.list_all("/v1/tickets?parent=TICKET-999").await),
         Vec::<String>::new()
     );
-    assert_eq!(
-        keys(&app.list_all("/v1/tickets?q=quarterly").await),
-        [k(&a), k(&c)]
-    );
+    assert_eq!(keys(&app.list_all("/v1/tickets?q=quarterly").await), [k(&a), k(&c)]);
     assert_eq!(
         keys(&app.list_all("/v1/tickets?q=QUARTERLY&order=desc").await),
         [k(&c), k(&a)]
@@ -593,11 +488,8 @@ async fn listing_tickets_filters_by_status_label_parent_and_case_insensitive_que
     );
     assert_eq!(
         keys(
-            &app.list_all(&format!(
-                "/v1/tickets?status=todo&label=writer&parent={}",
-                k(&a)
-            ))
-            .await
+            &app.list_all(&format!("/v1/tickets?status=todo&label=writer&parent={}", k(&a)))
+                .await
         ),
         Vec::<String>::new()
     );
@@ -609,23 +501,14 @@ async fn walking_the_ticket_list_by_cursor_visits_every_ticket_once_in_order() {
     let app = TestApp::spawn().await;
     let mut created = vec![];
     for i in 0..23 {
-        let labels = if i % 2 == 0 {
-            json!(["even"])
-        } else {
-            json!([])
-        };
+        let labels = if i % 2 == 0 { json!(["even"]) } else { json!([]) };
         created.push(
             app.create_ticket(json!({"task": format!("ticket {i}"), "labels": labels}))
                 .await["id"]
                 .clone(),
         );
     }
-    let ids = |items: Vec<Value>| {
-        items
-            .into_iter()
-            .map(|t| t["id"].clone())
-            .collect::<Vec<_>>()
-    };
+    let ids = |items: Vec<Value>| items.into_iter().map(|t| t["id"].clone()).collect::<Vec<_>>();
 
     let (status, first) = app.get("/v1/tickets?limit=5").await;
     assert_eq!(status, StatusCode::OK);
@@ -641,18 +524,13 @@ async fn walking_the_ticket_list_by_cursor_visits_every_ticket_once_in_order() {
         let mut reversed = created.clone();
         reversed.reverse();
         assert_eq!(
-            ids(app
-                .list_all(&format!("/v1/tickets?limit={limit}&order=desc"))
-                .await),
+            ids(app.list_all(&format!("/v1/tickets?limit={limit}&order=desc")).await),
             reversed,
             "limit {limit}"
         );
     }
     let even: Vec<Value> = created.iter().step_by(2).cloned().collect();
-    assert_eq!(
-        ids(app.list_all("/v1/tickets?limit=4&label=even").await),
-        even
-    );
+    assert_eq!(ids(app.list_all("/v1/tickets?limit=4&label=even").await), even);
 
     // The last page says there is no next one.
     let (_, last) = app.get("/v1/tickets?limit=23").await;
@@ -724,23 +602,21 @@ async fn patching_a_todo_ticket_changes_the_given_fields_and_schema_null_removes
         .await;
     let path = format!("/v1/tickets/{}", t["key"].as_str().unwrap());
 
-    let (status, p) =
-        app.patch(&path, json!({"task": {"new": true}, "labels": ["b", "c"], "priority": 9, "metadata": {"m": 1}})).await;
+    let (status, p) = app
+        .patch(
+            &path,
+            json!({"task": {"new": true}, "labels": ["b", "c"], "priority": 9, "metadata": {"m": 1}}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{p}");
     assert_eq!(p["task"], json!({"new": true}));
     assert_eq!(p["labels"], json!(["b", "c"]));
     assert_eq!(p["priority"], 9);
     assert_eq!(p["metadata"], json!({"m": 1}));
-    assert_eq!(
-        p["schema"],
-        json!({"type": "string"}),
-        "a field not given is kept"
-    );
+    assert_eq!(p["schema"], json!({"type": "string"}), "a field not given is kept");
     assert_eq!(p["status"], "todo");
 
-    let (status, p) = app
-        .patch(&path, json!({"schema": {"type": "integer"}}))
-        .await;
+    let (status, p) = app.patch(&path, json!({"schema": {"type": "integer"}})).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(p["schema"], json!({"type": "integer"}));
     let (status, p) = app.patch(&path, json!({"schema": null})).await;
@@ -756,12 +632,7 @@ async fn patching_a_todo_ticket_changes_the_given_fields_and_schema_null_removes
         .collect();
     assert_eq!(
         kinds,
-        [
-            "ticket.created",
-            "ticket.updated",
-            "ticket.updated",
-            "ticket.updated"
-        ]
+        ["ticket.created", "ticket.updated", "ticket.updated", "ticket.updated"]
     );
 
     // A waiting ticket may be edited as well.
@@ -790,11 +661,7 @@ async fn patching_with_invalid_fields_is_rejected_and_changes_nothing() {
         json!([1]),
     ] {
         let answer = app.patch(&path, body.clone()).await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     for raw in ["{", "nope", ""] {
         let answer = send(app.request(reqwest::Method::PATCH, &path).body(raw)).await;
@@ -811,10 +678,7 @@ async fn patching_a_cancelled_or_running_or_finished_ticket_is_409_and_changes_n
     let t = app.create_ticket(json!({"task": "x"})).await;
     let id = t["id"].as_str().unwrap();
     let path = format!("/v1/tickets/{id}");
-    assert_eq!(
-        app.post(&format!("{path}/cancel"), json!({})).await.0,
-        StatusCode::OK
-    );
+    assert_eq!(app.post(&format!("{path}/cancel"), json!({})).await.0, StatusCode::OK);
     for status in ["cancelled", "in_progress", "done", "failed"] {
         set_status(&app, id, status).await;
         let before = app.counts().await;
@@ -856,10 +720,7 @@ async fn cancelling_a_todo_ticket_cancels_it_once_and_retry_requeues_it() {
 
     let events = event_kinds(&app, id).await;
     let kinds: Vec<&str> = events.iter().map(|e| e.1.as_str()).collect();
-    assert_eq!(
-        kinds,
-        ["ticket.created", "ticket.cancelled", "ticket.requeued"]
-    );
+    assert_eq!(kinds, ["ticket.created", "ticket.cancelled", "ticket.requeued"]);
     assert_eq!(events.iter().map(|e| e.0).collect::<Vec<_>>(), [1, 2, 3]);
     assert_eq!(events[2].2, json!({"reason": "retry"}));
     app.shutdown().await;
@@ -894,10 +755,7 @@ async fn cancelling_a_done_or_failed_ticket_is_409_and_retry_only_takes_failed_o
     }
     set_status(&app, id, "failed").await;
     let (status, retried) = app.post(&format!("{path}/retry"), json!({})).await;
-    assert_eq!(
-        (status, retried["status"].as_str()),
-        (StatusCode::OK, Some("todo"))
-    );
+    assert_eq!((status, retried["status"].as_str()), (StatusCode::OK, Some("todo")));
     // A waiting ticket is cancelled at once.
     set_status(&app, id, "waiting").await;
     let (status, cancelled) = app.post(&format!("{path}/cancel"), json!({})).await;
@@ -925,17 +783,11 @@ async fn comments_are_created_listed_in_order_and_paginated() {
     assert_eq!(c["agent"], Value::Null);
     assert_eq!(c["content"], json!([{"type": "text", "text": "first"}]));
     assert!(c["id"].is_string() && c["created_at"].is_string(), "{c}");
-    let (status, s) = app
-        .post(&path, json!({"text": "a note", "author": "system"}))
-        .await;
+    let (status, s) = app.post(&path, json!({"text": "a note", "author": "system"})).await;
     assert_eq!(status, StatusCode::CREATED);
-    assert_eq!(
-        (s["seq"].as_i64(), s["author"].as_str()),
-        (Some(2), Some("system"))
-    );
+    assert_eq!((s["seq"].as_i64(), s["author"].as_str()), (Some(2), Some("system")));
     for i in 3..=7 {
-        app.comment(t["id"].as_str().unwrap(), &format!("comment {i}"))
-            .await;
+        app.comment(t["id"].as_str().unwrap(), &format!("comment {i}")).await;
     }
 
     let (status, page) = app.get(&path).await;
@@ -980,11 +832,7 @@ async fn an_empty_or_malformed_comment_is_rejected_and_changes_nothing() {
         json!({"text": "hi", "author": "robot"}),
     ] {
         let answer = app.post(&path, body.clone()).await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     assert_error(
         &app.post_raw(&path, "{\"text\": ").await,
@@ -996,18 +844,13 @@ async fn an_empty_or_malformed_comment_is_rejected_and_changes_nothing() {
 }
 
 #[tokio::test]
-async fn a_comment_on_a_cancelled_ticket_reopens_it_to_todo_with_a_requeued_event_for_the_comment()
-{
+async fn a_comment_on_a_cancelled_ticket_reopens_it_to_todo_with_a_requeued_event_for_the_comment() {
     let app = TestApp::spawn().await;
     let t = app.create_ticket(json!({"task": "x"})).await;
     let id = t["id"].as_str().unwrap();
-    app.post(&format!("/v1/tickets/{id}/cancel"), json!({}))
-        .await;
+    app.post(&format!("/v1/tickets/{id}/cancel"), json!({})).await;
     app.comment(id, "please continue").await;
-    assert_eq!(
-        app.get(&format!("/v1/tickets/{id}")).await.1["status"],
-        "todo"
-    );
+    assert_eq!(app.get(&format!("/v1/tickets/{id}")).await.1["status"], "todo");
     let events = event_kinds(&app, id).await;
     let kinds: Vec<&str> = events.iter().map(|e| e.1.as_str()).collect();
     assert_eq!(
@@ -1044,20 +887,13 @@ async fn a_comment_on_a_cancelled_ticket_reopens_it_to_todo_with_a_requeued_even
 #[tokio::test]
 async fn an_agent_is_created_with_defaults_replaced_read_listed_and_deleted() {
     let app = TestApp::spawn().await;
-    let (status, a) = app
-        .put("/v1/agents/researcher", json!({"role": "You research."}))
-        .await;
+    let (status, a) = app.put("/v1/agents/researcher", json!({"role": "You research."})).await;
     assert_eq!(status, StatusCode::CREATED, "{a}");
     assert_eq!(a["name"], "researcher");
     assert_eq!(a["role"], "You research.");
     assert_eq!(
         a["tools"],
-        json!([
-            "close_ticket",
-            "handover_ticket",
-            "read_tickets",
-            "manage_tickets"
-        ])
+        json!(["close_ticket", "handover_ticket", "read_tickets", "manage_tickets"])
     );
     assert_eq!(a["labels"], json!([]));
     assert!(a["model"].as_str().is_some_and(|m| !m.is_empty()), "{a}");
@@ -1129,11 +965,7 @@ async fn an_agent_is_created_with_defaults_replaced_read_listed_and_deleted() {
         StatusCode::NOT_FOUND,
         "not_found",
     );
-    assert_error(
-        &app.get("/v1/agents/nobody").await,
-        StatusCode::NOT_FOUND,
-        "not_found",
-    );
+    assert_error(&app.get("/v1/agents/nobody").await, StatusCode::NOT_FOUND, "not_found");
     app.shutdown().await;
 }
 
@@ -1164,11 +996,7 @@ async fn an_invalid_agent_is_422_and_creates_nothing() {
     ];
     for (name, body) in cases {
         let answer = app.put(&format!("/v1/agents/{name}"), body.clone()).await;
-        assert_error(
-            &answer,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-        );
+        assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     assert_error(
         &app.post_raw("/v1/agents/ok", "{").await,
@@ -1178,11 +1006,7 @@ async fn an_invalid_agent_is_422_and_creates_nothing() {
     let answer = send(app.request(reqwest::Method::PUT, "/v1/agents/ok").body("{")).await;
     assert_error(&answer, StatusCode::BAD_REQUEST, "bad_request");
     assert_eq!(app.counts().await, before);
-    assert_error(
-        &app.get("/v1/agents/ok").await,
-        StatusCode::NOT_FOUND,
-        "not_found",
-    );
+    assert_error(&app.get("/v1/agents/ok").await, StatusCode::NOT_FOUND, "not_found");
     app.shutdown().await;
 }
 
@@ -1194,14 +1018,7 @@ async fn stats_count_tickets_by_status_and_by_label() {
     let app = TestApp::spawn().await;
     let (status, empty) = app.get("/v1/stats").await;
     assert_eq!(status, StatusCode::OK, "{empty}");
-    for s in [
-        "todo",
-        "in_progress",
-        "waiting",
-        "done",
-        "failed",
-        "cancelled",
-    ] {
+    for s in ["todo", "in_progress", "waiting", "done", "failed", "cancelled"] {
         assert_eq!(empty["by_status"][s], 0, "{s}");
     }
     for field in [
@@ -1220,16 +1037,11 @@ async fn stats_count_tickets_by_status_and_by_label() {
         "{empty}"
     );
 
-    app.create_ticket(json!({"task": "a", "labels": ["x"]}))
-        .await;
-    app.create_ticket(json!({"task": "b", "labels": ["x", "y"]}))
-        .await;
+    app.create_ticket(json!({"task": "a", "labels": ["x"]})).await;
+    app.create_ticket(json!({"task": "b", "labels": ["x", "y"]})).await;
     let c = app.create_ticket(json!({"task": "c"})).await;
-    app.post(
-        &format!("/v1/tickets/{}/cancel", c["id"].as_str().unwrap()),
-        json!({}),
-    )
-    .await;
+    app.post(&format!("/v1/tickets/{}/cancel", c["id"].as_str().unwrap()), json!({}))
+        .await;
 
     let (_, stats) = app.get("/v1/stats").await;
     assert_eq!(stats["by_status"]["todo"], 2, "{stats}");
@@ -1244,21 +1056,10 @@ async fn stats_count_tickets_by_status_and_by_label() {
 #[tokio::test]
 async fn health_readiness_openapi_and_docs_answer() {
     let app = TestApp::spawn().await;
-    assert_eq!(
-        app.get("/healthz").await,
-        (StatusCode::OK, json!({"status": "ok"}))
-    );
-    assert_eq!(
-        app.get("/readyz").await,
-        (StatusCode::OK, json!({"status": "ready"}))
-    );
+    assert_eq!(app.get("/healthz").await, (StatusCode::OK, json!({"status": "ok"})));
+    assert_eq!(app.get("/readyz").await, (StatusCode::OK, json!({"status": "ready"})));
 
-    let response = app
-        .client
-        .get(app.endpoint("/openapi.json"))
-        .send()
-        .await
-        .unwrap();
+    let response = app.client.get(app.endpoint("/openapi.json")).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert!(response.headers()["content-type"]
         .to_str()
@@ -1290,13 +1091,7 @@ async fn health_readiness_openapi_and_docs_answer() {
 #[tokio::test]
 async fn an_unknown_route_is_a_json_404_and_a_wrong_method_a_json_405() {
     let app = TestApp::spawn().await;
-    for path in [
-        "/nope",
-        "/v1/nope",
-        "/v1/tickets/TICKET-1/nope",
-        "/v2/tickets",
-        "/v1",
-    ] {
+    for path in ["/nope", "/v1/nope", "/v1/tickets/TICKET-1/nope", "/v2/tickets", "/v1"] {
         assert_error(&app.get(path).await, StatusCode::NOT_FOUND, "not_found");
     }
     assert_error(
@@ -1312,9 +1107,7 @@ async fn an_unknown_route_is_a_json_404_and_a_wrong_method_a_json_405() {
 
 #[tokio::test]
 async fn with_api_tokens_set_v1_needs_a_right_bearer_token_while_health_and_docs_stay_open() {
-    let app =
-        TestApp::spawn_with(|c| c.api_tokens = vec!["secret-one".into(), "secret-two".into()])
-            .await;
+    let app = TestApp::spawn_with(|c| c.api_tokens = vec!["secret-one".into(), "secret-two".into()]).await;
     let unauthenticated = reqwest::Client::new();
     let before = app.counts().await;
     let attempts = [
@@ -1356,12 +1149,7 @@ async fn with_api_tokens_set_v1_needs_a_right_bearer_token_while_health_and_docs
     assert_eq!(app.counts().await, before);
 
     for path in ["/healthz", "/readyz", "/openapi.json", "/docs"] {
-        let status = unauthenticated
-            .get(app.endpoint(path))
-            .send()
-            .await
-            .unwrap()
-            .status();
+        let status = unauthenticated.get(app.endpoint(path)).send().await.unwrap().status();
         assert_eq!(status, StatusCode::OK, "{path}");
     }
     for token in ["secret-one", "secret-two"] {
@@ -1373,12 +1161,7 @@ async fn with_api_tokens_set_v1_needs_a_right_bearer_token_while_health_and_docs
         )
         .await;
         assert_eq!(status, StatusCode::CREATED, "{t}");
-        let (status, _) = send(
-            unauthenticated
-                .get(app.endpoint("/v1/tickets"))
-                .bearer_auth(token),
-        )
-        .await;
+        let (status, _) = send(unauthenticated.get(app.endpoint("/v1/tickets")).bearer_auth(token)).await;
         assert_eq!(status, StatusCode::OK);
     }
     assert_eq!(app.counts().await.tickets, 2);
@@ -1458,11 +1241,7 @@ async fn odd_inputs_never_produce_a_server_error() {
         ] {
             check(
                 format!("PATCH {short}"),
-                status(
-                    app.request(PATCH, &format!("/v1/tickets/{key}"))
-                        .json(&body),
-                )
-                .await,
+                status(app.request(PATCH, &format!("/v1/tickets/{key}")).json(&body)).await,
             );
         }
         check(
@@ -1498,12 +1277,7 @@ async fn odd_inputs_never_produce_a_server_error() {
     );
     check(
         "invalid UTF-8".into(),
-        raw_status(
-            &app,
-            "/v1/tickets",
-            vec![b'{', b'"', 0xff, 0xfe, b'"', b'}'],
-        )
-        .await,
+        raw_status(&app, "/v1/tickets", vec![b'{', b'"', 0xff, 0xfe, b'"', b'}']).await,
     );
     check(
         "invalid UTF-8 task".into(),
@@ -1540,10 +1314,7 @@ async fn odd_inputs_never_produce_a_server_error() {
             format!("/v1/tickets/{segment}/events"),
             format!("/v1/agents/{segment}"),
         ] {
-            check(
-                format!("GET {short}"),
-                status(app.request(GET, &path)).await,
-            );
+            check(format!("GET {short}"), status(app.request(GET, &path)).await);
         }
         check(
             format!("PATCH {short}"),
@@ -1571,11 +1342,7 @@ async fn odd_inputs_never_produce_a_server_error() {
         );
         check(
             format!("PUT agent {short}"),
-            status(
-                app.request(PUT, &format!("/v1/agents/{segment}"))
-                    .json(&json!({})),
-            )
-            .await,
+            status(app.request(PUT, &format!("/v1/agents/{segment}")).json(&json!({}))).await,
         );
         check(
             format!("DELETE agent {short}"),
@@ -1618,15 +1385,7 @@ async fn odd_inputs_never_produce_a_server_error() {
             status(app.request(GET, &format!("/v1/agents?{query}"))).await,
         );
     }
-    for after in [
-        "%00",
-        "-1",
-        "99999999999999999999999",
-        "1-2-3",
-        "%FF",
-        "abc",
-        "1.5",
-    ] {
+    for after in ["%00", "-1", "99999999999999999999999", "1-2-3", "%FF", "abc", "1.5"] {
         check(
             format!("ticket events after {after}"),
             status(app.request(GET, &format!("/v1/tickets/{key}/events?after={after}"))).await,
@@ -1653,10 +1412,7 @@ async fn odd_inputs_never_produce_a_server_error() {
         );
     }
 
-    let errors: Vec<&(String, StatusCode)> = answers
-        .iter()
-        .filter(|(_, s)| s.is_server_error())
-        .collect();
+    let errors: Vec<&(String, StatusCode)> = answers.iter().filter(|(_, s)| s.is_server_error()).collect();
     assert!(errors.is_empty(), "server errors for: {errors:#?}");
     // The service is still healthy and its data consistent.
     assert_eq!(app.get("/readyz").await.0, StatusCode::OK);
@@ -1675,14 +1431,8 @@ async fn a_nul_character_is_422_in_a_body_400_in_a_query_and_404_in_a_path_and_c
     let before = app.counts().await;
     for (path, body) in [
         ("/v1/tickets".to_owned(), json!({"task": "a\u{0}b"})),
-        (
-            "/v1/tickets".to_owned(),
-            json!({"task": "x", "metadata": {"\u{0}": 1}}),
-        ),
-        (
-            format!("/v1/tickets/{key}/comments"),
-            json!({"text": "\u{0}"}),
-        ),
+        ("/v1/tickets".to_owned(), json!({"task": "x", "metadata": {"\u{0}": 1}})),
+        (format!("/v1/tickets/{key}/comments"), json!({"text": "\u{0}"})),
     ] {
         assert_error(
             &app.post(&path, body).await,
@@ -1693,17 +1443,9 @@ async fn a_nul_character_is_422_in_a_body_400_in_a_query_and_404_in_a_path_and_c
     let answer = app
         .patch(&format!("/v1/tickets/{key}"), json!({"task": ["\u{0}"]}))
         .await;
-    assert_error(
-        &answer,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "validation_failed",
-    );
+    assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     let answer = app.put("/v1/agents/nul", json!({"role": "\u{0}"})).await;
-    assert_error(
-        &answer,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "validation_failed",
-    );
+    assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     for query in ["q=%00", "label=a%00", "agent=%00"] {
         assert_error(
             &app.get(&format!("/v1/tickets?{query}")).await,
@@ -1711,18 +1453,10 @@ async fn a_nul_character_is_422_in_a_body_400_in_a_query_and_404_in_a_path_and_c
             "bad_request",
         );
     }
-    for path in [
-        "/v1/agents/%00",
-        "/v1/tickets/%00",
-        "/v1/tickets/TICKET-1%00",
-    ] {
+    for path in ["/v1/agents/%00", "/v1/tickets/%00", "/v1/tickets/TICKET-1%00"] {
         assert_error(&app.get(path).await, StatusCode::NOT_FOUND, "not_found");
     }
-    assert_error(
-        &app.delete("/v1/agents/a%00").await,
-        StatusCode::NOT_FOUND,
-        "not_found",
-    );
+    assert_error(&app.delete("/v1/agents/a%00").await, StatusCode::NOT_FOUND, "not_found");
     assert_eq!(app.counts().await, before);
     assert_eq!(app.get(&format!("/v1/tickets/{key}")).await.1, t);
     app.shutdown().await;

@@ -9,16 +9,14 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use sqlx::Connection;
 use support::{assert_error, SseClient, SseEvent, StatusCode, TestApp};
 use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(5);
 
 fn ids(events: &[SseEvent]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e.id.clone().unwrap_or_default())
-        .collect()
+    events.iter().map(|e| e.id.clone().unwrap_or_default()).collect()
 }
 
 fn kinds(events: &[SseEvent]) -> Vec<String> {
@@ -36,9 +34,7 @@ async fn settle() {
 #[tokio::test]
 async fn a_ticket_stream_replays_from_the_first_event_with_gapless_ids_then_sends_live_events() {
     let app = TestApp::spawn().await;
-    let t = app
-        .create_ticket(json!({"task": "x", "labels": ["l"]}))
-        .await;
+    let t = app.create_ticket(json!({"task": "x", "labels": ["l"]})).await;
     let key = t["key"].as_str().unwrap();
     for i in 0..3 {
         app.comment(key, &format!("comment {i}")).await;
@@ -59,25 +55,15 @@ async fn a_ticket_stream_replays_from_the_first_event_with_gapless_ids_then_send
         assert_eq!(e.seq(), Some(i as i64 + 1));
         assert_eq!(e.data["ticket_id"], t["id"]);
         assert_eq!(e.data["ticket_key"], t["key"]);
-        assert!(
-            e.data["at"].is_string() && e.data.get("agent").is_some(),
-            "{}",
-            e.data
-        );
+        assert!(e.data["at"].is_string() && e.data.get("agent").is_some(), "{}", e.data);
     }
     assert_eq!(replayed[0].data["data"]["ticket"]["id"], t["id"]);
-    assert_eq!(
-        replayed[1].data["data"]["comment"]["content"][0]["text"],
-        "comment 0"
-    );
+    assert_eq!(replayed[1].data["data"]["comment"]["content"][0]["text"], "comment 0");
 
     // Live, after the replay, with the next id.
     app.comment(key, "live").await;
     let live = stream.next_event(WAIT).await.expect("a live event");
-    assert_eq!(
-        (live.id.as_deref(), live.kind()),
-        (Some("5"), "comment.created")
-    );
+    assert_eq!((live.id.as_deref(), live.kind()), (Some("5"), "comment.created"));
     // Another ticket's events do not show up.
     app.create_ticket(json!({"task": "other"})).await;
     app.comment(key, "live again").await;
@@ -86,10 +72,7 @@ async fn a_ticket_stream_replays_from_the_first_event_with_gapless_ids_then_send
         (live.id.as_deref(), live.data["ticket_id"].clone()),
         (Some("6"), t["id"].clone())
     );
-    assert!(stream
-        .next_event(Duration::from_millis(300))
-        .await
-        .is_none());
+    assert!(stream.next_event(Duration::from_millis(300)).await.is_none());
     assert!(!stream.ended());
     app.shutdown().await;
 }
@@ -99,10 +82,7 @@ async fn a_ticket_stream_has_the_sse_headers_a_retry_hint_and_pings_every_second
     let app = TestApp::spawn().await;
     let t = app.create_ticket(json!({"task": "x"})).await;
     let stream = app
-        .sse(
-            &format!("/v1/tickets/{}/events", t["id"].as_str().unwrap()),
-            None,
-        )
+        .sse(&format!("/v1/tickets/{}/events", t["id"].as_str().unwrap()), None)
         .await;
     assert!(stream.headers["content-type"]
         .to_str()
@@ -149,27 +129,18 @@ async fn a_ticket_stream_resumes_after_last_event_id_or_the_after_parameter_with
     // After the latest event only new ones come.
     let mut caught_up = app.sse(&format!("{path}?after=5"), None).await;
     let mut beyond = app.sse(&format!("{path}?after=99"), None).await;
-    assert!(caught_up
-        .next_event(Duration::from_millis(300))
-        .await
-        .is_none());
+    assert!(caught_up.next_event(Duration::from_millis(300)).await.is_none());
 
     app.comment(key, "new").await;
     for stream in [&mut by_header, &mut by_query, &mut both, &mut caught_up] {
         let e = stream.next_event(WAIT).await.expect("the live event");
         assert_eq!(e.id.as_deref(), Some("6"));
         assert!(
-            stream
-                .next_event(Duration::from_millis(200))
-                .await
-                .is_none(),
+            stream.next_event(Duration::from_millis(200)).await.is_none(),
             "nothing repeated"
         );
     }
-    assert!(beyond
-        .next_event(Duration::from_millis(200))
-        .await
-        .is_none());
+    assert!(beyond.next_event(Duration::from_millis(200)).await.is_none());
     app.shutdown().await;
 }
 
@@ -181,8 +152,7 @@ async fn a_ticket_stream_ends_after_ticket_cancelled_but_not_while_a_reopened_ti
     let path = format!("/v1/tickets/{key}/events");
     let mut live = app.sse(&path, None).await;
     assert_eq!(kinds(&live.collect_n(1, WAIT).await), ["ticket.created"]);
-    app.post(&format!("/v1/tickets/{key}/cancel"), json!({}))
-        .await;
+    app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
     let rest = live
         .wait_end(WAIT)
         .await
@@ -210,17 +180,10 @@ async fn a_ticket_stream_ends_after_ticket_cancelled_but_not_while_a_reopened_ti
             "ticket.requeued"
         ]
     );
-    assert!(reopened
-        .next_event(Duration::from_millis(500))
-        .await
-        .is_none());
+    assert!(reopened.next_event(Duration::from_millis(500)).await.is_none());
     assert!(!reopened.ended());
-    app.post(&format!("/v1/tickets/{key}/cancel"), json!({}))
-        .await;
-    let rest = reopened
-        .wait_end(WAIT)
-        .await
-        .expect("ends at the second cancel");
+    app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
+    let rest = reopened.wait_end(WAIT).await.expect("ends at the second cancel");
     assert_eq!(ids(&rest), ["5"]);
     app.shutdown().await;
 }
@@ -236,18 +199,10 @@ async fn a_ticket_stream_with_a_bad_cursor_is_400_and_for_an_unknown_ticket_404(
             StatusCode::BAD_REQUEST,
             "bad_request",
         );
-        let answer = support::send(
-            app.request(reqwest::Method::GET, &path)
-                .header("last-event-id", after),
-        )
-        .await;
+        let answer = support::send(app.request(reqwest::Method::GET, &path).header("last-event-id", after)).await;
         assert_error(&answer, StatusCode::BAD_REQUEST, "bad_request");
     }
-    for reference in [
-        "TICKET-999",
-        "0193a0b2-0000-7000-8000-000000000000",
-        "nonsense",
-    ] {
+    for reference in ["TICKET-999", "0193a0b2-0000-7000-8000-000000000000", "nonsense"] {
         let answer = app.get(&format!("/v1/tickets/{reference}/events")).await;
         assert_error(&answer, StatusCode::NOT_FOUND, "not_found");
     }
@@ -270,18 +225,13 @@ async fn the_global_stream_starts_with_new_events_and_resumes_after_a_cursor() {
     let events = stream.collect_n(3, WAIT).await;
     assert_eq!(kinds(&events), ["ticket.created"; 3]);
     let tickets: Vec<&Value> = events.iter().map(|e| &e.data["ticket_id"]).collect();
-    assert_eq!(
-        tickets,
-        created.iter().map(|t| &t["id"]).collect::<Vec<_>>()
-    );
+    assert_eq!(tickets, created.iter().map(|t| &t["id"]).collect::<Vec<_>>());
     assert!(
         !tickets.contains(&&old["id"]),
         "events from before the connection are not sent"
     );
     assert!(
-        events
-            .iter()
-            .all(|e| e.id.as_deref().is_some_and(|id| !id.is_empty())),
+        events.iter().all(|e| e.id.as_deref().is_some_and(|id| !id.is_empty())),
         "every event has a cursor"
     );
     assert_eq!(ids(&events).into_iter().collect::<HashSet<_>>().len(), 3);
@@ -294,10 +244,7 @@ async fn the_global_stream_starts_with_new_events_and_resumes_after_a_cursor() {
         let again = resumed.collect_n(2, WAIT).await;
         assert_eq!(ids(&again), ids(&events[1..]));
         assert!(
-            resumed
-                .next_event(Duration::from_millis(300))
-                .await
-                .is_none(),
+            resumed.next_event(Duration::from_millis(300)).await.is_none(),
             "nothing repeated"
         );
     }
@@ -317,18 +264,12 @@ async fn the_global_stream_filters_by_label_and_by_exact_or_wildcard_kind() {
     let mut label_x = app.sse("/v1/events?label=x", None).await;
     let mut labels_yz = app.sse("/v1/events?label=z,y", None).await;
     let mut ticket_kinds = app.sse("/v1/events?kind=ticket.*", None).await;
-    let mut exact = app
-        .sse("/v1/events?kind=comment.created,ticket.cancelled", None)
-        .await;
+    let mut exact = app.sse("/v1/events?kind=comment.created,ticket.cancelled", None).await;
     let mut nothing = app.sse("/v1/events?kind=tool.started", None).await;
 
-    let t1 = app
-        .create_ticket(json!({"task": "1", "labels": ["x"]}))
-        .await;
+    let t1 = app.create_ticket(json!({"task": "1", "labels": ["x"]})).await;
     app.comment(t1["key"].as_str().unwrap(), "on 1").await;
-    let t2 = app
-        .create_ticket(json!({"task": "2", "labels": ["y"]}))
-        .await;
+    let t2 = app.create_ticket(json!({"task": "2", "labels": ["y"]})).await;
     app.comment(t2["key"].as_str().unwrap(), "on 2").await;
     app.post(
         &format!("/v1/tickets/{}/cancel", t2["key"].as_str().unwrap()),
@@ -336,9 +277,7 @@ async fn the_global_stream_filters_by_label_and_by_exact_or_wildcard_kind() {
     )
     .await;
     // The last ticket matches every filter but one, so its cancel closes each collection.
-    let t3 = app
-        .create_ticket(json!({"task": "3", "labels": ["x", "y"]}))
-        .await;
+    let t3 = app.create_ticket(json!({"task": "3", "labels": ["x", "y"]})).await;
     app.comment(t3["key"].as_str().unwrap(), "on 3").await;
     app.post(
         &format!("/v1/tickets/{}/cancel", t3["key"].as_str().unwrap()),
@@ -346,8 +285,7 @@ async fn the_global_stream_filters_by_label_and_by_exact_or_wildcard_kind() {
     )
     .await;
 
-    let until_end =
-        |e: &SseEvent| e.data["ticket_id"] == t3["id"] && e.kind() == "ticket.cancelled";
+    let until_end = |e: &SseEvent| e.data["ticket_id"] == t3["id"] && e.kind() == "ticket.cancelled";
     let summary = |events: &[SseEvent]| {
         events
             .iter()
@@ -414,10 +352,7 @@ async fn the_global_stream_filters_by_label_and_by_exact_or_wildcard_kind() {
             "3 ticket.cancelled"
         ]
     );
-    assert!(nothing
-        .next_event(Duration::from_millis(300))
-        .await
-        .is_none());
+    assert!(nothing.next_event(Duration::from_millis(300)).await.is_none());
     app.shutdown().await;
 }
 
@@ -457,7 +392,9 @@ async fn write_until(app: Arc<TestApp>, writer: usize, until: Instant) -> usize 
     let mut requests = 0;
     let mut n = 0;
     while Instant::now() < until {
-        let t = app.create_ticket(json!({"task": format!("writer {writer} ticket {n}"), "labels": [format!("w{writer}")]})).await;
+        let t = app
+            .create_ticket(json!({"task": format!("writer {writer} ticket {n}"), "labels": [format!("w{writer}")]}))
+            .await;
         requests += 1;
         let key = t["key"].as_str().unwrap().to_owned();
         for c in 0..(1 + n % 3) {
@@ -465,8 +402,7 @@ async fn write_until(app: Arc<TestApp>, writer: usize, until: Instant) -> usize 
             requests += 1;
         }
         if n % 4 == 3 {
-            app.post(&format!("/v1/tickets/{key}/cancel"), json!({}))
-                .await;
+            app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
             requests += 1;
         }
         n += 1;
@@ -475,8 +411,7 @@ async fn write_until(app: Arc<TestApp>, writer: usize, until: Instant) -> usize 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives_every_event_exactly_once(
-) {
+async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives_every_event_exactly_once() {
     let app = Arc::new(TestApp::spawn().await);
     // Earlier events are not part of what the client must see.
     for i in 0..3 {
@@ -584,14 +519,8 @@ async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives
         assert_eq!(*seq, *last + 1, "ticket {ticket}: seq {seq} after {last}");
         *last = *seq;
     }
-    assert!(
-        connections > 20,
-        "the client reconnected only {connections} times"
-    );
-    println!(
-        "{} events, {requests} requests, {connections} connections",
-        got.len()
-    );
+    assert!(connections > 20, "the client reconnected only {connections} times");
+    println!("{} events, {requests} requests, {connections} connections", got.len());
     Arc::try_unwrap(app)
         .ok()
         .expect("no other owner of the app")
@@ -609,11 +538,8 @@ async fn shutdown_ends_open_streams_within_five_seconds() {
     let b = app.create_ticket(json!({"task": "b"})).await;
     let mut streams: Vec<SseClient> = vec![
         app.sse("/v1/events", None).await,
-        app.sse(
-            &format!("/v1/tickets/{}/events", a["key"].as_str().unwrap()),
-            None,
-        )
-        .await,
+        app.sse(&format!("/v1/tickets/{}/events", a["key"].as_str().unwrap()), None)
+            .await,
         app.sse(
             &format!("/v1/tickets/{}/events?after=1", b["id"].as_str().unwrap()),
             None,
@@ -633,4 +559,29 @@ async fn shutdown_ends_open_streams_within_five_seconds() {
             "stream {i} is still open"
         );
     }
+}
+
+#[tokio::test]
+async fn a_long_transaction_in_another_database_does_not_hold_the_global_stream_back() {
+    let app = TestApp::spawn().await;
+    // A writing transaction elsewhere on the same server, left open.
+    let other = agentdesk::testing::with_database(&app.database_url, "postgres");
+    let mut elsewhere = sqlx::postgres::PgConnection::connect(&other).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut elsewhere).await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut elsewhere)
+        .await
+        .unwrap();
+
+    let mut stream = app.sse("/v1/events", None).await;
+    let ticket = app.create_ticket(json!({ "task": "still streams" })).await;
+    let event = stream
+        .collect_until(|e| e.kind() == "ticket.created", Duration::from_secs(3))
+        .await;
+    assert!(
+        event.iter().any(|e| e.data["ticket_id"] == ticket["id"]),
+        "the event arrived while the other database's transaction stayed open"
+    );
+    sqlx::query("ROLLBACK").execute(&mut elsewhere).await.unwrap();
+    app.shutdown().await;
 }

@@ -21,17 +21,22 @@ async fn wait_status(app: &TestApp, key: &str, status: &str) -> Value {
         if code == StatusCode::OK && ticket["status"] == status {
             return ticket;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{key} never became {status}: {ticket}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{key} never became {status}: {ticket}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 async fn kinds_of(pool: &sqlx::PgPool, key: &str) -> Vec<String> {
-    sqlx::query_scalar("SELECT e.kind FROM events e JOIN tickets t ON t.id = e.ticket_id WHERE t.key = $1 ORDER BY e.seq")
-        .bind(key)
-        .fetch_all(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "SELECT e.kind FROM events e JOIN tickets t ON t.id = e.ticket_id WHERE t.key = $1 ORDER BY e.seq",
+    )
+    .bind(key)
+    .fetch_all(pool)
+    .await
+    .unwrap()
 }
 
 /// Runs the real binary against `database_url`, its model server at `llm`.
@@ -54,7 +59,11 @@ fn spawn_binary(database_url: &str, llm: &FakeLlm, port: u16, log: &str) -> Chil
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 async fn wait_healthy(client: &reqwest::Client, base: &str) {
@@ -92,7 +101,15 @@ async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_ackno
 
     let mut keys = vec![];
     for i in 0..6 {
-        let r: Value = client.post(format!("{base}/v1/tickets")).json(&json!({ "task": format!("job {i}") })).send().await.unwrap().json().await.unwrap();
+        let r: Value = client
+            .post(format!("{base}/v1/tickets"))
+            .json(&json!({ "task": format!("job {i}") }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         keys.push(r["key"].as_str().unwrap().to_owned());
     }
     assert!(llm.wait_for_requests(6, WAIT).await, "every ticket reached the model");
@@ -103,7 +120,10 @@ async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_ackno
         .await
         .unwrap();
     assert_eq!(comment.status(), StatusCode::CREATED);
-    let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(&pool).await.unwrap();
+    let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
 
     first.kill().unwrap(); // SIGKILL
     first.wait().unwrap();
@@ -114,12 +134,22 @@ async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_ackno
     let deadline = tokio::time::Instant::now() + WAIT;
     for key in &keys {
         loop {
-            let t: Value = client.get(format!("{base}/v1/tickets/{key}")).send().await.unwrap().json().await.unwrap();
+            let t: Value = client
+                .get(format!("{base}/v1/tickets/{key}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
             if t["status"] == "done" {
                 assert_eq!(t["attempts"], 2, "the claim lost in the crash counts: {t}");
                 break;
             }
-            assert!(tokio::time::Instant::now() < deadline, "{key} did not finish after the restart: {t}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{key} did not finish after the restart: {t}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -128,15 +158,28 @@ async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_ackno
 
     for key in &keys {
         let kinds = kinds_of(&pool, key).await;
-        assert_eq!(kinds.iter().filter(|k| *k == "ticket.done").count(), 1, "{key} closed once: {kinds:?}");
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "ticket.done").count(),
+            1,
+            "{key} closed once: {kinds:?}"
+        );
         assert_eq!(kinds.last().unwrap(), "ticket.done");
-        assert!(kinds.contains(&"ticket.requeued".to_string()), "{key} was re-queued after its lease expired");
-        let seqs: Vec<i64> = sqlx::query_scalar("SELECT e.seq FROM events e JOIN tickets t ON t.id = e.ticket_id WHERE t.key = $1 ORDER BY e.seq")
-            .bind(key)
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "{key}'s events have no gaps");
+        assert!(
+            kinds.contains(&"ticket.requeued".to_string()),
+            "{key} was re-queued after its lease expired"
+        );
+        let seqs: Vec<i64> = sqlx::query_scalar(
+            "SELECT e.seq FROM events e JOIN tickets t ON t.id = e.ticket_id WHERE t.key = $1 ORDER BY e.seq",
+        )
+        .bind(key)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as i64).collect::<Vec<_>>(),
+            "{key}'s events have no gaps"
+        );
     }
     let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM comments c JOIN tickets t ON t.id = c.ticket_id WHERE t.key = $1 AND c.content::text LIKE '%acknowledged before the crash%'")
         .bind(&keys[0])
@@ -144,7 +187,10 @@ async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_ackno
         .await
         .unwrap();
     assert_eq!(kept, 1, "the acknowledged comment survived");
-    let events_after: i64 = sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(&pool).await.unwrap();
+    let events_after: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert!(events_after > events_before);
 }
 
@@ -152,10 +198,17 @@ async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_ackno
 async fn a_postgres_restart_mid_run_is_survived_and_the_tickets_finish() {
     let dir = std::env::temp_dir().join(format!("agentdesk-pg-restart-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let pg = agentdesk::embedded_pg::EmbeddedPostgres::start(&dir.join("pgdata")).await.unwrap();
+    let pg = agentdesk::embedded_pg::EmbeddedPostgres::start(&dir.join("pgdata"))
+        .await
+        .unwrap();
     let llm = FakeLlm::start().await;
-    llm.set_responder(|_| Reply::tool_call("close_ticket", json!({ "result": "ok" })).first_byte_delay(Duration::from_millis(1500)));
-    let providers = agentdesk::llm::Providers::new(Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)), None);
+    llm.set_responder(|_| {
+        Reply::tool_call("close_ticket", json!({ "result": "ok" })).first_byte_delay(Duration::from_millis(1500))
+    });
+    let providers = agentdesk::llm::Providers::new(
+        Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
+        None,
+    );
     let url = pg.url();
     let app = TestApp::spawn_full(agentdesk::app::Mode::Serve, providers, |c| {
         c.database_url = Some(url.clone());
@@ -164,16 +217,27 @@ async fn a_postgres_restart_mid_run_is_survived_and_the_tickets_finish() {
     .await;
     let mut keys = vec![];
     for i in 0..4 {
-        keys.push(app.create_ticket(json!({ "task": format!("job {i}") })).await["key"].as_str().unwrap().to_owned());
+        keys.push(
+            app.create_ticket(json!({ "task": format!("job {i}") })).await["key"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
     assert!(llm.wait_for_requests(4, WAIT).await);
 
     // A real restart: fast shutdown (every connection dropped), then the same server again.
     let pg_ctl = std::path::Path::new(&agentdesk_pg_bindir()).join("pg_ctl");
     let data_dir = pg.data_dir().to_path_buf();
-    let status = as_postgres_user(Command::new(&pg_ctl).arg("-D").arg(&data_dir).args(["restart", "-m", "fast", "-w", "-l"]).arg(std::env::temp_dir().join(format!("agentdesk-pg-restart-{}.log", std::process::id()))))
-        .status()
-        .unwrap();
+    let status = as_postgres_user(
+        Command::new(&pg_ctl)
+            .arg("-D")
+            .arg(&data_dir)
+            .args(["restart", "-m", "fast", "-w", "-l"])
+            .arg(std::env::temp_dir().join(format!("agentdesk-pg-restart-{}.log", std::process::id()))),
+    )
+    .status()
+    .unwrap();
     assert!(status.success(), "pg_ctl restart failed");
 
     for key in &keys {
@@ -181,10 +245,19 @@ async fn a_postgres_restart_mid_run_is_survived_and_the_tickets_finish() {
         assert_eq!(done["result"], "ok");
     }
     // New work after the restart runs too.
-    let key = app.create_ticket(json!({ "task": "after" })).await["key"].as_str().unwrap().to_owned();
+    let key = app.create_ticket(json!({ "task": "after" })).await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     wait_status(&app, &key, "done").await;
     app.shutdown().await;
-    let _ = as_postgres_user(Command::new(&pg_ctl).arg("-D").arg(&data_dir).args(["stop", "-m", "immediate"])).status();
+    let _ = as_postgres_user(
+        Command::new(&pg_ctl)
+            .arg("-D")
+            .arg(&data_dir)
+            .args(["stop", "-m", "immediate"]),
+    )
+    .status();
     drop(pg);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -195,7 +268,11 @@ fn agentdesk_pg_bindir() -> String {
     if std::path::Path::new(&bindir).join("pg_ctl").exists() {
         return bindir;
     }
-    let mut versions: Vec<_> = std::fs::read_dir("/usr/lib/postgresql").unwrap().flatten().map(|e| e.path()).collect();
+    let mut versions: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     versions.sort();
     versions.last().unwrap().join("bin").display().to_string()
 }
@@ -204,8 +281,16 @@ fn agentdesk_pg_bindir() -> String {
 fn as_postgres_user(cmd: &mut Command) -> &mut Command {
     if unsafe { libc::geteuid() } == 0 {
         use std::os::unix::process::CommandExt;
-        let uid: u32 = String::from_utf8(Command::new("id").args(["-u", "postgres"]).output().unwrap().stdout).unwrap().trim().parse().unwrap();
-        let gid: u32 = String::from_utf8(Command::new("id").args(["-g", "postgres"]).output().unwrap().stdout).unwrap().trim().parse().unwrap();
+        let uid: u32 = String::from_utf8(Command::new("id").args(["-u", "postgres"]).output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let gid: u32 = String::from_utf8(Command::new("id").args(["-g", "postgres"]).output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         cmd.uid(uid).gid(gid);
     }
     cmd
@@ -220,12 +305,21 @@ async fn start(configure: impl FnOnce(&mut agentdesk::config::Config)) -> (TestA
 #[tokio::test]
 async fn cancelling_while_a_tool_runs_aborts_the_tool_and_returns_cancelled_within_two_seconds() {
     let (app, llm) = start(|_| {}).await;
-    let target = app.create_ticket(json!({ "task": "edit me", "labels": ["nobody"] })).await;
+    let target = app
+        .create_ticket(json!({ "task": "edit me", "labels": ["nobody"] }))
+        .await;
     let target_key = target["key"].as_str().unwrap().to_owned();
     // Hold the target's row lock so the agent's edit blocks inside the tool.
     let mut blocker = app.pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM tickets WHERE key = $1 FOR UPDATE").bind(&target_key).execute(&mut *blocker).await.unwrap();
-    llm.push(Reply::tool_call("manage_tickets", json!({ "action": "edit", "key": target_key, "task": "edited" })));
+    sqlx::query("SELECT 1 FROM tickets WHERE key = $1 FOR UPDATE")
+        .bind(&target_key)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    llm.push(Reply::tool_call(
+        "manage_tickets",
+        json!({ "action": "edit", "key": target_key, "task": "edited" }),
+    ));
     let ticket = app.create_ticket(json!({ "task": "edit the other one" })).await;
     let key = ticket["key"].as_str().unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -242,7 +336,11 @@ async fn cancelling_while_a_tool_runs_aborts_the_tool_and_returns_cancelled_with
     blocker.rollback().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let kinds = kinds_of(&app.pool, key).await;
-    assert_eq!(kinds.last().unwrap(), "ticket.cancelled", "nothing after the cancel: {kinds:?}");
+    assert_eq!(
+        kinds.last().unwrap(),
+        "ticket.cancelled",
+        "nothing after the cancel: {kinds:?}"
+    );
     assert!(!kinds.contains(&"tool.finished".to_string()));
     let (_, target) = app.get(&format!("/v1/tickets/{target_key}")).await;
     assert_eq!(target["task"], "edit me", "the aborted tool changed nothing");
@@ -259,8 +357,16 @@ async fn shutdown_releases_a_running_ticket_to_todo_without_spending_an_attempt(
     let pool = agentdesk::db::connect(&app.database_url, 1).await.unwrap();
     let started = std::time::Instant::now();
     app.shutdown().await;
-    assert!(started.elapsed() < Duration::from_secs(5), "shutdown took {:?}", started.elapsed());
-    let (status, attempts): (String, i32) = sqlx::query_as("SELECT status, attempts FROM tickets WHERE key = $1").bind(&key).fetch_one(&pool).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    let (status, attempts): (String, i32) = sqlx::query_as("SELECT status, attempts FROM tickets WHERE key = $1")
+        .bind(&key)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert_eq!((status.as_str(), attempts), ("todo", 0));
     let data: Value = sqlx::query_scalar("SELECT e.data FROM events e JOIN tickets t ON t.id = e.ticket_id WHERE t.key = $1 AND e.kind = 'ticket.requeued'")
         .bind(&key)
@@ -273,26 +379,40 @@ async fn shutdown_releases_a_running_ticket_to_todo_without_spending_an_attempt(
 #[tokio::test]
 async fn a_comment_on_an_in_progress_ticket_reaches_the_model_on_its_next_request() {
     let (app, llm) = start(|_| {}).await;
-    llm.push(Reply::tool_call("read_tickets", json!({ "action": "list" })).first_byte_delay(Duration::from_millis(800)));
+    llm.push(
+        Reply::tool_call("read_tickets", json!({ "action": "list" })).first_byte_delay(Duration::from_millis(800)),
+    );
     llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })));
     let ticket = app.create_ticket(json!({ "task": "work" })).await;
     let key = ticket["key"].as_str().unwrap();
     assert!(llm.wait_for_requests(1, WAIT).await);
-    let (code, _) = app.post(&format!("/v1/tickets/{key}/comments"), json!({ "text": "also check the logs" })).await;
+    let (code, _) = app
+        .post(
+            &format!("/v1/tickets/{key}/comments"),
+            json!({ "text": "also check the logs" }),
+        )
+        .await;
     assert_eq!(code, StatusCode::CREATED);
     wait_status(&app, key, "done").await;
-    assert!(llm.requests()[1].body["messages"].to_string().contains("also check the logs"));
+    assert!(llm.requests()[1].body["messages"]
+        .to_string()
+        .contains("also check the logs"));
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn an_agent_naming_an_unconfigured_provider_fails_its_ticket_with_a_clear_kind() {
     let (app, _llm) = start(|_| {}).await;
-    let (code, _) = app.put("/v1/agents/claude", json!({ "provider": "anthropic", "labels": ["c"] })).await;
+    let (code, _) = app
+        .put("/v1/agents/claude", json!({ "provider": "anthropic", "labels": ["c"] }))
+        .await;
     assert_eq!(code, StatusCode::CREATED);
     let ticket = app.create_ticket(json!({ "task": "t", "labels": ["claude"] })).await;
     let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
     assert_eq!(failed["error"]["kind"], "provider_unconfigured");
-    assert!(failed["error"]["message"].as_str().unwrap().contains("ANTHROPIC_API_KEY"));
+    assert!(failed["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("ANTHROPIC_API_KEY"));
     app.shutdown().await;
 }

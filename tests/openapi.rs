@@ -29,8 +29,7 @@ fn the_committed_openapi_document_matches_the_generated_one() {
 
 #[test]
 fn the_openapi_document_is_valid_json_of_version_3_1_with_every_endpoint() {
-    let doc: serde_json::Value =
-        serde_json::from_str(&agentdesk::http::openapi::document_json()).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&agentdesk::http::openapi::document_json()).unwrap();
     assert!(
         doc["openapi"].as_str().unwrap().starts_with("3.1"),
         "{}",

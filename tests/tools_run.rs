@@ -141,21 +141,11 @@ async fn close_without_schema_accepts_any_result_and_apply_marks_done() {
     let pool = pool().await;
     let claim = claimed(&pool, None).await;
     let result = json!({"answer": 42});
-    let outcome = run_builtin(
-        &ctx(&pool, &claim),
-        "close_ticket",
-        &json!({ "result": result }),
-    )
-    .await;
-    let finisher = Finisher::Close {
-        result: result.clone(),
-    };
+    let outcome = run_builtin(&ctx(&pool, &claim), "close_ticket", &json!({ "result": result })).await;
+    let finisher = Finisher::Close { result: result.clone() };
     assert_eq!(outcome, ToolOutcome::Finish(finisher.clone()));
     // Running the tool alone writes nothing.
-    assert_eq!(
-        ticket(&pool, &claim.ticket.key).await.status,
-        Status::InProgress
-    );
+    assert_eq!(ticket(&pool, &claim.ticket.key).await.status, Status::InProgress);
 
     let out = apply(&pool, &claim, &finisher).await;
     assert_eq!(out, format!("{} is done.", claim.ticket.key));
@@ -172,12 +162,7 @@ async fn close_without_schema_accepts_any_result_and_apply_marks_done() {
 async fn close_null_result_is_invalid_input() {
     let pool = pool().await;
     let claim = claimed(&pool, None).await;
-    let outcome = run_builtin(
-        &ctx(&pool, &claim),
-        "close_ticket",
-        &json!({"result": null}),
-    )
-    .await;
+    let outcome = run_builtin(&ctx(&pool, &claim), "close_ticket", &json!({"result": null})).await;
     assert_eq!(failed_kind(&outcome), "invalid_input");
     let outcome = run_builtin(&ctx(&pool, &claim), "close_ticket", &json!({})).await;
     assert_eq!(failed_kind(&outcome), "invalid_input");
@@ -186,16 +171,10 @@ async fn close_null_result_is_invalid_input() {
 #[tokio::test]
 async fn close_with_schema_validates_the_result() {
     let pool = pool().await;
-    let schema =
-        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
     let claim = claimed(&pool, Some(schema)).await;
 
-    let bad = run_builtin(
-        &ctx(&pool, &claim),
-        "close_ticket",
-        &json!({"result": {"n": "x"}}),
-    )
-    .await;
+    let bad = run_builtin(&ctx(&pool, &claim), "close_ticket", &json!({"result": {"n": "x"}})).await;
     assert_eq!(failed_kind(&bad), "result_invalid");
     let ToolOutcome::Failed { message, .. } = bad else {
         unreachable!()
@@ -209,12 +188,7 @@ async fn close_with_schema_validates_the_result() {
     assert_eq!(still.status, Status::InProgress);
     assert_eq!(still.result, None);
 
-    let good = run_builtin(
-        &ctx(&pool, &claim),
-        "close_ticket",
-        &json!({"result": {"n": 3}}),
-    )
-    .await;
+    let good = run_builtin(&ctx(&pool, &claim), "close_ticket", &json!({"result": {"n": 3}})).await;
     assert_eq!(
         good,
         ToolOutcome::Finish(Finisher::Close {
@@ -247,11 +221,7 @@ async fn handover_closes_the_parent_and_creates_a_child_with_a_single_pass_task(
             schema: Some(json!({"type": "string"})),
         }
     );
-    assert_eq!(
-        ticket_count(&pool).await,
-        1,
-        "running the tool writes nothing"
-    );
+    assert_eq!(ticket_count(&pool).await, 1, "running the tool writes nothing");
 
     let out = apply(&pool, &claim, &finisher).await;
     let parent = ticket(&pool, &key).await;
@@ -283,15 +253,9 @@ async fn handover_closes_the_parent_and_creates_a_child_with_a_single_pass_task(
     assert_eq!(child.max_attempts, 3);
     assert_eq!(
         child.task,
-        json!(format!(
-            "Write up {key}: found {{parent_key}} literally {{unknown}}"
-        ))
+        json!(format!("Write up {key}: found {{parent_key}} literally {{unknown}}"))
     );
-    let kinds: Vec<String> = event_kinds(&pool, child)
-        .await
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
+    let kinds: Vec<String> = event_kinds(&pool, child).await.into_iter().map(|(k, _)| k).collect();
     assert_eq!(kinds, ["ticket.created"]);
     let (last, _) = event_kinds(&pool, &parent).await.pop().expect("events");
     assert_eq!(last, "ticket.done");
@@ -323,26 +287,14 @@ async fn every_invalid_handover_changes_nothing() {
             "invalid_input",
         ),
         (json!({"to": "w", "task": "t"}), "invalid_input"),
-        (
-            json!({"to": "w", "task": "t", "result": ""}),
-            "invalid_input",
-        ),
-        (
-            json!({"to": "w", "task": "t", "result": 42}),
-            "invalid_input",
-        ),
-        (
-            json!({"to": "w", "task": "t", "result": ["a"]}),
-            "invalid_input",
-        ),
+        (json!({"to": "w", "task": "t", "result": ""}), "invalid_input"),
+        (json!({"to": "w", "task": "t", "result": 42}), "invalid_input"),
+        (json!({"to": "w", "task": "t", "result": ["a"]}), "invalid_input"),
         (
             json!({"to": "w", "task": "t", "result": "a long enough result here", "schema": {"type": "not_a_type"}}),
             "invalid_input",
         ),
-        (
-            json!({"to": "w", "task": "t", "result": "too short"}),
-            "result_invalid",
-        ),
+        (json!({"to": "w", "task": "t", "result": "too short"}), "result_invalid"),
     ];
     for (input, kind) in cases {
         let outcome = run_builtin(&ctx(&pool, &claim), "handover_ticket", &input).await;
@@ -470,10 +422,7 @@ async fn manage_edit_changes_only_todo_or_waiting_tickets_and_never_a_status() {
         message.contains("is in_progress: only todo or waiting tickets can be edited"),
         "{message}"
     );
-    assert_eq!(
-        ticket(&pool, &claim.ticket.key).await.task,
-        json!("the main task")
-    );
+    assert_eq!(ticket(&pool, &claim.ticket.key).await.task, json!("the main task"));
 
     let nothing = run_builtin(
         &ctx(&pool, &claim),
@@ -516,20 +465,9 @@ async fn get_describes_one_ticket() {
     let pool = pool().await;
     let claim = claimed(&pool, None).await;
     let long = "word ".repeat(1000);
-    let other = create(
-        &pool,
-        new_ticket(&long, &["a", "b"], Some(json!({"type": "string"}))),
-    )
-    .await;
+    let other = create(&pool, new_ticket(&long, &["a", "b"], Some(json!({"type": "string"})))).await;
     for tool in ["read_tickets", "manage_tickets"] {
-        let out = output(
-            run_builtin(
-                &ctx(&pool, &claim),
-                tool,
-                &json!({"action": "get", "key": other.key}),
-            )
-            .await,
-        );
+        let out = output(run_builtin(&ctx(&pool, &claim), tool, &json!({"action": "get", "key": other.key})).await);
         assert!(out.starts_with(&format!("{} [todo]\n", other.key)), "{out}");
         assert!(out.contains("labels: a, b"), "{out}");
         assert!(out.contains("reporter: user"), "{out}");
@@ -573,23 +511,13 @@ async fn list_and_search_are_capped_at_fifty_lines() {
         )
         .await;
     }
-    let all = output(
-        run_builtin(
-            &ctx(&pool, &claim),
-            "read_tickets",
-            &json!({"action": "list"}),
-        )
-        .await,
-    );
+    let all = output(run_builtin(&ctx(&pool, &claim), "read_tickets", &json!({"action": "list"})).await);
     let lines: Vec<&str> = all.lines().collect();
     assert_eq!(lines.len(), 51, "{all}");
     assert_eq!(lines[50], "(6 more not shown)");
     assert_eq!(
         lines[0],
-        format!(
-            "{} [in_progress] labels=alice: the main task",
-            claim.ticket.key
-        )
+        format!("{} [in_progress] labels=alice: the main task", claim.ticket.key)
     );
     assert!(
         lines[1].ends_with("labels=even: Item number 0 second line"),
@@ -606,10 +534,7 @@ async fn list_and_search_are_capped_at_fifty_lines() {
         .await,
     );
     assert_eq!(odd.lines().count(), 27, "{odd}");
-    assert!(
-        odd.lines().all(|l| l.contains("[todo] labels=odd:")),
-        "{odd}"
-    );
+    assert!(odd.lines().all(|l| l.contains("[todo] labels=odd:")), "{odd}");
 
     let found = output(
         run_builtin(
@@ -655,12 +580,7 @@ async fn list_and_search_are_capped_at_fifty_lines() {
         message.contains("todo, in_progress, waiting, done, failed, cancelled"),
         "{message}"
     );
-    let no_query = run_builtin(
-        &ctx(&pool, &claim),
-        "read_tickets",
-        &json!({"action": "search"}),
-    )
-    .await;
+    let no_query = run_builtin(&ctx(&pool, &claim), "read_tickets", &json!({"action": "search"})).await;
     assert_eq!(failed_kind(&no_query), "invalid_input");
 }
 

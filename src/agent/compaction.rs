@@ -120,7 +120,12 @@ fn cut_middle(text: &str, max: usize) -> String {
     while !text.is_char_boundary(tail) {
         tail += 1;
     }
-    format!("{}\n\n[… {} bytes left out …]\n\n{}", &text[..head], tail - head, &text[tail..])
+    format!(
+        "{}\n\n[… {} bytes left out …]\n\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
 }
 
 /// The comment that replaces the transcript.
@@ -141,8 +146,16 @@ mod tests {
     #[test]
     fn triggers_follow_the_window() {
         assert_eq!(trigger(1_097, 4_096, false), Some(Reason::Blocking));
-        assert_eq!(trigger(1_000, 4_096, true), None, "no proactive margin in a small window");
-        assert_eq!(trigger(100_000, 128_000, false), None, "proactive only after a first response");
+        assert_eq!(
+            trigger(1_000, 4_096, true),
+            None,
+            "no proactive margin in a small window"
+        );
+        assert_eq!(
+            trigger(100_000, 128_000, false),
+            None,
+            "proactive only after a first response"
+        );
         assert_eq!(trigger(100_000, 128_000, true), Some(Reason::Proactive));
         assert_eq!(trigger(125_000, 128_000, false), Some(Reason::Blocking));
     }

@@ -25,8 +25,8 @@ use crate::domain::event::kind;
 use crate::domain::{Agent, Author, ContentBlock, NewEvent, Status, Ticket, TicketEvent, TicketUsage};
 use crate::events::EventHub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, Providers, ToolSpec};
-use compaction::Reason;
 use crate::tools::run::{self as tool_run, ToolContext, ToolOutcome};
+use compaction::Reason;
 
 /// What the loop needs from the process.
 pub struct Runtime {
@@ -131,15 +131,35 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>
         // The task becomes the transcript's first user comment, so it is compacted and shown like
         // everything else.
         let mut tx = fenced!(rt, fence);
-        let comment = db::comments::insert(&mut tx, ticket.id, Author::User, None, &[ContentBlock::text(transcript::task_text(&ticket))]).await?;
+        let comment = db::comments::insert(
+            &mut tx,
+            ticket.id,
+            Author::User,
+            None,
+            &[ContentBlock::text(transcript::task_text(&ticket))],
+        )
+        .await?;
         db::claims::mark_seeded(&mut tx, ticket.id).await?;
-        db::events::append(&mut tx, ticket.id, &[NewEvent::new(kind::COMMENT_CREATED, Some(agent_name), json!({ "comment": comment }))]).await?;
+        db::events::append(
+            &mut tx,
+            ticket.id,
+            &[NewEvent::new(
+                kind::COMMENT_CREATED,
+                Some(agent_name),
+                json!({ "comment": comment }),
+            )],
+        )
+        .await?;
         tx.commit().await?;
         rt.hub.wake();
     }
 
     if let Some((policy, limit)) = policy_violation(&agent, &ticket) {
-        let event = NewEvent::new(kind::POLICY_VIOLATED, Some(agent_name), json!({ "kind": policy, "limit": limit }));
+        let event = NewEvent::new(
+            kind::POLICY_VIOLATED,
+            Some(agent_name),
+            json!({ "kind": policy, "limit": limit }),
+        );
         let message = format!("the ticket reached the agent's {policy} limit ({limit}) before it was closed");
         return fail(rt, fence, agent_name, policy, &message, vec![event]).await;
     }
@@ -147,7 +167,11 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>
     let provider = match rt.providers.get(agent.provider.as_deref()) {
         Ok(p) => p,
         Err(err) => {
-            let event = NewEvent::new(kind::REQUEST_FAILED, Some(agent_name), json!({ "kind": err.kind.as_str(), "message": err.message }));
+            let event = NewEvent::new(
+                kind::REQUEST_FAILED,
+                Some(agent_name),
+                json!({ "kind": err.kind.as_str(), "message": err.message }),
+            );
             return fail(rt, fence, agent_name, err.kind.as_str(), &err.message, vec![event]).await;
         }
     };
@@ -163,9 +187,29 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>
         if let Some(reason) = compaction::trigger(estimated, window, ticket.usage.requests > 0) {
             if reason == Reason::Blocking {
                 let data = json!({ "estimated_tokens": estimated, "threshold_tokens": compaction::blocking_threshold(window) });
-                next!(append_events(rt, fence, &[NewEvent::new(kind::CONTEXT_LIMIT_EXCEEDED, Some(agent_name), data)]).await?);
+                next!(
+                    append_events(
+                        rt,
+                        fence,
+                        &[NewEvent::new(kind::CONTEXT_LIMIT_EXCEEDED, Some(agent_name), data)]
+                    )
+                    .await?
+                );
             }
-            compacted = next!(compact(rt, fence, &agent, &ticket, provider.as_ref(), window, reason, estimated, signals).await?);
+            compacted = next!(
+                compact(
+                    rt,
+                    fence,
+                    &agent,
+                    &ticket,
+                    provider.as_ref(),
+                    window,
+                    reason,
+                    estimated,
+                    signals
+                )
+                .await?
+            );
             request = build_request(&agent, &ticket, &db::comments::all(&rt.pool, ticket.id).await?);
             if compaction::estimate_tokens(&request) >= compaction::blocking_threshold(window) {
                 return still_too_large(rt, fence, agent_name).await;
@@ -181,7 +225,20 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>
                 return overflow_failure(rt, fence, agent_name, &err, compacted).await;
             };
             let estimated = compaction::estimate_tokens(&request);
-            next!(compact(rt, fence, &agent, &ticket, provider.as_ref(), window, Reason::Reactive, estimated, signals).await?);
+            next!(
+                compact(
+                    rt,
+                    fence,
+                    &agent,
+                    &ticket,
+                    provider.as_ref(),
+                    window,
+                    Reason::Reactive,
+                    estimated,
+                    signals
+                )
+                .await?
+            );
             request = build_request(&agent, &ticket, &db::comments::all(&rt.pool, ticket.id).await?);
             match next!(call_model(rt, fence, &agent, &ticket, provider.as_ref(), &request, signals).await?) {
                 ModelOutcome::Response(r) => r,
@@ -210,9 +267,23 @@ async fn still_too_large(rt: &Runtime, fence: Fence, agent: &str) -> Result<Flow
     fail(rt, fence, agent, "context_window_exceeded", STILL_TOO_LARGE, vec![]).await
 }
 
-async fn overflow_failure(rt: &Runtime, fence: Fence, agent: &str, err: &LlmError, after_compaction: bool) -> Result<Flow<()>, sqlx::Error> {
-    let message = if after_compaction { format!("{STILL_TOO_LARGE}: {}", err.message) } else { err.message.clone() };
-    let event = NewEvent::new(kind::REQUEST_FAILED, Some(agent), json!({ "kind": err.kind.as_str(), "message": message }));
+async fn overflow_failure(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &str,
+    err: &LlmError,
+    after_compaction: bool,
+) -> Result<Flow<()>, sqlx::Error> {
+    let message = if after_compaction {
+        format!("{STILL_TOO_LARGE}: {}", err.message)
+    } else {
+        err.message.clone()
+    };
+    let event = NewEvent::new(
+        kind::REQUEST_FAILED,
+        Some(agent),
+        json!({ "kind": err.kind.as_str(), "message": message }),
+    );
     fail(rt, fence, agent, err.kind.as_str(), &message, vec![event]).await
 }
 
@@ -232,7 +303,18 @@ async fn compact(
     signals: &Signals,
 ) -> Result<Flow<bool>, sqlx::Error> {
     let name = agent.name.as_str();
-    next!(append_events(rt, fence, &[NewEvent::new(kind::COMPACTION_STARTED, Some(name), compaction::started_data(reason))]).await?);
+    next!(
+        append_events(
+            rt,
+            fence,
+            &[NewEvent::new(
+                kind::COMPACTION_STARTED,
+                Some(name),
+                compaction::started_data(reason)
+            )]
+        )
+        .await?
+    );
     let comments = db::comments::all(&rt.pool, ticket.id).await?;
     let summariser = compaction::summariser_request(&agent.model, &comments, window);
     // One request, no tools, no retries: a failing summariser is reported, not hammered.
@@ -244,7 +326,10 @@ async fn compact(
     };
     let (usage, outcome) = match result {
         Ok(response) if !response.text.trim().is_empty() => (Some(response.usage), Ok(response.text)),
-        Ok(response) => (Some(response.usage), Err("the summariser returned an empty summary".to_owned())),
+        Ok(response) => (
+            Some(response.usage),
+            Err("the summariser returned an empty summary".to_owned()),
+        ),
         Err(err) => (None, Err(format!("{}: {}", err.kind.as_str(), err.message))),
     };
     let mut tx = fenced!(rt, fence);
@@ -256,7 +341,11 @@ async fn compact(
             db::comments::delete_non_system(&mut tx, ticket.id).await?;
             let content = compaction::summary_comment(&summary);
             let comment = db::comments::insert(&mut tx, ticket.id, Author::User, None, &content).await?;
-            let kept: Vec<_> = comments.into_iter().filter(|c| c.author == Author::System).chain([comment.clone()]).collect();
+            let kept: Vec<_> = comments
+                .into_iter()
+                .filter(|c| c.author == Author::System)
+                .chain([comment.clone()])
+                .collect();
             let tokens_after = compaction::estimate_tokens(&build_request(agent, ticket, &kept));
             db::events::append(&mut tx, ticket.id, &[
                 NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })),
@@ -265,11 +354,23 @@ async fn compact(
             Flow::Next(true)
         }
         Err(message) => {
-            db::events::append(&mut tx, ticket.id, &[NewEvent::new(kind::COMPACTION_FAILED, Some(name), json!({ "reason": reason.as_str(), "message": message }))]).await?;
+            db::events::append(
+                &mut tx,
+                ticket.id,
+                &[NewEvent::new(
+                    kind::COMPACTION_FAILED,
+                    Some(name),
+                    json!({ "reason": reason.as_str(), "message": message }),
+                )],
+            )
+            .await?;
             if reason == Reason::Proactive {
                 Flow::Next(false)
             } else {
-                let outcome = Finish::Failed { kind: "compaction_failed".into(), message: format!("compaction failed: {message}") };
+                let outcome = Finish::Failed {
+                    kind: "compaction_failed".into(),
+                    message: format!("compaction failed: {message}"),
+                };
                 db::claims::finish(&mut tx, fence, &outcome, name).await?;
                 Flow::End(RunEnd::Failed)
             }
@@ -292,7 +393,11 @@ fn ticket_usage(usage: &llm::Usage, requests: i64) -> TicketUsage {
 }
 
 fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
-    let role = if agent.role.trim().is_empty() { crate::app::DEFAULT_AGENT_ROLE } else { agent.role.as_str() };
+    let role = if agent.role.trim().is_empty() {
+        crate::app::DEFAULT_AGENT_ROLE
+    } else {
+        agent.role.as_str()
+    };
     format!("{role}\n\nYou are working on ticket {}.", ticket.key)
 }
 
@@ -301,7 +406,11 @@ fn tool_specs(agent: &Agent) -> Vec<ToolSpec> {
         .tools
         .iter()
         .filter_map(|name| crate::tools::definition(name))
-        .map(|d| ToolSpec { name: d.name.to_owned(), description: d.description, input_schema: d.input_schema })
+        .map(|d| ToolSpec {
+            name: d.name.to_owned(),
+            description: d.description,
+            input_schema: d.input_schema,
+        })
         .collect()
 }
 
@@ -331,7 +440,10 @@ async fn fail(
 ) -> Result<Flow<()>, sqlx::Error> {
     let mut tx = fenced!(rt, fence);
     db::events::append(&mut tx, fence.ticket_id, &events).await?;
-    let outcome = Finish::Failed { kind: error_kind.to_owned(), message: message.to_owned() };
+    let outcome = Finish::Failed {
+        kind: error_kind.to_owned(),
+        message: message.to_owned(),
+    };
     db::claims::finish(&mut tx, fence, &outcome, agent).await?;
     tx.commit().await?;
     rt.hub.wake();
@@ -364,7 +476,18 @@ async fn call_model(
     signals: &Signals,
 ) -> Result<Flow<ModelOutcome>, sqlx::Error> {
     let name = agent.name.as_str();
-    next!(append_events(rt, fence, &[NewEvent::new(kind::REQUEST_STARTED, Some(name), json!({ "model": agent.model }))]).await?);
+    next!(
+        append_events(
+            rt,
+            fence,
+            &[NewEvent::new(
+                kind::REQUEST_STARTED,
+                Some(name),
+                json!({ "model": agent.model })
+            )]
+        )
+        .await?
+    );
     let max_retries = agent.max_request_retries.max(0) as u32;
     let base_delay = Duration::from_millis(agent.request_retry_delay_ms.max(0) as u64);
     let mut attempt = 0u32;
@@ -398,7 +521,9 @@ async fn call_model(
         };
         let err: LlmError = match result {
             Ok(response) => return Ok(Flow::Next(ModelOutcome::Response(response))),
-            Err(err) if err.kind == LlmErrorKind::ContextWindowExceeded => return Ok(Flow::Next(ModelOutcome::Overflow(err))),
+            Err(err) if err.kind == LlmErrorKind::ContextWindowExceeded => {
+                return Ok(Flow::Next(ModelOutcome::Overflow(err)))
+            }
             Err(err) => err,
         };
         attempt += 1;
@@ -421,13 +546,20 @@ async fn call_model(
             }
         }
         let message = if partial && err.kind.is_retryable() {
-            format!("{} (after partial output, so the request was not repeated)", err.message)
+            format!(
+                "{} (after partial output, so the request was not repeated)",
+                err.message
+            )
         } else if err.kind.is_retryable() {
             format!("{} (gave up after {max_retries} retries)", err.message)
         } else {
             err.message.clone()
         };
-        let event = NewEvent::new(kind::REQUEST_FAILED, Some(name), json!({ "kind": err.kind.as_str(), "message": message }));
+        let event = NewEvent::new(
+            kind::REQUEST_FAILED,
+            Some(name),
+            json!({ "kind": err.kind.as_str(), "message": message }),
+        );
         return match fail(rt, fence, name, err.kind.as_str(), &message, vec![event]).await? {
             Flow::End(end) => Ok(Flow::End(end)),
             Flow::Next(()) => Ok(Flow::End(RunEnd::Failed)),
@@ -450,7 +582,11 @@ fn prepare_calls(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
         .iter()
         .enumerate()
         .map(|(i, call)| {
-            let id = if call.id.is_empty() { format!("call_{i}") } else { call.id.clone() };
+            let id = if call.id.is_empty() {
+                format!("call_{i}")
+            } else {
+                call.id.clone()
+            };
             let definition = agent
                 .tools
                 .iter()
@@ -458,7 +594,10 @@ fn prepare_calls(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
                 .then(|| crate::tools::definition(&call.name))
                 .flatten();
             let input = match definition {
-                None => Err(("unknown_tool", format!("There is no tool named {:?} available to you.", call.name))),
+                None => Err((
+                    "unknown_tool",
+                    format!("There is no tool named {:?} available to you.", call.name),
+                )),
                 Some(d) => crate::tools::prepare_tool_input(&call.name, &d.input_schema, &call.arguments)
                     .map_err(|m| ("invalid_input", m)),
             };
@@ -466,7 +605,12 @@ fn prepare_calls(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
                 Ok(v) => v.clone(),
                 Err(_) => crate::tools::repair_json(&call.arguments).0,
             };
-            PreparedCall { id, name: call.name.clone(), input, shown_input }
+            PreparedCall {
+                id,
+                name: call.name.clone(),
+                input,
+                shown_input,
+            }
         })
         .collect()
 }
@@ -487,21 +631,37 @@ async fn persist_response(
         content.push(ContentBlock::text(response.text.clone()));
     }
     for call in &calls {
-        content.push(ContentBlock::ToolUse { id: call.id.clone(), name: call.name.clone(), input: call.shown_input.clone() });
+        content.push(ContentBlock::ToolUse {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            input: call.shown_input.clone(),
+        });
     }
     let usage = ticket_usage(&response.usage, 1);
-    let model = if response.model.is_empty() { agent.model.clone() } else { response.model.clone() };
+    let model = if response.model.is_empty() {
+        agent.model.clone()
+    } else {
+        response.model.clone()
+    };
 
     let mut tx = fenced!(rt, fence);
     db::claims::add_usage(&mut tx, ticket.id, &usage).await?;
     let comment = db::comments::insert(&mut tx, ticket.id, Author::Assistant, Some(name), &content).await?;
     let mut events = vec![
-        NewEvent::new(kind::REQUEST_FINISHED, Some(name), json!({ "model": model, "usage": response.usage, "stop_reason": response.stop_reason.as_str() })),
+        NewEvent::new(
+            kind::REQUEST_FINISHED,
+            Some(name),
+            json!({ "model": model, "usage": response.usage, "stop_reason": response.stop_reason.as_str() }),
+        ),
         NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })),
     ];
     if !calls.is_empty() {
         events.extend(calls.iter().map(|c| {
-            NewEvent::new(kind::TOOL_STARTED, Some(name), json!({ "tool_name": c.name, "call_id": c.id, "input": c.shown_input }))
+            NewEvent::new(
+                kind::TOOL_STARTED,
+                Some(name),
+                json!({ "tool_name": c.name, "call_id": c.id, "input": c.shown_input }),
+            )
         }));
         db::events::append(&mut tx, ticket.id, &events).await?;
         tx.commit().await?;
@@ -512,16 +672,37 @@ async fn persist_response(
     // A reply without tool calls.
     let end = if ticket.schema.is_some() {
         // A schema-bound ticket must be closed with a result: tell the model, count the retry.
-        let detail = "This ticket needs a result that matches its JSON Schema: call close_ticket with it (or handover_ticket).";
+        let detail =
+            "This ticket needs a result that matches its JSON Schema: call close_ticket with it (or handover_ticket).";
         match schema_retry(&mut tx, agent, ticket, detail, &mut events).await? {
             Some(fail_message) => {
                 db::events::append(&mut tx, ticket.id, &events).await?;
-                db::claims::finish(&mut tx, fence, &Finish::Failed { kind: "max_schema_retries".into(), message: fail_message }, name).await?;
+                db::claims::finish(
+                    &mut tx,
+                    fence,
+                    &Finish::Failed {
+                        kind: "max_schema_retries".into(),
+                        message: fail_message,
+                    },
+                    name,
+                )
+                .await?;
                 Flow::End(RunEnd::Failed)
             }
             None => {
-                let directive = db::comments::insert(&mut tx, ticket.id, Author::System, None, &[ContentBlock::text(transcript::directive(detail))]).await?;
-                events.push(NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": directive })));
+                let directive = db::comments::insert(
+                    &mut tx,
+                    ticket.id,
+                    Author::System,
+                    None,
+                    &[ContentBlock::text(transcript::directive(detail))],
+                )
+                .await?;
+                events.push(NewEvent::new(
+                    kind::COMMENT_CREATED,
+                    Some(name),
+                    json!({ "comment": directive }),
+                ));
                 db::events::append(&mut tx, ticket.id, &events).await?;
                 Flow::Next(vec![])
             }
@@ -549,8 +730,14 @@ async fn schema_retry(
     let max = agent.max_schema_retries.max(0);
     let count = db::claims::bump_schema_retries(tx, ticket.id, false).await?;
     if count > max {
-        events.push(NewEvent::new(kind::POLICY_VIOLATED, Some(&agent.name), json!({ "kind": "max_schema_retries", "limit": max })));
-        return Ok(Some(format!("no acceptable result after {max} schema retries: {detail}")));
+        events.push(NewEvent::new(
+            kind::POLICY_VIOLATED,
+            Some(&agent.name),
+            json!({ "kind": "max_schema_retries", "limit": max }),
+        ));
+        return Ok(Some(format!(
+            "no acceptable result after {max} schema retries: {detail}"
+        )));
     }
     events.push(NewEvent::new(
         kind::SCHEMA_RETRIED,
@@ -574,10 +761,18 @@ async fn run_tools(
         return Ok(Flow::Next(()));
     }
     let name = agent.name.as_str();
-    let ctx = ToolContext { pool: &rt.pool, fence, ticket, agent: name };
+    let ctx = ToolContext {
+        pool: &rt.pool,
+        fence,
+        ticket,
+        agent: name,
+    };
     let runs = calls.iter().map(|call| async {
         match &call.input {
-            Err((kind, message)) => ToolOutcome::Failed { kind, message: message.clone() },
+            Err((kind, message)) => ToolOutcome::Failed {
+                kind,
+                message: message.clone(),
+            },
             Ok(input) => tool_run::run_builtin(&ctx, &call.name, input).await,
         }
     });
@@ -588,7 +783,13 @@ async fn run_tools(
     };
 
     let mut outcomes = outcomes;
-    let sizes: Vec<usize> = outcomes.iter().map(|o| match o { ToolOutcome::Output(text) => text.len(), _ => 0 }).collect();
+    let sizes: Vec<usize> = outcomes
+        .iter()
+        .map(|o| match o {
+            ToolOutcome::Output(text) => text.len(),
+            _ => 0,
+        })
+        .collect();
     let offloads = outputs::select_offloads(&sizes);
 
     let mut tx = fenced!(rt, fence);
@@ -618,20 +819,39 @@ async fn run_tools(
         };
         match outcome {
             ToolOutcome::Output(output) => {
-                events.push(NewEvent::new(kind::TOOL_FINISHED, Some(name), json!({ "tool_name": call.name, "call_id": call.id, "output": output })));
-                results.push(ContentBlock::ToolResult { tool_use_id: call.id.clone(), output, is_error: false });
+                events.push(NewEvent::new(
+                    kind::TOOL_FINISHED,
+                    Some(name),
+                    json!({ "tool_name": call.name, "call_id": call.id, "output": output }),
+                ));
+                results.push(ContentBlock::ToolResult {
+                    tool_use_id: call.id.clone(),
+                    output,
+                    is_error: false,
+                });
             }
             ToolOutcome::Failed { kind: failure, message } => {
                 if failure == "result_invalid" {
                     schema_failure = Some(message.clone());
                 }
-                events.push(NewEvent::new(kind::TOOL_FAILED, Some(name), json!({ "tool_name": call.name, "call_id": call.id, "kind": failure, "message": message })));
-                results.push(ContentBlock::ToolResult { tool_use_id: call.id.clone(), output: message, is_error: true });
+                events.push(NewEvent::new(
+                    kind::TOOL_FAILED,
+                    Some(name),
+                    json!({ "tool_name": call.name, "call_id": call.id, "kind": failure, "message": message }),
+                ));
+                results.push(ContentBlock::ToolResult {
+                    tool_use_id: call.id.clone(),
+                    output: message,
+                    is_error: true,
+                });
             }
             ToolOutcome::Finish(_) => unreachable!("finishers were applied above"),
         }
     }
-    let usage = TicketUsage { tool_calls: calls.len() as i64, ..TicketUsage::default() };
+    let usage = TicketUsage {
+        tool_calls: calls.len() as i64,
+        ..TicketUsage::default()
+    };
     db::claims::add_usage(&mut tx, ticket.id, &usage).await?;
 
     let mut failed_message = None;
@@ -644,14 +864,27 @@ async fn run_tools(
         }
     }
     let comment = db::comments::insert(&mut tx, ticket.id, Author::User, None, &results).await?;
-    events.push(NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })));
+    events.push(NewEvent::new(
+        kind::COMMENT_CREATED,
+        Some(name),
+        json!({ "comment": comment }),
+    ));
     db::events::append(&mut tx, ticket.id, &events).await?;
     // The ticket's own final event comes last, after the results that led to it.
     let flow = if let Some(result) = closed_with {
         db::claims::finish(&mut tx, fence, &Finish::Done(result), name).await?;
         Flow::End(RunEnd::Done)
     } else if let Some(message) = failed_message {
-        db::claims::finish(&mut tx, fence, &Finish::Failed { kind: "max_schema_retries".into(), message }, name).await?;
+        db::claims::finish(
+            &mut tx,
+            fence,
+            &Finish::Failed {
+                kind: "max_schema_retries".into(),
+                message,
+            },
+            name,
+        )
+        .await?;
         Flow::End(RunEnd::Failed)
     } else {
         Flow::Next(())

@@ -11,7 +11,12 @@ pub const PREVIEW_BYTES: usize = 2 * 1024;
 /// largest of the rest until the step's total fits.
 pub fn select_offloads(sizes: &[usize]) -> Vec<usize> {
     let mut chosen: Vec<usize> = (0..sizes.len()).filter(|&i| sizes[i] > MAX_OUTPUT_BYTES).collect();
-    let mut total: usize = sizes.iter().enumerate().filter(|(i, _)| !chosen.contains(i)).map(|(_, s)| s).sum();
+    let mut total: usize = sizes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !chosen.contains(i))
+        .map(|(_, s)| s)
+        .sum();
     let mut rest: Vec<usize> = (0..sizes.len()).filter(|i| !chosen.contains(i)).collect();
     rest.sort_by_key(|&i| std::cmp::Reverse(sizes[i]));
     for i in rest {

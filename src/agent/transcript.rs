@@ -77,9 +77,7 @@ fn answer_interrupted(messages: &mut Vec<Message>, unanswered: &mut Vec<String>)
     if unanswered.is_empty() {
         return;
     }
-    let results: Vec<ContentBlock> = unanswered
-        .drain(..)
-        .collect::<Vec<_>>()
+    let results: Vec<ContentBlock> = std::mem::take(unanswered)
         .into_iter()
         .map(|id| ContentBlock::ToolResult {
             tool_use_id: id,
@@ -93,7 +91,10 @@ fn answer_interrupted(messages: &mut Vec<Message>, unanswered: &mut Vec<String>)
             content.append(&mut last.content);
             last.content = content;
         }
-        _ => messages.push(Message { role: Role::User, content: results }),
+        _ => messages.push(Message {
+            role: Role::User,
+            content: results,
+        }),
     }
 }
 
@@ -105,15 +106,31 @@ mod tests {
     use uuid::Uuid;
 
     fn comment(author: Author, content: Vec<ContentBlock>) -> Comment {
-        Comment { id: Uuid::now_v7(), ticket_id: Uuid::nil(), seq: 0, author, agent: None, content, created_at: Utc::now() }
+        Comment {
+            id: Uuid::now_v7(),
+            ticket_id: Uuid::nil(),
+            seq: 0,
+            author,
+            agent: None,
+            content,
+            created_at: Utc::now(),
+        }
     }
 
     fn tool_use(id: &str) -> ContentBlock {
-        ContentBlock::ToolUse { id: id.into(), name: "read_tickets".into(), input: json!({}) }
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: "read_tickets".into(),
+            input: json!({}),
+        }
     }
 
     fn tool_result(id: &str) -> ContentBlock {
-        ContentBlock::ToolResult { tool_use_id: id.into(), output: "ok".into(), is_error: false }
+        ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            output: "ok".into(),
+            is_error: false,
+        }
     }
 
     #[test]
@@ -142,7 +159,9 @@ mod tests {
             .content
             .iter()
             .map(|b| match b {
-                ContentBlock::ToolResult { tool_use_id, is_error, .. } => (tool_use_id.as_str(), *is_error),
+                ContentBlock::ToolResult {
+                    tool_use_id, is_error, ..
+                } => (tool_use_id.as_str(), *is_error),
                 other => panic!("unexpected {other:?}"),
             })
             .collect();
@@ -156,6 +175,9 @@ mod tests {
             comment(Author::Assistant, vec![tool_use("a")]),
         ]);
         assert_eq!(messages.len(), 3);
-        assert!(matches!(&messages[2].content[0], ContentBlock::ToolResult { is_error: true, .. }));
+        assert!(matches!(
+            &messages[2].content[0],
+            ContentBlock::ToolResult { is_error: true, .. }
+        ));
     }
 }

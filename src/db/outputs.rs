@@ -3,7 +3,13 @@
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
-pub async fn store(conn: &mut PgConnection, ticket_id: Uuid, call_id: &str, tool_name: &str, output: &str) -> Result<(), sqlx::Error> {
+pub async fn store(
+    conn: &mut PgConnection,
+    ticket_id: Uuid,
+    call_id: &str,
+    tool_name: &str,
+    output: &str,
+) -> Result<(), sqlx::Error> {
     // A step re-run after a crash may store the same call again: keep one.
     sqlx::query(
         "INSERT INTO tool_outputs (ticket_id, call_id, tool_name, output) VALUES ($1, $2, $3, $4)

@@ -172,16 +172,20 @@ pub async fn find_by_id<'e>(db: impl PgExecutor<'e>, id: Uuid) -> Result<Option<
 pub async fn lock(conn: &mut PgConnection, ticket: &TicketRef) -> Result<Option<Ticket>, sqlx::Error> {
     let row: Option<TicketRow> = match ticket {
         TicketRef::Id(id) => {
-            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.id = $1 FOR UPDATE OF t"))
-                .bind(id)
-                .fetch_optional(conn)
-                .await?
+            sqlx::query_as(&format!(
+                "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.id = $1 FOR UPDATE OF t"
+            ))
+            .bind(id)
+            .fetch_optional(conn)
+            .await?
         }
         TicketRef::Key(key) => {
-            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.key = $1 FOR UPDATE OF t"))
-                .bind(key)
-                .fetch_optional(conn)
-                .await?
+            sqlx::query_as(&format!(
+                "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.key = $1 FOR UPDATE OF t"
+            ))
+            .bind(key)
+            .fetch_optional(conn)
+            .await?
         }
     };
     Ok(row.map(Ticket::from))
@@ -234,7 +238,11 @@ pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ti
     }
     let more = tickets.len() as i64 > f.limit;
     tickets.truncate(f.limit as usize);
-    let next = if more { numbers.get(f.limit as usize - 1).copied() } else { None };
+    let next = if more {
+        numbers.get(f.limit as usize - 1).copied()
+    } else {
+        None
+    };
     Ok((tickets, next))
 }
 
@@ -325,7 +333,10 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
 
 /// Wakes idle workers (any process) after a ticket became claimable; sent at commit.
 pub async fn notify_work(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_notify($1, '')").bind(super::WORK_CHANNEL).execute(conn).await?;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(super::WORK_CHANNEL)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

@@ -37,8 +37,7 @@ pub struct GlobalFilter {
 impl GlobalFilter {
     pub fn matches(&self, item: &StreamItem) -> bool {
         (self.labels.is_empty() || item.ticket_labels.iter().any(|l| self.labels.contains(l)))
-            && (self.agents.is_empty()
-                || item.ticket_agent.as_ref().is_some_and(|a| self.agents.contains(a)))
+            && (self.agents.is_empty() || item.ticket_agent.as_ref().is_some_and(|a| self.agents.contains(a)))
             && (self.kinds.is_empty()
                 || self.kinds.iter().any(|k| match k.strip_suffix('*') {
                     Some(prefix) => item.event.kind.starts_with(prefix),

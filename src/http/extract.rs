@@ -30,14 +30,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::BadRequest("the request body is empty; expected a JSON object".into()));
+        return Err(ApiError::BadRequest(
+            "the request body is empty; expected a JSON object".into(),
+        ));
     }
     // Read as a JSON value first: anything unreadable is malformed (400), a readable value of the
     // wrong shape is invalid (422).
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
     if contains_nul(&value) {
         // Postgres stores no NUL character in text or jsonb; refusing here keeps it from a 500.
-        return Err(ApiError::Validation("strings must not contain the NUL character (\\u0000)".into()));
+        return Err(ApiError::Validation(
+            "strings must not contain the NUL character (\\u0000)".into(),
+        ));
     }
     T::deserialize(value).map_err(|e| ApiError::Validation(format!("invalid request body: {e}")))
 }
@@ -73,9 +78,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 }
 
 fn serde_urlencoded_from_str<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
-    axum::extract::Query::<T>::try_from_uri(&format!("/?{query}").parse().map_err(|_| bad_query("unreadable query string"))?)
-        .map(|q| q.0)
-        .map_err(|e| bad_query(&e.body_text()))
+    axum::extract::Query::<T>::try_from_uri(
+        &format!("/?{query}")
+            .parse()
+            .map_err(|_| bad_query("unreadable query string"))?,
+    )
+    .map(|q| q.0)
+    .map_err(|e| bad_query(&e.body_text()))
 }
 
 fn bad_query(detail: &str) -> ApiError {
@@ -90,7 +99,9 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         if has_encoded_nul(parts.uri.path()) {
-            return Err(ApiError::NotFound("no such resource: the path contains a NUL character".into()));
+            return Err(ApiError::NotFound(
+                "no such resource: the path contains a NUL character".into(),
+            ));
         }
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await

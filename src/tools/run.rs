@@ -161,7 +161,12 @@ pub async fn apply_finisher(
 ) -> Result<(String, Value), sqlx::Error> {
     match finisher {
         Finisher::Close { result } => Ok((format!("{} is done.", ticket.key), result.clone())),
-        Finisher::Handover { to, task, result, schema } => {
+        Finisher::Handover {
+            to,
+            task,
+            result,
+            schema,
+        } => {
             let child = NewTicket {
                 task: Value::String(substitute_parent(task, &ticket.key, result)),
                 labels: vec![to.clone()],
@@ -220,14 +225,10 @@ fn handover_ticket(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     let to = match input.get("to") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
         Some(Value::String(_)) => {
-            return ToolOutcome::invalid(
-                "`to` must not be empty: name the agent or label that takes the follow-up",
-            )
+            return ToolOutcome::invalid("`to` must not be empty: name the agent or label that takes the follow-up")
         }
         None | Some(Value::Null) => return ToolOutcome::invalid("missing required parameter `to`"),
-        Some(_) => {
-            return ToolOutcome::invalid("`to` must be a string: the name of an agent or label")
-        }
+        Some(_) => return ToolOutcome::invalid("`to` must be a string: the name of an agent or label"),
     };
     let to = match desk::normalize_labels(vec![to]) {
         Ok(mut labels) if labels.len() == 1 => labels.remove(0),
@@ -237,17 +238,13 @@ fn handover_ticket(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     let task = match input.get("task") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
         Some(Value::String(_)) => return ToolOutcome::invalid("`task` must not be empty"),
-        None | Some(Value::Null) => {
-            return ToolOutcome::invalid("missing required parameter `task`")
-        }
+        None | Some(Value::Null) => return ToolOutcome::invalid("missing required parameter `task`"),
         Some(_) => return ToolOutcome::invalid("`task` must be a string"),
     };
     let result = match input.get("result") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
         Some(Value::String(_)) => return ToolOutcome::invalid("`result` must not be empty"),
-        None | Some(Value::Null) => {
-            return ToolOutcome::invalid("missing required parameter `result`")
-        }
+        None | Some(Value::Null) => return ToolOutcome::invalid("missing required parameter `result`"),
         Some(_) => {
             return ToolOutcome::invalid(
                 "`result` must be a string: pass plain prose, not numbers, objects or arrays. \
@@ -259,11 +256,7 @@ fn handover_ticket(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
         None | Some(Value::Null) => None,
         Some(schema) => match desk::check_schema(schema) {
             Ok(()) => Some(schema.clone()),
-            Err(e) => {
-                return ToolOutcome::invalid(format!(
-                    "cannot hand over: the given `schema` is invalid: {e}"
-                ))
-            }
+            Err(e) => return ToolOutcome::invalid(format!("cannot hand over: the given `schema` is invalid: {e}")),
         },
     };
     // The handover closes this ticket with `result`, so its own schema must accept that string.
@@ -336,11 +329,8 @@ fn text_param<'v>(input: &'v Value, name: &str) -> Result<Option<&'v str>, Rejec
 }
 
 fn parse_ref(key: &str) -> Result<TicketRef, Rejection> {
-    TicketRef::parse(key).ok_or_else(|| {
-        Rejection::not_found(format!(
-            "no ticket {key:?}: tickets are named by key, like TICKET-12"
-        ))
-    })
+    TicketRef::parse(key)
+        .ok_or_else(|| Rejection::not_found(format!("no ticket {key:?}: tickets are named by key, like TICKET-12")))
 }
 
 async fn get(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
@@ -360,9 +350,7 @@ async fn get(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     };
     let comments = match db::comments::all(ctx.pool, ticket.id).await {
         Ok(comments) => comments,
-        Err(e) => {
-            return ToolOutcome::internal("reading a ticket's comments for a tool failed", &e)
-        }
+        Err(e) => return ToolOutcome::internal("reading a ticket's comments for a tool failed", &e),
     };
     let mut out = describe(&ticket);
     let texts: Vec<String> = comments
@@ -377,22 +365,14 @@ async fn get(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
                     _ => None,
                 })
                 .collect();
-            (!text.is_empty()).then(|| {
-                format!(
-                    "  [{}] {}",
-                    c.author.as_str(),
-                    one_line(&text.join(" "), COMMENT_CHARS)
-                )
-            })
+            (!text.is_empty())
+                .then(|| format!("  [{}] {}", c.author.as_str(), one_line(&text.join(" "), COMMENT_CHARS)))
         })
         .collect();
     out.push_str(&format!("\ncomments: {}", comments.len()));
     if !texts.is_empty() {
         let shown = &texts[texts.len().saturating_sub(SHOWN_COMMENTS)..];
-        out.push_str(&format!(
-            " (latest text{}:)",
-            if shown.len() == 1 { "" } else { "s" }
-        ));
+        out.push_str(&format!(" (latest text{}:)", if shown.len() == 1 { "" } else { "s" }));
         for line in shown {
             out.push('\n');
             out.push_str(line);
@@ -418,20 +398,11 @@ fn describe(t: &Ticket) -> String {
         lines.push(format!("parent: {parent}"));
     }
     if let Some(schema) = &t.schema {
-        lines.push(format!(
-            "schema: {}",
-            clip(&schema.to_string(), MAX_FIELD_CHARS)
-        ));
+        lines.push(format!("schema: {}", clip(&schema.to_string(), MAX_FIELD_CHARS)));
     }
-    lines.push(format!(
-        "task: {}",
-        clip(&value_text(&t.task), MAX_FIELD_CHARS)
-    ));
+    lines.push(format!("task: {}", clip(&value_text(&t.task), MAX_FIELD_CHARS)));
     if let Some(result) = &t.result {
-        lines.push(format!(
-            "result: {}",
-            clip(&value_text(result), MAX_FIELD_CHARS)
-        ));
+        lines.push(format!("result: {}", clip(&value_text(result), MAX_FIELD_CHARS)));
     }
     if let Some(error) = &t.error {
         lines.push(format!(
@@ -453,17 +424,10 @@ async fn list(ctx: &ToolContext<'_>, input: &Value, search: bool) -> ToolOutcome
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return e.into(),
     };
     if search && query.is_none() {
-        return ToolOutcome::invalid(
-            "action \"search\" needs `query`: the text to look for in the tasks",
-        );
+        return ToolOutcome::invalid("action \"search\" needs `query`: the text to look for in the tasks");
     }
     let mut statuses = Vec::new();
-    for name in status
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
+    for name in status.unwrap_or("").split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match Status::parse(&name.to_ascii_lowercase()) {
             Some(s) => statuses.push(s),
             None => {
@@ -555,9 +519,7 @@ async fn create(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     let mut tx = match db::claims::fence(ctx.pool, ctx.fence).await {
         Ok(Some(tx)) => tx,
         Ok(None) => return ToolOutcome::conflict(CLAIM_LOST),
-        Err(e) => {
-            return ToolOutcome::internal("opening a fenced transaction for a tool failed", &e)
-        }
+        Err(e) => return ToolOutcome::internal("opening a fenced transaction for a tool failed", &e),
     };
     let created = match desk::create_ticket(&mut tx, new).await {
         Ok(ticket) => ticket,
@@ -593,9 +555,7 @@ async fn edit(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
         Err(e) => return e.into(),
     };
     if task.is_none() && labels.is_none() && schema.is_none() {
-        return ToolOutcome::invalid(
-            "action \"edit\" needs at least one of `task`, `labels` or `schema`",
-        );
+        return ToolOutcome::invalid("action \"edit\" needs at least one of `task`, `labels` or `schema`");
     }
     // Status, priority and metadata stay as they are: agents never move a ticket between statuses.
     let patch = TicketPatch {
@@ -608,9 +568,7 @@ async fn edit(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     let mut tx = match db::claims::fence(ctx.pool, ctx.fence).await {
         Ok(Some(tx)) => tx,
         Ok(None) => return ToolOutcome::conflict(CLAIM_LOST),
-        Err(e) => {
-            return ToolOutcome::internal("opening a fenced transaction for a tool failed", &e)
-        }
+        Err(e) => return ToolOutcome::internal("opening a fenced transaction for a tool failed", &e),
     };
     let updated = match desk::patch_in(&mut tx, &key, patch).await {
         Ok(ticket) => ticket,
@@ -701,10 +659,7 @@ mod tests {
     #[test]
     fn one_line_flattens_and_cuts() {
         assert_eq!(one_line("a\n\n b\tc", 100), "a b c");
-        assert_eq!(
-            one_line(&"ж".repeat(150), 100),
-            format!("{}…", "ж".repeat(100))
-        );
+        assert_eq!(one_line(&"ж".repeat(150), 100), format!("{}…", "ж".repeat(100)));
     }
 
     #[test]

@@ -57,7 +57,12 @@ impl WorkerPool {
             std::process::id(),
             &Uuid::now_v7().simple().to_string()[20..]
         );
-        let runtime = Runtime { pool, hub, providers, stream_idle: config.stream_idle };
+        let runtime = Runtime {
+            pool,
+            hub,
+            providers,
+            stream_idle: config.stream_idle,
+        };
         let shared = Arc::new(Shared {
             config,
             runtime,
@@ -75,7 +80,11 @@ impl WorkerPool {
             tokio::spawn(listen_loop(shared.clone(), background_stop.clone())),
         ];
         tracing::info!(worker_id = %shared.worker_id, slots = shared.config.workers, "worker pool started");
-        WorkerPool { shared, background, background_stop }
+        WorkerPool {
+            shared,
+            background,
+            background_stop,
+        }
     }
 
     /// Tickets this process is running now.
@@ -88,7 +97,12 @@ impl WorkerPool {
     pub async fn shutdown(self, grace: Duration) {
         let shared = &self.shared;
         shared.stop.cancel();
-        for running in shared.running.lock().map(|r| r.values().map(|r| r.signals.clone()).collect::<Vec<_>>()).unwrap_or_default() {
+        for running in shared
+            .running
+            .lock()
+            .map(|r| r.values().map(|r| r.signals.clone()).collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
             running.stop.cancel();
         }
         shared.tasks.close();
@@ -96,7 +110,11 @@ impl WorkerPool {
             let left: Vec<(Fence, String, Signals)> = shared
                 .running
                 .lock()
-                .map(|r| r.iter().map(|(fence, r)| (*fence, r.agent.clone(), r.signals.clone())).collect())
+                .map(|r| {
+                    r.iter()
+                        .map(|(fence, r)| (*fence, r.agent.clone(), r.signals.clone()))
+                        .collect()
+                })
                 .unwrap_or_default();
             tracing::info!(tickets = left.len(), "grace period over: releasing running tickets");
             for (_, _, signals) in &left {
@@ -144,7 +162,7 @@ async fn claim_loop(shared: Arc<Shared>) {
                 }
                 Err(err) => {
                     failures += 1;
-                    if failures == 1 || failures % 30 == 0 {
+                    if failures == 1 || failures.is_multiple_of(30) {
                         tracing::warn!(error = %err, "cannot claim tickets; retrying");
                     }
                     wait = Duration::from_millis(250 * u64::from(failures.min(8)));
@@ -167,7 +185,13 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
     let signals = Signals::default();
     let fence = claim.fence();
     if let Ok(mut running) = shared.running.lock() {
-        running.insert(fence, Running { agent: claim.agent.clone(), signals: signals.clone() });
+        running.insert(
+            fence,
+            Running {
+                agent: claim.agent.clone(),
+                signals: signals.clone(),
+            },
+        );
     }
     if shared.stop.is_cancelled() {
         signals.stop.cancel();
@@ -216,7 +240,11 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}
         }
-        let held: Vec<Fence> = shared.running.lock().map(|r| r.keys().copied().collect()).unwrap_or_default();
+        let held: Vec<Fence> = shared
+            .running
+            .lock()
+            .map(|r| r.keys().copied().collect())
+            .unwrap_or_default();
         if held.is_empty() {
             last_success = tokio::time::Instant::now();
             continue;
@@ -294,7 +322,11 @@ async fn listen_loop(shared: Arc<Shared>, stop: CancellationToken) {
             };
             match message {
                 Ok(Some(n)) if n.channel() == db::CONTROL_CHANNEL => {
-                    if let Some(id) = n.payload().strip_prefix("cancel:").and_then(|id| Uuid::parse_str(id).ok()) {
+                    if let Some(id) = n
+                        .payload()
+                        .strip_prefix("cancel:")
+                        .and_then(|id| Uuid::parse_str(id).ok())
+                    {
                         abort_where(&shared, |fence| fence.ticket_id == id);
                     }
                 }

@@ -74,7 +74,10 @@ impl TestApp {
 
     /// API and workers with the OpenAI-compatible provider pointed at a fake model server.
     pub async fn spawn_with_llm(llm: &agentdesk::fake_llm::FakeLlm, configure: impl FnOnce(&mut Config)) -> TestApp {
-        let providers = Providers::new(Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)), None);
+        let providers = Providers::new(
+            Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
+            None,
+        );
         TestApp::spawn_full(Mode::Serve, providers, configure).await
     }
 
@@ -154,11 +157,7 @@ impl TestApp {
     }
 
     /// A POST with a body sent exactly as given (e.g. malformed JSON).
-    pub async fn post_raw(
-        &self,
-        path: &str,
-        body: impl Into<reqwest::Body>,
-    ) -> (StatusCode, Value) {
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
         send(
             self.request(reqwest::Method::POST, path)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -194,11 +193,7 @@ impl TestApp {
                 serde_json::json!({ "text": text }),
             )
             .await;
-        assert_eq!(
-            status,
-            StatusCode::CREATED,
-            "commenting on {ticket}: {comment}"
-        );
+        assert_eq!(status, StatusCode::CREATED, "commenting on {ticket}: {comment}");
         comment
     }
 
@@ -278,8 +273,7 @@ pub async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
     let body = if bytes.is_empty() {
         Value::Null
     } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     (status, body)
 }
@@ -405,11 +399,7 @@ impl SseClient {
     }
 
     /// Events until one satisfies `pred` (included), the stream ends, or `timeout` passes overall.
-    pub async fn collect_until(
-        &mut self,
-        mut pred: impl FnMut(&SseEvent) -> bool,
-        timeout: Duration,
-    ) -> Vec<SseEvent> {
+    pub async fn collect_until(&mut self, mut pred: impl FnMut(&SseEvent) -> bool, timeout: Duration) -> Vec<SseEvent> {
         let deadline = Instant::now() + timeout;
         let mut out = vec![];
         while let Some(event) = self
@@ -504,11 +494,7 @@ impl Drop for SseClient {
 }
 
 /// Parses the byte stream into events (see the HTML standard's event-stream format).
-async fn read_frames(
-    response: reqwest::Response,
-    tx: mpsc::UnboundedSender<SseEvent>,
-    state: Arc<SseState>,
-) {
+async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseEvent>, state: Arc<SseState>) {
     let mut bytes = response.bytes_stream();
     let mut buffer: Vec<u8> = vec![];
     let mut data: Option<String> = None;
