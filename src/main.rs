@@ -70,7 +70,9 @@ fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     // An empty RUST_LOG (as docker compose passes an unset one) means the default.
     let directives = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
-    let filter = directives.and_then(|d| EnvFilter::try_new(d).ok()).unwrap_or_else(|| EnvFilter::new("info"));
+    let filter = directives
+        .and_then(|d| EnvFilter::try_new(d).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
