@@ -625,3 +625,31 @@ async fn outputs_of_one_step_over_two_hundred_kilobytes_stub_the_largest_first()
     assert_eq!(status, StatusCode::NOT_FOUND, "an output shown whole is not stored");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_comment_posted_while_the_summariser_runs_survives_the_compaction() {
+    let (app, llm) = start().await;
+    set_default_agent(
+        &app,
+        json!({ "provider": "anthropic", "context_window": 4096, "tools": ["close_ticket"] }),
+    )
+    .await;
+    llm.push_for(
+        SUMMARISER_KEY,
+        Reply::text(&summary()).first_byte_delay(Duration::from_millis(800)),
+    );
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })));
+    let ticket = app.create_ticket(json!({ "task": incident_report(8_000) })).await;
+    let key = ticket["key"].as_str().unwrap();
+    assert!(llm.wait_for_requests(1, WAIT).await);
+    app.comment(key, "HUMAN-NOTE: the duplicate charges were refunded at 15:10.")
+        .await;
+    wait_status(&app, key, "done").await;
+
+    let stored = serde_json::to_string(&comments(&app, key).await).unwrap();
+    assert!(stored.contains("HUMAN-NOTE"), "the late comment was kept: {stored}");
+    assert!(stored.contains("SUMMARY-MARKER") && !stored.contains("[0003]"));
+    let next = llm.requests()[1].body["messages"].to_string();
+    assert!(next.contains("HUMAN-NOTE") && next.contains("SUMMARY-MARKER"), "{next}");
+    app.shutdown().await;
+}

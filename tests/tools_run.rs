@@ -472,7 +472,10 @@ async fn get_describes_one_ticket_with_its_whole_task() {
         assert!(out.contains("labels: a, b"), "{out}");
         assert!(out.contains("reporter: user"), "{out}");
         assert!(out.contains("schema: {\"type\":\"string\"}"), "{out}");
-        assert!(out.contains(&long), "the task is shown whole (the loop stubs outputs that are too large)");
+        assert!(
+            out.contains(&long),
+            "the task is shown whole (the loop stubs outputs that are too large)"
+        );
     }
     let by_id = output(
         run_builtin(

@@ -458,5 +458,9 @@ pub async fn get_output(
     let output = db::outputs::get(&state.pool, ticket.id, &call_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("{} has no stored output for call {call_id:?}", ticket.key)))?;
-    Ok(([(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")], output).into_response())
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        output,
+    )
+        .into_response())
 }
