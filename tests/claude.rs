@@ -653,3 +653,60 @@ async fn a_comment_posted_while_the_summariser_runs_survives_the_compaction() {
     assert!(next.contains("HUMAN-NOTE") && next.contains("SUMMARY-MARKER"), "{next}");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_failed_proactive_compaction_is_reported_and_the_work_goes_on() {
+    let (app, llm) = start().await;
+    set_default_agent(
+        &app,
+        json!({ "provider": "anthropic", "context_window": 40000, "tools": ["read_tickets", "close_ticket"] }),
+    )
+    .await;
+    let big = app
+        .create_ticket(json!({ "task": incident_report(32_000), "labels": ["elsewhere"] }))
+        .await;
+    llm.push(Reply::tool_call(
+        "read_tickets",
+        json!({ "action": "get", "key": big["key"] }),
+    ));
+    llm.push_for(SUMMARISER_KEY, Reply::status(500));
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })));
+    let ticket = app.create_ticket(json!({ "task": "Review the big incident" })).await;
+    let id = ticket["id"].as_str().unwrap();
+    let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    assert_eq!(done["result"], "ok");
+    let failed = event_data(&app, id, "compaction.failed").await;
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["reason"], "proactive");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(
+        requests[2].body["messages"].to_string().contains("[0100]"),
+        "the transcript is sent as it was"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_summary_that_still_does_not_fit_fails_the_ticket_without_a_model_request() {
+    let (app, llm) = start().await;
+    set_default_agent(
+        &app,
+        json!({ "provider": "anthropic", "context_window": 4096, "tools": ["close_ticket"] }),
+    )
+    .await;
+    llm.push_for(SUMMARISER_KEY, Reply::text(&incident_report(6_000)));
+    let ticket = app.create_ticket(json!({ "task": incident_report(8_000) })).await;
+    let id = ticket["id"].as_str().unwrap();
+    let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error"]["kind"], "context_window_exceeded");
+    assert!(failed["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("context still exceeds window after compaction"));
+    let kinds = event_kinds(&app, id).await;
+    assert!(kinds.contains(&"compaction.finished".to_owned()));
+    assert!(!kinds.contains(&"request.started".to_owned()), "{kinds:?}");
+    assert_eq!(llm.request_count(), 1);
+    app.shutdown().await;
+}
