@@ -396,7 +396,13 @@ fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
     } else {
         agent.role.as_str()
     };
-    format!("{role}\n\nYou are working on ticket {}.", ticket.key)
+    let mut prompt = format!("{role}\n\nYou are working on ticket {}.", ticket.key);
+    // In the system prompt, not the transcript, so that compaction cannot drop it.
+    if let Some(schema) = &ticket.schema {
+        prompt.push_str("\n\nThe result you pass to close_ticket must match this JSON Schema:\n");
+        prompt.push_str(&serde_json::to_string_pretty(schema).unwrap_or_default());
+    }
+    prompt
 }
 
 fn tool_specs(agent: &Agent) -> Vec<ToolSpec> {

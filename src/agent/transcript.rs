@@ -5,15 +5,10 @@ use crate::llm::{Message, Role};
 
 /// What the model reads as the ticket's task: its first user comment.
 pub fn task_text(ticket: &Ticket) -> String {
-    let mut text = match &ticket.task {
+    match &ticket.task {
         serde_json::Value::String(s) => s.clone(),
         other => serde_json::to_string_pretty(other).unwrap_or_default(),
-    };
-    if let Some(schema) = &ticket.schema {
-        text.push_str("\n\nThe result you pass to close_ticket must match this JSON Schema:\n");
-        text.push_str(&serde_json::to_string_pretty(schema).unwrap_or_default());
     }
-    text
 }
 
 /// The directive appended when a reply is not accepted on a schema-bound ticket.
