@@ -31,6 +31,16 @@ const SCENARIO_TIMEOUT: Duration = Duration::from_secs(900);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(bench::server::SERVE_ROLE) {
+        init_tracing("info");
+        return match bench::server::serve_role(args.get(1).map(String::as_str).unwrap_or("serve")) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agentdesk: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let child = args.iter().any(|a| a == "--child");
     let names: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
@@ -50,12 +60,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_tracing("warn");
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -72,6 +77,12 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
 async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> bool {

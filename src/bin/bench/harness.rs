@@ -262,3 +262,16 @@ pub fn raise_fd_limit() -> u64 {
         lim.rlim_cur
     }
 }
+
+/// Prints what a scenario is doing, with the time since it started, so a slow phase shows.
+pub struct Progress(Instant);
+
+impl Progress {
+    pub fn new() -> Progress {
+        Progress(Instant::now())
+    }
+
+    pub fn say(&self, what: impl std::fmt::Display) {
+        println!("  [{:6.1} s] {what}", self.0.elapsed().as_secs_f64());
+    }
+}

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 
-use super::harness::{self, Fixture, Sampler};
+use super::harness::{self, Fixture, Progress, Sampler};
 use super::pgbench;
 use super::report::{median, percentile, Bar, Check, Report};
 use super::server::{self, ServerSpec};
@@ -100,7 +100,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         );
     }
     let stats = fx.stats().await?;
-    let server_kind = if fx.server.is_child() { "child process" } else { "in-process" };
+    let server_kind = fx.server.describe();
     fx.shutdown().await;
 
     let (a, p) = (median(&agentdesk_tps), median(&pg_tps));
@@ -118,7 +118,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
     report.figure("done", stats["by_status"]["done"].clone());
     report.note(format!(
-        "agentdesk ran {server_kind} with 64 workers and 16 DB connections; one model request per ticket, answered at once with close_ticket"
+        "agentdesk ran {server_kind}, with 64 workers and 16 DB connections; one model request per ticket, answered at once with close_ticket"
     ));
     report.note(format!(
         "pgbench: {clients} clients, {} s per round, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
@@ -149,6 +149,7 @@ async fn concurrency(opts: Opts, report: &mut Report) -> Result<()> {
     let peaks = sampler.finish().await?;
     let hwm_mb = server::status_kb(pid, "VmHWM").unwrap_or(0) as f64 / 1024.0;
     let stats = fx.stats().await.unwrap_or(Value::Null);
+    report.note(format!("agentdesk: {}", fx.server.describe()));
     fx.shutdown().await;
     let (done, failed) = match waited {
         Ok(c) => c,
@@ -180,7 +181,9 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let fd_limit = harness::raise_fd_limit();
     let (rate, seconds) = (opts.pick(2.0, 2.0), opts.pick(3.0, 10.0));
     let spec = ServerSpec { mode: Mode::Serve, workers: 64, db_max_connections: 16, child: true };
+    let progress = Progress::new();
     let fx = Fixture::start("sse_fanout", &spec).await?;
+    progress.say("agentdesk started");
     fx.fake.set_responder(|_| close_ticket());
     let pid = fx.server.pid();
 
@@ -189,6 +192,7 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     fx.create_tickets(20, 4, json!({"task": "warm up"})).await?;
     let warm_done = watcher.wait_for(20, Duration::from_secs(20)).await.is_ok();
     drop(watcher);
+    progress.say(if warm_done { "warm-up tickets done" } else { "warm-up tickets did not finish" });
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = server::rss_mb(pid);
 
@@ -238,6 +242,7 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     }
     let connect_s = connect_started.elapsed().as_secs_f64();
     let open = connected.load(std::sync::atomic::Ordering::Relaxed);
+    progress.say(format!("{open} of {wanted} subscribers connected"));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_idle = server::rss_mb(pid);
     let per_sub_kb = if open > 0 { (rss_idle - rss_before) * 1024.0 / open as f64 } else { f64::NAN };
@@ -251,8 +256,9 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
         tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
         fx.create_ticket(&json!({"task": format!("fan-out ticket {i}")})).await?;
     }
+    progress.say(format!("{total} tickets created"));
     // Let the last tickets finish (or, without workers, their events arrive).
-    let _ = watcher.wait_for(20 + total, Duration::from_secs(10)).await;
+    let _ = watcher.wait_for(total, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let measured_s = started.elapsed().as_secs_f64();
     stop_tx.send_replace(true);
@@ -264,8 +270,11 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
         latencies.append(&mut l);
         errors.append(&mut e);
     }
+    progress.say("subscribers stopped");
     let hwm_mb = server::status_kb(pid, "VmHWM").unwrap_or(0) as f64 / 1024.0;
+    report.note(format!("agentdesk: {}", fx.server.describe()));
     fx.shutdown().await;
+    progress.say("agentdesk stopped");
 
     let lat_ms: Vec<f64> = latencies.iter().map(|us| *us as f64 / 1000.0).collect();
     let (p50, p99, max) = (percentile(&lat_ms, 50.0), percentile(&lat_ms, 99.0), percentile(&lat_ms, 100.0));
@@ -291,7 +300,7 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
         report.note("the warm-up tickets did not finish (no workers?); only ticket.created events were measured");
     }
     report.note(
-        "latency = receipt time minus the event's `at` (Postgres now() of the writing transaction, i.e. its start: an upper bound of commit→receipt), same machine clock; the bench's own reading of 10 000 sockets on 2 cores is included",
+        "latency = receipt time minus the event's `at` (Postgres now() of the writing transaction, i.e. its start: an upper bound of commit→receipt), same machine clock; the bench's own reading of every socket is included",
     );
     report.note("memory = the agentdesk child's VmRSS after connecting the idle subscribers minus before, divided by their count");
     Ok(())
@@ -343,6 +352,7 @@ async fn api_latency(opts: Opts, report: &mut Report) -> Result<()> {
     open_loop(&fx, rate, opts.pick(0.5, 2.0), Target::Create(&body)).await?;
     let baseline = open_loop(&fx, rate, opts.pick(1.0, 5.0), Target::Health).await?;
     let create = open_loop(&fx, rate, seconds, Target::Create(&body)).await?;
+    report.note(format!("agentdesk (API mode): {}", fx.server.describe()));
     fx.shutdown().await;
 
     let (p50, p99, max) = (percentile(&create.ms, 50.0), percentile(&create.ms, 99.0), percentile(&create.ms, 100.0));
@@ -468,6 +478,7 @@ async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
             fake_us[round]
         );
     }
+    report.note(format!("agentdesk: {}", fx.server.describe()));
     fx.shutdown().await;
 
     report.check(Check::info("agentdesk CPU per step", median(&gross_us), "µs").baseline("fake model CPU/request", median(&fake_us)));

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 use agentdesk::app::{App, Mode};
@@ -22,7 +23,7 @@ pub struct ServerSpec {
 
 pub enum Server {
     InProcess(Box<App>),
-    Child { child: ChildGuard, url: String },
+    Child { child: ChildGuard, url: String, program: String },
 }
 
 /// Kills the child when dropped while still running, so a failed scenario never leaves one behind.
@@ -72,8 +73,12 @@ impl Server {
         }
     }
 
-    pub fn is_child(&self) -> bool {
-        matches!(self, Server::Child { .. })
+    /// Where the service ran, for the report.
+    pub fn describe(&self) -> String {
+        match self {
+            Server::InProcess(_) => "in the bench process (App::start)".into(),
+            Server::Child { program, .. } => format!("child process {program}"),
+        }
     }
 
     /// Fails when the child process has exited.
@@ -110,28 +115,48 @@ impl Server {
     }
 }
 
-/// `agentdesk` next to this executable (both are built into the same target directory).
-/// Under `cargo run` it is (re)built first, so it is never older than the library of the bench.
-pub fn agentdesk_binary() -> Result<PathBuf> {
+/// The program to run as the service: the `agentdesk` binary next to this executable when it is
+/// at least as new as this one (both come from the same target directory), else this executable
+/// in its `__agentdesk` role, which runs the same `App` from the same library build. Returns the
+/// program, the arguments before the mode, and a description for the report.
+pub fn agentdesk_program() -> Result<(PathBuf, Vec<String>, String)> {
     let exe = std::env::current_exe().context("cannot find the bench executable")?;
-    let dir = exe.parent().context("the bench executable has no directory")?;
-    let bin = dir.join("agentdesk");
-    if let Ok(cargo) = std::env::var("CARGO") {
-        let release = dir.ends_with("release");
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "--bin", "agentdesk"]);
-        if release {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().context("cannot run cargo to build agentdesk")?;
-        if !status.success() {
-            bail!("cargo build --bin agentdesk failed");
-        }
+    let sibling = exe.with_file_name("agentdesk");
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (modified(&sibling), modified(&exe)) {
+        (Some(bin), Some(me)) if bin >= me => Ok((sibling.clone(), vec![], sibling.display().to_string())),
+        _ => Ok((
+            exe.clone(),
+            vec![SERVE_ROLE.to_string()],
+            format!("{} {SERVE_ROLE} (the agentdesk binary was missing or older than the bench)", exe.display()),
+        )),
     }
-    if !bin.exists() {
-        bail!("{} does not exist: build it with `cargo build --release --bin agentdesk`", bin.display());
-    }
-    Ok(bin)
+}
+
+/// The argument that makes the bench executable act as `agentdesk <mode>`.
+pub const SERVE_ROLE: &str = "__agentdesk";
+
+/// `agentdesk-bench __agentdesk <serve|api|worker>`: what `agentdesk` does, configured from the
+/// environment, until SIGTERM or Ctrl-C.
+pub fn serve_role(mode: &str) -> Result<()> {
+    let mode = match mode {
+        "serve" => Mode::Serve,
+        "api" => Mode::Api,
+        "worker" => Mode::Worker,
+        other => bail!("unknown mode {other:?}"),
+    };
+    let config = Config::from_env().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let app = App::start(config, mode, Providers::from_env()).await?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        app.shutdown().await;
+        Ok(())
+    })
 }
 
 fn free_port() -> Result<u16> {
@@ -140,7 +165,7 @@ fn free_port() -> Result<u16> {
 }
 
 async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &str, log: &Path) -> Result<Server> {
-    let bin = agentdesk_binary()?;
+    let (program, pre_args, described) = agentdesk_program()?;
     let port = free_port()?;
     let log_file = std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     let command = match spec.mode {
@@ -148,7 +173,8 @@ async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &st
         Mode::Api => "api",
         Mode::Worker => "worker",
     };
-    let child = Command::new(&bin)
+    let child = Command::new(&program)
+        .args(&pre_args)
         .arg(command)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -164,9 +190,9 @@ async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &st
         .stdout(Stdio::null())
         .stderr(log_file)
         .spawn()
-        .with_context(|| format!("cannot start {}", bin.display()))?;
+        .with_context(|| format!("cannot start {}", program.display()))?;
     let url = format!("http://127.0.0.1:{port}");
-    let mut server = Server::Child { child: ChildGuard(child), url: url.clone() };
+    let mut server = Server::Child { child: ChildGuard(child), url: url.clone(), program: described };
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
