@@ -84,7 +84,9 @@ impl App {
             let router = http::router(state);
             let stop = shutdown.clone();
             tasks.push(tokio::spawn(async move {
-                let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
+                let served = axum::serve(listener, router)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
                 if let Err(err) = served {
                     tracing::error!(error = %err, "HTTP server failed");
                 }
@@ -95,18 +97,35 @@ impl App {
         };
 
         let workers = if mode.runs_workers() {
-            Some(crate::worker::WorkerPool::start(pool.clone(), hub.clone(), config.clone(), providers.clone()))
+            Some(crate::worker::WorkerPool::start(
+                pool.clone(),
+                hub.clone(),
+                config.clone(),
+                providers.clone(),
+            ))
         } else {
             None
         };
 
-        Ok(App { addr, pool, hub, shutdown, config, tasks, workers })
+        Ok(App {
+            addr,
+            pool,
+            hub,
+            shutdown,
+            config,
+            tasks,
+            workers,
+        })
     }
 
     /// Base URL of the API, e.g. `http://127.0.0.1:41234`.
     pub fn url(&self) -> String {
         let addr = self.addr.expect("this process runs no API");
-        let host = if addr.ip().is_unspecified() { "127.0.0.1".to_string() } else { addr.ip().to_string() };
+        let host = if addr.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            addr.ip().to_string()
+        };
         format!("http://{host}:{}", addr.port())
     }
 

@@ -98,7 +98,12 @@ impl Config {
             lease: secs("AGENTDESK_LEASE_SECS", d.lease)?,
             stream_idle: secs("AGENTDESK_STREAM_IDLE_SECS", d.stream_idle)?,
             api_tokens: get("AGENTDESK_API_TOKENS")
-                .map(|v| v.split(',').map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect())
+                .map(|v| {
+                    v.split(',')
+                        .map(|t| t.trim().to_owned())
+                        .filter(|t| !t.is_empty())
+                        .collect()
+                })
                 .unwrap_or_default(),
             model: get("AGENTDESK_MODEL"),
             log_format: match get("AGENTDESK_LOG_FORMAT").as_deref() {

@@ -96,10 +96,18 @@ pub async fn add_comment(
     let mut tx = pool.begin().await?;
     let ticket = lock(&mut tx, reference).await?;
     let comment = db::comments::insert(&mut tx, ticket.id, author, None, &[ContentBlock::text(text)]).await?;
-    let mut events = vec![NewEvent::new(kind::COMMENT_CREATED, None, json!({ "comment": comment }))];
+    let mut events = vec![NewEvent::new(
+        kind::COMMENT_CREATED,
+        None,
+        json!({ "comment": comment }),
+    )];
     let ticket = if ticket.status == Status::Waiting || ticket.status.is_terminal() {
         let ticket = db::tickets::set_status(&mut tx, ticket.id, Status::Todo).await?;
-        events.push(NewEvent::new(kind::TICKET_REQUEUED, None, json!({ "reason": "comment" })));
+        events.push(NewEvent::new(
+            kind::TICKET_REQUEUED,
+            None,
+            json!({ "reason": "comment" }),
+        ));
         db::tickets::notify_work(&mut tx).await?;
         ticket
     } else {
@@ -112,7 +120,15 @@ pub async fn add_comment(
 
 pub async fn patch(pool: &PgPool, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
-    let ticket = lock(&mut tx, reference).await?;
+    let updated = patch_in(&mut tx, reference, patch).await?;
+    tx.commit().await?;
+    Ok(updated)
+}
+
+/// Edits a `todo` or `waiting` ticket and logs `ticket.updated`, in the caller's transaction (an
+/// agent's edit runs inside its fenced transaction, so a worker that lost its claim edits nothing).
+pub async fn patch_in(conn: &mut PgConnection, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
+    let ticket = lock(conn, reference).await?;
     if !ticket.status.is_editable() {
         return Err(DeskError::Conflict(format!(
             "{} is {}: only todo or waiting tickets can be edited",
@@ -120,14 +136,13 @@ pub async fn patch(pool: &PgPool, reference: &str, patch: TicketPatch) -> Result
             ticket.status.as_str()
         )));
     }
-    let updated = db::tickets::update_fields(&mut tx, ticket.id, &patch).await?;
+    let updated = db::tickets::update_fields(conn, ticket.id, &patch).await?;
     let event = NewEvent::new(kind::TICKET_UPDATED, None, json!({ "ticket": updated }));
-    db::events::append(&mut tx, ticket.id, &[event]).await?;
+    db::events::append(conn, ticket.id, &[event]).await?;
     if updated.status == Status::Todo {
         // New labels or priority may make it claimable by another agent.
-        db::tickets::notify_work(&mut tx).await?;
+        db::tickets::notify_work(conn).await?;
     }
-    tx.commit().await?;
     Ok(updated)
 }
 
@@ -150,7 +165,12 @@ pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError>
     }
     let was_running = ticket.status == Status::InProgress;
     let cancelled = db::tickets::set_status(&mut tx, ticket.id, Status::Cancelled).await?;
-    db::events::append(&mut tx, ticket.id, &[NewEvent::new(kind::TICKET_CANCELLED, None, json!({}))]).await?;
+    db::events::append(
+        &mut tx,
+        ticket.id,
+        &[NewEvent::new(kind::TICKET_CANCELLED, None, json!({}))],
+    )
+    .await?;
     if was_running {
         db::tickets::notify_cancel(&mut tx, ticket.id).await?;
     }

@@ -137,8 +137,7 @@ impl EmbeddedPostgres {
         // "install it" error rather than anything about users or paths.
         let bindir = find_bindir(&data_dir)?;
         let layout = Layout::new(&data_dir)?;
-        fs::create_dir_all(&layout.parent)
-            .with_context(|| format!("creating {}", layout.parent.display()))?;
+        fs::create_dir_all(&layout.parent).with_context(|| format!("creating {}", layout.parent.display()))?;
         let _lock = lock_file(&layout.lock).await?;
 
         let run_as = if unsafe { libc::geteuid() } == 0 {
@@ -175,14 +174,7 @@ impl EmbeddedPostgres {
         // the server's bind; a few fresh ports make that race harmless.
         for _ in 0..5 {
             let port = free_port()?;
-            let mut child = spawn_server(
-                &bindir,
-                &layout,
-                port,
-                socket_dir.as_deref(),
-                run_as.as_ref(),
-                shared,
-            )?;
+            let mut child = spawn_server(&bindir, &layout, port, socket_dir.as_deref(), run_as.as_ref(), shared)?;
             let pid = child.id() as i32;
             match wait_ready(port, &mut child, &layout.log).await {
                 Ok(()) => {
@@ -214,11 +206,10 @@ impl EmbeddedPostgres {
         let mut conn = PgConnection::connect(&self.admin_url())
             .await
             .context("connecting to the embedded PostgreSQL")?;
-        let exists: Option<i32> =
-            sqlx::query_scalar("select 1 from pg_database where datname = $1")
-                .bind(DATABASE)
-                .fetch_optional(&mut conn)
-                .await?;
+        let exists: Option<i32> = sqlx::query_scalar("select 1 from pg_database where datname = $1")
+            .bind(DATABASE)
+            .fetch_optional(&mut conn)
+            .await?;
         if exists.is_none() {
             let res = sqlx::query(&format!("create database \"{DATABASE}\""))
                 .execute(&mut conn)
@@ -388,8 +379,7 @@ fn postgres_user() -> Result<User> {
              or run as a normal user"
         ),
     }
-    lookup_user("postgres")?
-        .ok_or_else(|| anyhow!("user `postgres` still missing from /etc/passwd after useradd"))
+    lookup_user("postgres")?.ok_or_else(|| anyhow!("user `postgres` still missing from /etc/passwd after useradd"))
 }
 
 fn lookup_user(name: &str) -> Result<Option<User>> {
@@ -475,11 +465,7 @@ fn find_bindir(data_dir: &Path) -> Result<PathBuf> {
             }
         }
     }
-    if let Ok(out) = Command::new("pg_config")
-        .arg("--bindir")
-        .stderr(Stdio::null())
-        .output()
-    {
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").stderr(Stdio::null()).output() {
         if out.status.success() {
             let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
             if has_server_binaries(&dir) {
@@ -585,8 +571,7 @@ fn init_cluster(bindir: &Path, layout: &Layout, user: Option<&User>) -> Result<(
     }
     let scratch = layout.parent.join(format!("{}.initdb", layout.name));
     if scratch.exists() {
-        fs::remove_dir_all(&scratch)
-            .with_context(|| format!("removing leftover {}", scratch.display()))?;
+        fs::remove_dir_all(&scratch).with_context(|| format!("removing leftover {}", scratch.display()))?;
     }
     make_private_dir(&scratch, user)?;
     let mut cmd = Command::new(bindir.join("initdb"));
@@ -616,13 +601,8 @@ fn init_cluster(bindir: &Path, layout: &Layout, user: Option<&User>) -> Result<(
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    fs::rename(&scratch, &layout.data_dir).with_context(|| {
-        format!(
-            "moving {} to {}",
-            scratch.display(),
-            layout.data_dir.display()
-        )
-    })?;
+    fs::rename(&scratch, &layout.data_dir)
+        .with_context(|| format!("moving {} to {}", scratch.display(), layout.data_dir.display()))?;
     Ok(())
 }
 
@@ -701,13 +681,11 @@ async fn wait_ready(port: u16, child: &mut Child, log: &Path) -> Result<(), Star
         if let Ok(Some(status)) = child.try_wait() {
             let tail = log_tail(log);
             let err = anyhow!("PostgreSQL exited during startup ({status}); log tail:\n{tail}");
-            return Err(
-                if tail.contains("could not bind") || tail.contains("in use") {
-                    StartError::PortInUse(err)
-                } else {
-                    StartError::Other(err)
-                },
-            );
+            return Err(if tail.contains("could not bind") || tail.contains("in use") {
+                StartError::PortInUse(err)
+            } else {
+                StartError::Other(err)
+            });
         }
         if try_connect(&url).await.is_ok() {
             return Ok(());
@@ -828,9 +806,7 @@ async fn find_running(data_dir: &Path) -> Result<Option<(i32, u16)>> {
         }
         let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
         if let Ok(mut conn) = try_connect(&url).await {
-            let dir: Result<String, _> = sqlx::query_scalar("show data_directory")
-                .fetch_one(&mut conn)
-                .await;
+            let dir: Result<String, _> = sqlx::query_scalar("show data_directory").fetch_one(&mut conn).await;
             let _ = conn.close().await;
             if let Ok(dir) = dir {
                 let same = match (fs::canonicalize(&dir), fs::canonicalize(data_dir)) {

@@ -37,9 +37,7 @@ pub struct RecordedRequest {
 
 impl RecordedRequest {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .get(&name.to_ascii_lowercase())
-            .map(String::as_str)
+        self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
     }
 }
 
@@ -90,9 +88,7 @@ impl FakeLlm {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the fake model server to a local port");
-        let addr = listener
-            .local_addr()
-            .expect("local address of a bound socket");
+        let addr = listener.local_addr().expect("local address of a bound socket");
         let (count, _) = watch::channel(0usize);
         let shared = Arc::new(Shared {
             state: Mutex::new(State_::default()),
@@ -104,18 +100,10 @@ impl FakeLlm {
             .route("/v1/messages", post(anthropic_handler))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
-            let _ = axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await;
+            let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
         });
         FakeLlm {
-            inner: Arc::new(Handle {
-                shared,
-                addr,
-                server,
-            }),
+            inner: Arc::new(Handle { shared, addr, server }),
         }
     }
 
@@ -164,8 +152,7 @@ impl FakeLlm {
     /// Waits until at least `n` requests have arrived; false on timeout.
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
         let mut rx = self.inner.shared.count.subscribe();
-        let reached =
-            tokio::time::timeout(timeout, async { rx.wait_for(|c| *c >= n).await.is_ok() }).await;
+        let reached = tokio::time::timeout(timeout, async { rx.wait_for(|c| *c >= n).await.is_ok() }).await;
         reached.unwrap_or(false)
     }
 }
@@ -269,16 +256,8 @@ fn error_response(endpoint: Endpoint, status: u16, reply: &Reply) -> Response {
         }
     } else {
         match (endpoint, status) {
-            (Endpoint::OpenAi, 429) => (
-                "requests",
-                "rate_limit_exceeded",
-                "Rate limit reached for requests",
-            ),
-            (Endpoint::OpenAi, 401) => (
-                "invalid_request_error",
-                "invalid_api_key",
-                "Incorrect API key provided",
-            ),
+            (Endpoint::OpenAi, 429) => ("requests", "rate_limit_exceeded", "Rate limit reached for requests"),
+            (Endpoint::OpenAi, 401) => ("invalid_request_error", "invalid_api_key", "Incorrect API key provided"),
             (Endpoint::OpenAi, 403) => (
                 "invalid_request_error",
                 "unsupported_country_region_territory",
@@ -294,11 +273,7 @@ fn error_response(endpoint: Endpoint, status: u16, reply: &Reply) -> Response {
                 "server_error",
                 "The server had an error while processing your request.",
             ),
-            (Endpoint::OpenAi, _) => (
-                "invalid_request_error",
-                "invalid_request",
-                "Invalid request",
-            ),
+            (Endpoint::OpenAi, _) => ("invalid_request_error", "invalid_request", "Invalid request"),
             (Endpoint::Anthropic, 400) => ("invalid_request_error", "", "Invalid request"),
             (Endpoint::Anthropic, 401) => ("authentication_error", "", "invalid x-api-key"),
             (Endpoint::Anthropic, 403) => (
@@ -332,13 +307,10 @@ fn error_response(endpoint: Endpoint, status: u16, reply: &Reply) -> Response {
     };
     let mut resp = Response::new(Body::from(body.to_string()));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Some(secs) = reply.retry_after {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     resp
 }
@@ -375,9 +347,7 @@ fn stream_response(frames: Vec<Frame>, reply: &Reply) -> Response {
                 return;
             }
             if garbage == Some(i) {
-                let _ = tx
-                    .send(Ok(Bytes::from_static(b"data: {not json\n\n")))
-                    .await;
+                let _ = tx.send(Ok(Bytes::from_static(b"data: {not json\n\n"))).await;
                 return;
             }
             let Some(frame) = frames.next() else { return };
@@ -393,10 +363,7 @@ fn stream_response(frames: Vec<Frame>, reply: &Reply) -> Response {
     });
     let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
 }
@@ -486,8 +453,7 @@ impl Reply {
 
     /// A thinking block (Anthropic: with its signature; OpenAI: as reasoning_content deltas).
     pub fn with_thinking(mut self, text: &str, signature: &str) -> Reply {
-        self.thinking
-            .push((text.to_string(), signature.to_string()));
+        self.thinking.push((text.to_string(), signature.to_string()));
         self
     }
 
@@ -580,12 +546,8 @@ impl Reply {
     fn text_pieces(&self) -> Vec<String> {
         match self.pace {
             Some((_, total)) => {
-                const WORDS: [&str; 8] = [
-                    "the ", "agent ", "reads ", "a ", "ticket ", "and ", "writes ", "code ",
-                ];
-                (0..total)
-                    .map(|i| WORDS[i % WORDS.len()].to_string())
-                    .collect()
+                const WORDS: [&str; 8] = ["the ", "agent ", "reads ", "a ", "ticket ", "and ", "writes ", "code "];
+                (0..total).map(|i| WORDS[i % WORDS.len()].to_string()).collect()
             }
             None => split_pieces(&self.text, 3),
         }
@@ -672,10 +634,7 @@ fn render_openai(reply: &Reply, req: &Value, next_id: &AtomicU64) -> Vec<Frame> 
         }
     }
     for piece in reply.text_pieces() {
-        push(
-            chunk(json!({"content": piece}), Value::Null),
-            reply.text_delay(),
-        );
+        push(chunk(json!({"content": piece}), Value::Null), reply.text_delay());
     }
     if let Some(kind) = &reply.error_event {
         push(

@@ -1,6 +1,7 @@
 //! agentdesk: a ticket desk where AI agents work tickets — a durable job queue on Postgres, an
 //! agent runtime and a replayable event log, in one service.
 
+pub mod agent;
 pub mod app;
 pub mod config;
 pub mod db;

@@ -51,9 +51,7 @@ pub async fn fresh_database() -> Result<String> {
             .await;
         match res {
             Ok(_) => break,
-            Err(sqlx::Error::Database(e))
-                if e.code().as_deref() == Some("55006") && attempt < 50 =>
-            {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55006") && attempt < 50 => {
                 attempt += 1;
                 tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
             }
@@ -102,11 +100,10 @@ async fn drop_leftovers(admin_url: &str) -> Result<()> {
     let mut conn = PgConnection::connect(admin_url)
         .await
         .with_context(|| format!("connecting to {}", redact(admin_url)))?;
-    let names: Vec<String> =
-        sqlx::query_scalar("select datname from pg_database where starts_with(datname, $1)")
-            .bind(PREFIX)
-            .fetch_all(&mut conn)
-            .await?;
+    let names: Vec<String> = sqlx::query_scalar("select datname from pg_database where starts_with(datname, $1)")
+        .bind(PREFIX)
+        .fetch_all(&mut conn)
+        .await?;
     let me = std::process::id();
     for name in names {
         let Some(pid) = leftover_pid(&name) else {
@@ -171,11 +168,7 @@ fn redact(url: &str) -> String {
     let authority = &rest[..authority_end];
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!(
-                "{}{user}:***@{host}{}",
-                &url[..scheme_end],
-                &rest[authority_end..]
-            ),
+            Some((user, _)) => format!("{}{user}:***@{host}{}", &url[..scheme_end], &rest[authority_end..]),
             None => url.to_string(),
         },
         None => url.to_string(),
@@ -192,10 +185,7 @@ mod tests {
             with_database("postgres://u:p@h:5432/app?sslmode=disable", "postgres"),
             "postgres://u:p@h:5432/postgres?sslmode=disable"
         );
-        assert_eq!(
-            with_database("postgres://h:5432", "x"),
-            "postgres://h:5432/x"
-        );
+        assert_eq!(with_database("postgres://h:5432", "x"), "postgres://h:5432/x");
         assert_eq!(
             with_database("postgres:///app?host=/run/postgresql", "x"),
             "postgres:///x?host=/run/postgresql"

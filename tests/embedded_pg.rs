@@ -9,10 +9,7 @@ use sqlx::{Connection, PgConnection};
 
 async fn select_one(url: &str) -> i32 {
     let mut conn = PgConnection::connect(url).await.expect("connect");
-    let one: i32 = sqlx::query_scalar("select 1")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
+    let one: i32 = sqlx::query_scalar("select 1").fetch_one(&mut conn).await.unwrap();
     conn.close().await.unwrap();
     one
 }
@@ -85,10 +82,7 @@ async fn embedded_server_lifecycle() {
     dead.wait().unwrap();
     std::fs::write(
         dir.join("postmaster.pid"),
-        format!(
-            "{dead_pid}\n{}\n0\n1\n\n127.0.0.1\n0 0\nready\n",
-            dir.display()
-        ),
+        format!("{dead_pid}\n{}\n0\n1\n\n127.0.0.1\n0 0\nready\n", dir.display()),
     )
     .unwrap();
     let pg = EmbeddedPostgres::start(&dir)
@@ -131,12 +125,11 @@ async fn fresh_databases_are_distinct_and_empty() {
     assert_eq!(names.len(), urls.len());
     for url in &urls {
         let mut conn = PgConnection::connect(url).await.unwrap();
-        let tables: i64 = sqlx::query_scalar(
-            "select count(*) from information_schema.tables where table_schema = 'public'",
-        )
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
+        let tables: i64 =
+            sqlx::query_scalar("select count(*) from information_schema.tables where table_schema = 'public'")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
         assert_eq!(tables, 0);
         conn.close().await.unwrap();
     }

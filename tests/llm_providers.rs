@@ -6,8 +6,8 @@ use agentdesk::fake_llm::{FakeLlm, Reply};
 use agentdesk::llm::anthropic::Anthropic;
 use agentdesk::llm::openai::OpenAi;
 use agentdesk::llm::{
-    ContentBlock, Delta, LlmError, LlmErrorKind, Message, ModelRequest, ModelResponse, Provider,
-    Providers, Role, StopReason, ToolSpec,
+    ContentBlock, Delta, LlmError, LlmErrorKind, Message, ModelRequest, ModelResponse, Provider, Providers, Role,
+    StopReason, ToolSpec,
 };
 use serde_json::{json, Value};
 
@@ -23,10 +23,7 @@ const BOTH: [Kind; 2] = [Kind::OpenAi, Kind::Anthropic];
 
 fn provider(fake: &FakeLlm, kind: Kind) -> Box<dyn Provider> {
     match kind {
-        Kind::OpenAi => Box::new(OpenAi::new(
-            fake.openai_base_url(),
-            Some("sk-test-key".into()),
-        )),
+        Kind::OpenAi => Box::new(OpenAi::new(fake.openai_base_url(), Some("sk-test-key".into()))),
         Kind::Anthropic => Box::new(Anthropic::new(
             fake.anthropic_base_url(),
             Some("sk-ant-test-key".into()),
@@ -58,11 +55,7 @@ async fn run_with(
     (res, deltas)
 }
 
-async fn run(
-    fake: &FakeLlm,
-    kind: Kind,
-    reply: Reply,
-) -> (Result<ModelResponse, LlmError>, Vec<Delta>) {
+async fn run(fake: &FakeLlm, kind: Kind, reply: Reply) -> (Result<ModelResponse, LlmError>, Vec<Delta>) {
     fake.push(reply);
     run_with(fake, kind, &simple_request(), IDLE).await
 }
@@ -101,10 +94,7 @@ async fn text_streams_in_order_with_usage() {
         let text = "Hello, streaming wörld — with ✓ unicode!";
         let (res, deltas) = run(&fake, kind, Reply::text(text).usage(42, 7)).await;
         let r = res.unwrap();
-        assert!(
-            deltas.len() >= 2,
-            "{kind:?}: expected several deltas, got {deltas:?}"
-        );
+        assert!(deltas.len() >= 2, "{kind:?}: expected several deltas, got {deltas:?}");
         assert_eq!(text_of(&deltas), text, "{kind:?}");
         assert_eq!(r.text, text);
         assert_eq!(r.usage.input_tokens, 42, "{kind:?}");
@@ -124,11 +114,7 @@ async fn deltas_arrive_while_streaming() {
         let start = Instant::now();
         let mut stamps = Vec::new();
         let r = p
-            .stream(
-                &simple_request(),
-                &mut |_| stamps.push(start.elapsed()),
-                IDLE,
-            )
+            .stream(&simple_request(), &mut |_| stamps.push(start.elapsed()), IDLE)
             .await
             .unwrap();
         let total = start.elapsed();
@@ -144,12 +130,7 @@ async fn deltas_arrive_while_streaming() {
 #[tokio::test]
 async fn cache_tokens_are_reported() {
     let fake = FakeLlm::start().await;
-    let (res, _) = run(
-        &fake,
-        Kind::OpenAi,
-        Reply::text("hi").usage(100, 3).cache_tokens(64, 0),
-    )
-    .await;
+    let (res, _) = run(&fake, Kind::OpenAi, Reply::text("hi").usage(100, 3).cache_tokens(64, 0)).await;
     assert_eq!(res.unwrap().usage.cache_read_tokens, 64);
     let (res, _) = run(
         &fake,
@@ -178,10 +159,7 @@ async fn tool_call_arguments_reassembled_from_fragments() {
         let call = &r.tool_calls[0];
         assert_eq!(call.name, "write_file");
         assert!(call.id.starts_with("call_"), "{kind:?}: id {}", call.id);
-        assert_eq!(
-            serde_json::from_str::<Value>(&call.arguments).unwrap(),
-            args
-        );
+        assert_eq!(serde_json::from_str::<Value>(&call.arguments).unwrap(), args);
         assert_eq!(r.stop_reason, StopReason::ToolUse);
     }
 }
@@ -273,10 +251,7 @@ async fn anthropic_thinking_round_trip() {
         content: vec![ContentBlock::text("thanks")],
     });
     fake.push(Reply::text("ok"));
-    run_with(&fake, Kind::Anthropic, &req, IDLE)
-        .await
-        .0
-        .unwrap();
+    run_with(&fake, Kind::Anthropic, &req, IDLE).await.0.unwrap();
     let body = fake.requests().last().unwrap().body.clone();
     let content = &body["messages"][1]["content"];
     assert_eq!(
@@ -348,10 +323,7 @@ async fn http_errors_are_classified() {
             (Reply::status(403), LlmErrorKind::PermissionDenied),
             (Reply::status(404), LlmErrorKind::ModelNotFound),
             (Reply::status(400), LlmErrorKind::BadRequest),
-            (
-                Reply::context_overflow(),
-                LlmErrorKind::ContextWindowExceeded,
-            ),
+            (Reply::context_overflow(), LlmErrorKind::ContextWindowExceeded),
         ];
         for (reply, expected) in cases {
             let e = run_err(&fake, kind, reply).await;
@@ -387,15 +359,10 @@ async fn stalled_stream_times_out() {
     for kind in BOTH {
         fake.push(Reply::text("some text here").stall_after(2));
         let start = Instant::now();
-        let (res, deltas) =
-            run_with(&fake, kind, &simple_request(), Duration::from_millis(300)).await;
+        let (res, deltas) = run_with(&fake, kind, &simple_request(), Duration::from_millis(300)).await;
         let e = res.unwrap_err();
         assert_eq!(e.kind, LlmErrorKind::StreamStalled, "{kind:?}: {e}");
-        assert!(
-            start.elapsed() < Duration::from_secs(1),
-            "{:?}",
-            start.elapsed()
-        );
+        assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
         if kind == Kind::OpenAi {
             // role chunk, then the first text delta
             assert_eq!(deltas.len(), 1);
@@ -426,10 +393,7 @@ async fn refused_connection_fails_fast() {
         Box::new(Anthropic::new(format!("http://127.0.0.1:{port}"), None)),
     ];
     for p in providers {
-        let e = p
-            .stream(&simple_request(), &mut |_| {}, IDLE)
-            .await
-            .unwrap_err();
+        let e = p.stream(&simple_request(), &mut |_| {}, IDLE).await.unwrap_err();
         assert_eq!(e.kind, LlmErrorKind::ConnectionFailed, "{}: {e}", p.name());
     }
 }
@@ -497,10 +461,7 @@ fn conversation() -> ModelRequest {
 async fn openai_request_mapping() {
     let fake = FakeLlm::start().await;
     fake.push(Reply::text("ok"));
-    run_with(&fake, Kind::OpenAi, &conversation(), IDLE)
-        .await
-        .0
-        .unwrap();
+    run_with(&fake, Kind::OpenAi, &conversation(), IDLE).await.0.unwrap();
     let rec = fake.requests().pop().unwrap();
     assert_eq!(rec.path, "/v1/chat/completions");
     assert_eq!(rec.header("authorization"), Some("Bearer sk-test-key"));
@@ -516,31 +477,20 @@ async fn openai_request_mapping() {
     );
     let msgs = b["messages"].as_array().unwrap();
     let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(
-        roles,
-        ["system", "user", "assistant", "tool", "tool", "user"]
-    );
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "tool", "user"]);
     assert_eq!(msgs[0]["content"], "SYSTEM PROMPT");
     assert_eq!(msgs[2]["content"], "Reading both.");
     assert_eq!(msgs[2]["tool_calls"][0]["id"], "call_a");
     assert_eq!(msgs[2]["tool_calls"][0]["type"], "function");
-    let args = msgs[2]["tool_calls"][1]["function"]["arguments"]
-        .as_str()
-        .unwrap();
-    assert_eq!(
-        serde_json::from_str::<Value>(args).unwrap(),
-        json!({"path": "b.rs"})
-    );
+    let args = msgs[2]["tool_calls"][1]["function"]["arguments"].as_str().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"path": "b.rs"}));
     assert_eq!(
         msgs[3],
         json!({"role": "tool", "tool_call_id": "call_a", "content": "contents of a"})
     );
     assert_eq!(msgs[4]["tool_call_id"], "call_b");
     assert_eq!(msgs[5]["content"], "also note this");
-    assert!(
-        !b.to_string().contains("plan"),
-        "thinking must not be sent to OpenAI"
-    );
+    assert!(!b.to_string().contains("plan"), "thinking must not be sent to OpenAI");
 }
 
 #[tokio::test]
@@ -562,18 +512,12 @@ async fn openai_assistant_without_text_has_null_content() {
 async fn anthropic_request_mapping() {
     let fake = FakeLlm::start().await;
     fake.push(Reply::text("ok"));
-    run_with(&fake, Kind::Anthropic, &conversation(), IDLE)
-        .await
-        .0
-        .unwrap();
+    run_with(&fake, Kind::Anthropic, &conversation(), IDLE).await.0.unwrap();
     let rec = fake.requests().pop().unwrap();
     assert_eq!(rec.path, "/v1/messages");
     assert_eq!(rec.header("x-api-key"), Some("sk-ant-test-key"));
     assert_eq!(rec.header("anthropic-version"), Some("2023-06-01"));
-    assert!(rec
-        .header("content-type")
-        .unwrap()
-        .starts_with("application/json"));
+    assert!(rec.header("content-type").unwrap().starts_with("application/json"));
     let b = rec.body;
     assert_eq!(b["system"], "SYSTEM PROMPT");
     assert_eq!(b["max_tokens"], json!(8192));
@@ -607,9 +551,7 @@ async fn keyed_replies_and_waiting() {
     let fake = FakeLlm::start().await;
     fake.push(Reply::text("from the queue"));
     fake.push_for("TICKET-7", Reply::text("for ticket 7"));
-    fake.set_responder(|body| {
-        Reply::text(&format!("echo {}", body["model"].as_str().unwrap_or("?")))
-    });
+    fake.set_responder(|body| Reply::text(&format!("echo {}", body["model"].as_str().unwrap_or("?"))));
 
     let mut req = simple_request();
     req.messages[0].content = vec![ContentBlock::text("Work on TICKET-7")];
@@ -634,11 +576,7 @@ async fn paced_tokens_for_benchmarks() {
     let r = r.unwrap();
     assert_eq!(deltas.len(), 20);
     assert_eq!(r.usage.output_tokens, 20);
-    assert!(
-        start.elapsed() >= Duration::from_millis(90),
-        "{:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() >= Duration::from_millis(90), "{:?}", start.elapsed());
 }
 
 #[tokio::test]
@@ -666,10 +604,7 @@ async fn providers_select_by_name() {
     assert_eq!(providers.detected(), Some("openai"));
     let p = providers.get(None).unwrap();
     fake.push(Reply::text("via detection"));
-    let r = p
-        .stream(&simple_request(), &mut |_| {}, IDLE)
-        .await
-        .unwrap();
+    let r = p.stream(&simple_request(), &mut |_| {}, IDLE).await.unwrap();
     assert_eq!(r.text, "via detection");
     assert!(fake.requests()[0].header("authorization").is_none());
     let e = providers.get(Some("anthropic")).err().unwrap();
@@ -687,18 +622,10 @@ async fn connections_are_reused_across_requests() {
         let p = provider(&fake, kind);
         for _ in 0..3 {
             fake.push(Reply::tool_call("run", json!({"cmd": "ls"})).with_text("hi"));
-            p.stream(&simple_request(), &mut |_| {}, IDLE)
-                .await
-                .unwrap();
+            p.stream(&simple_request(), &mut |_| {}, IDLE).await.unwrap();
         }
     }
     let reqs = fake.requests();
-    assert_eq!(
-        reqs[0].peer, reqs[2].peer,
-        "openai requests opened new connections"
-    );
-    assert_eq!(
-        reqs[3].peer, reqs[5].peer,
-        "anthropic requests opened new connections"
-    );
+    assert_eq!(reqs[0].peer, reqs[2].peer, "openai requests opened new connections");
+    assert_eq!(reqs[3].peer, reqs[5].peer, "anthropic requests opened new connections");
 }

@@ -136,6 +136,9 @@ pub async fn all<'e>(db: impl PgExecutor<'e>) -> Result<Vec<Agent>, sqlx::Error>
 }
 
 pub async fn delete<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query("DELETE FROM agents WHERE name = $1").bind(name).execute(db).await?;
+    let done = sqlx::query("DELETE FROM agents WHERE name = $1")
+        .bind(name)
+        .execute(db)
+        .await?;
     Ok(done.rows_affected() == 1)
 }

@@ -25,11 +25,14 @@ pub struct Claim {
 
 impl Claim {
     pub fn fence(&self) -> Fence {
-        Fence { ticket_id: self.ticket.id, generation: self.generation }
+        Fence {
+            ticket_id: self.ticket.id,
+            generation: self.generation,
+        }
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fence {
     pub ticket_id: Uuid,
     pub generation: i64,
@@ -96,7 +99,11 @@ pub async fn claim_batch(
         let generation: i64 = row.try_get("generation")?;
         let ticket: Ticket = TicketRow::from_row(row)?.into();
         let agent = ticket.agent.clone().unwrap_or_default();
-        claims.push(Claim { ticket, generation, agent });
+        claims.push(Claim {
+            ticket,
+            generation,
+            agent,
+        });
     }
     for claim in &claims {
         let started = NewEvent::new(
@@ -155,9 +162,10 @@ pub async fn renew_leases(pool: &PgPool, held: &[Fence], lease: Duration) -> Res
 /// Returns how many tickets were reaped.
 pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let got_lock: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended('agentdesk.reaper', 0))")
-        .fetch_one(&mut *tx)
-        .await?;
+    let got_lock: bool =
+        sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended('agentdesk.reaper', 0))")
+            .fetch_one(&mut *tx)
+            .await?;
     if !got_lock {
         return Ok(0);
     }
@@ -192,7 +200,11 @@ pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Erro
         .await?;
         let event = match &error {
             Some(error) => NewEvent::new(kind::TICKET_FAILED, agent.as_deref(), json!({ "error": error })),
-            None => NewEvent::new(kind::TICKET_REQUEUED, agent.as_deref(), json!({ "reason": "lease_lost" })),
+            None => NewEvent::new(
+                kind::TICKET_REQUEUED,
+                agent.as_deref(),
+                json!({ "reason": "lease_lost" }),
+            ),
         };
         super::events::append(&mut tx, *id, &[event]).await?;
     }
@@ -240,12 +252,7 @@ pub async fn release(conn: &mut PgConnection, fence: Fence, how: Release, agent:
 }
 
 /// Ends a claim as `done` or `failed` (inside a fenced transaction).
-pub async fn finish(
-    conn: &mut PgConnection,
-    fence: Fence,
-    outcome: &Finish,
-    agent: &str,
-) -> Result<(), sqlx::Error> {
+pub async fn finish(conn: &mut PgConnection, fence: Fence, outcome: &Finish, agent: &str) -> Result<(), sqlx::Error> {
     let (status, result, error, event) = match outcome {
         Finish::Done(result) => (
             "done",
@@ -313,7 +320,10 @@ pub async fn add_usage(
 
 /// Marks the task as written into the transcript.
 pub async fn mark_seeded(conn: &mut PgConnection, ticket_id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE tickets SET seeded = true WHERE id = $1").bind(ticket_id).execute(conn).await?;
+    sqlx::query("UPDATE tickets SET seeded = true WHERE id = $1")
+        .bind(ticket_id)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

@@ -96,3 +96,12 @@ pub async fn all<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Result<Vec<Com
     .await?;
     Ok(rows.into_iter().map(Comment::from).collect())
 }
+
+/// Compaction: removes every comment but the system ones (the summary replaces them).
+pub async fn delete_non_system(conn: &mut PgConnection, ticket_id: Uuid) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query("DELETE FROM comments WHERE ticket_id = $1 AND author <> 'system'")
+        .bind(ticket_id)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected())
+}

@@ -3,15 +3,18 @@
 //! Ordering rules that make both streams exact:
 //! - A ticket's `seq` is taken from its row under the row lock, so a ticket's events commit in
 //!   `seq` order with no gaps.
-//! - The global stream's cursor is `(txid, id)`, read only below `pg_snapshot_xmin`: every
-//!   transaction older than that has committed or aborted, so no event can later appear behind
-//!   the cursor. (A bigserial alone is not safe: ids commit out of order and readers would skip.)
+//! - The global stream's cursor is `(txid, id)`, read only below a *horizon*: the oldest
+//!   transaction of this database still running (or the next transaction id when none runs).
+//!   Every transaction below it has committed or aborted, so no event can later appear behind the
+//!   cursor. (A bigserial alone is not safe: ids commit out of order and readers would skip.)
+//!   The horizon counts only this database's transactions, so a long transaction elsewhere on a
+//!   shared server does not hold the streams back.
 
 use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgConnection, PgExecutor};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::domain::{NewEvent, TicketEvent};
@@ -26,7 +29,10 @@ pub struct GlobalCursor {
 impl GlobalCursor {
     pub fn parse(s: &str) -> Option<GlobalCursor> {
         let (txid, id) = s.split_once('-')?;
-        let cursor = GlobalCursor { txid: txid.parse().ok()?, id: id.parse().ok()? };
+        let cursor = GlobalCursor {
+            txid: txid.parse().ok()?,
+            id: id.parse().ok()?,
+        };
         (cursor.id >= 0).then_some(cursor)
     }
 }
@@ -65,7 +71,10 @@ struct EventRow {
 impl From<EventRow> for LoggedEvent {
     fn from(r: EventRow) -> LoggedEvent {
         LoggedEvent {
-            cursor: GlobalCursor { txid: r.txid.parse().unwrap_or(0), id: r.id },
+            cursor: GlobalCursor {
+                txid: r.txid.parse().unwrap_or(0),
+                id: r.id,
+            },
             event: TicketEvent {
                 ticket_id: r.ticket_id,
                 ticket_key: r.ticket_key,
@@ -81,6 +90,9 @@ impl From<EventRow> for LoggedEvent {
     }
 }
 
+/// `(ticket key, seq, kind, agent, data, at)` of an appended event.
+type AppendedRow = (String, i64, String, Option<String>, Value, DateTime<Utc>);
+
 /// Appends events to a ticket's log inside the caller's transaction and wakes the stream readers
 /// at commit. If the transaction rolls back, the events vanish with the change they describe.
 pub async fn append(
@@ -95,7 +107,7 @@ pub async fn append(
     let agents: Vec<Option<&str>> = events.iter().map(|e| e.agent.as_deref()).collect();
     let data: Vec<Value> = events.iter().map(|e| e.data.clone()).collect();
     // The UPDATE takes (or re-enters) the ticket's row lock: seqs are handed out in lock order.
-    let rows: Vec<(String, i64, String, Option<String>, Value, DateTime<Utc>)> = sqlx::query_as(
+    let rows: Vec<AppendedRow> = sqlx::query_as(
         "WITH t AS (
             UPDATE tickets SET last_event_seq = last_event_seq + $2
             WHERE id = $1 RETURNING key, last_event_seq - $2 AS base),
@@ -163,51 +175,71 @@ pub async fn last_ticket_seq<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Re
     Ok(seq.unwrap_or(0))
 }
 
+/// The horizon of the global stream, computed in its own statement *before* the read that uses
+/// it: a transaction of this database running then has an id at or above the horizon; one below
+/// it had finished by then, so a later statement sees its events.
+async fn horizon(pool: &PgPool) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH s AS (SELECT pg_current_snapshot() AS snap),
+              ours AS (SELECT backend_xid::text::numeric AS xid32 FROM pg_stat_activity
+                       WHERE datname = current_database() AND backend_xid IS NOT NULL)
+         SELECT least(
+             pg_snapshot_xmax(s.snap),
+             (SELECT min(x) FROM pg_snapshot_xip(s.snap) AS x
+               WHERE (x::text::numeric % 4294967296) IN (SELECT xid32 FROM ours)))::text
+         FROM s",
+    )
+    .fetch_one(pool)
+    .await
+}
+
 /// Events of all tickets after `after`, in cursor order, only from transactions that can no
 /// longer be overtaken by an earlier one (see the module comment).
-pub async fn read_global<'e>(
-    db: impl PgExecutor<'e>,
-    after: GlobalCursor,
-    limit: i64,
-) -> Result<Vec<LoggedEvent>, sqlx::Error> {
+pub async fn read_global(pool: &PgPool, after: GlobalCursor, limit: i64) -> Result<Vec<LoggedEvent>, sqlx::Error> {
+    let horizon = horizon(pool).await?;
     let rows: Vec<EventRow> = sqlx::query_as(&format!(
         "SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
-         WHERE (e.txid, e.id) > ($1::text::xid8, $2)
-           AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
+         WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid < $4::text::xid8
          ORDER BY e.txid, e.id LIMIT $3"
     ))
     .bind(after.txid.to_string())
     .bind(after.id)
     .bind(limit)
-    .fetch_all(db)
+    .bind(horizon)
+    .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(LoggedEvent::from).collect())
 }
 
 /// Whether committed events after `after` are still held back by an older running transaction
 /// (then the reader should look again soon, as no NOTIFY may follow).
-pub async fn held_back<'e>(db: impl PgExecutor<'e>, after: GlobalCursor) -> Result<bool, sqlx::Error> {
+pub async fn held_back(pool: &PgPool, after: GlobalCursor) -> Result<bool, sqlx::Error> {
+    let horizon = horizon(pool).await?;
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM events e
-            WHERE (e.txid, e.id) > ($1::text::xid8, $2)
-              AND e.txid >= pg_snapshot_xmin(pg_current_snapshot()))",
+            WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid >= $3::text::xid8)",
     )
     .bind(after.txid.to_string())
     .bind(after.id)
-    .fetch_one(db)
+    .bind(horizon)
+    .fetch_one(pool)
     .await
 }
 
 /// The cursor just past every event readable now: a stream "from now" starts here.
-pub async fn head<'e>(db: impl PgExecutor<'e>) -> Result<GlobalCursor, sqlx::Error> {
+pub async fn head(pool: &PgPool) -> Result<GlobalCursor, sqlx::Error> {
+    let horizon = horizon(pool).await?;
     let row: Option<(String, i64)> = sqlx::query_as(
-        "SELECT e.txid::text, e.id FROM events e
-         WHERE e.txid < pg_snapshot_xmin(pg_current_snapshot())
+        "SELECT e.txid::text, e.id FROM events e WHERE e.txid < $1::text::xid8
          ORDER BY e.txid DESC, e.id DESC LIMIT 1",
     )
-    .fetch_optional(db)
+    .bind(horizon)
+    .fetch_optional(pool)
     .await?;
     Ok(row
-        .map(|(txid, id)| GlobalCursor { txid: txid.parse().unwrap_or(0), id })
+        .map(|(txid, id)| GlobalCursor {
+            txid: txid.parse().unwrap_or(0),
+            id,
+        })
         .unwrap_or_default())
 }

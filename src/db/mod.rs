@@ -5,6 +5,7 @@ pub mod agents;
 pub mod claims;
 pub mod comments;
 pub mod events;
+pub mod outputs;
 pub mod stats;
 pub mod tickets;
 
@@ -40,11 +41,9 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 /// Ready = reachable and every migration of this binary applied.
 pub async fn is_ready(pool: &PgPool) -> bool {
     let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-    let applied: Result<Option<i64>, _> = sqlx::query_scalar(
-        "SELECT max(version) FROM _sqlx_migrations WHERE success",
-    )
-    .fetch_one(pool)
-    .await;
+    let applied: Result<Option<i64>, _> = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await;
     matches!(applied, Ok(Some(v)) if v >= latest)
 }
 

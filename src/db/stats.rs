@@ -84,7 +84,11 @@ impl From<&FigureRow> for Figures {
             tool_calls: r.tool_calls,
             input_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
-            success_rate: if finished > 0 { r.done as f64 / finished as f64 } else { 0.0 },
+            success_rate: if finished > 0 {
+                r.done as f64 / finished as f64
+            } else {
+                0.0
+            },
             avg_ticket_ms: r.avg_ticket_ms,
             avg_work_ms: r.avg_work_ms,
         }

@@ -172,16 +172,20 @@ pub async fn find_by_id<'e>(db: impl PgExecutor<'e>, id: Uuid) -> Result<Option<
 pub async fn lock(conn: &mut PgConnection, ticket: &TicketRef) -> Result<Option<Ticket>, sqlx::Error> {
     let row: Option<TicketRow> = match ticket {
         TicketRef::Id(id) => {
-            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.id = $1 FOR UPDATE OF t"))
-                .bind(id)
-                .fetch_optional(conn)
-                .await?
+            sqlx::query_as(&format!(
+                "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.id = $1 FOR UPDATE OF t"
+            ))
+            .bind(id)
+            .fetch_optional(conn)
+            .await?
         }
         TicketRef::Key(key) => {
-            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.key = $1 FOR UPDATE OF t"))
-                .bind(key)
-                .fetch_optional(conn)
-                .await?
+            sqlx::query_as(&format!(
+                "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.key = $1 FOR UPDATE OF t"
+            ))
+            .bind(key)
+            .fetch_optional(conn)
+            .await?
         }
     };
     Ok(row.map(Ticket::from))
@@ -234,8 +238,33 @@ pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ti
     }
     let more = tickets.len() as i64 > f.limit;
     tickets.truncate(f.limit as usize);
-    let next = if more { numbers.get(f.limit as usize - 1).copied() } else { None };
+    let next = if more {
+        numbers.get(f.limit as usize - 1).copied()
+    } else {
+        None
+    };
     Ok((tickets, next))
+}
+
+/// How many tickets match a list's filters (the cursor and limit aside): lets a capped listing
+/// say how many it left out.
+pub async fn count<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<i64, sqlx::Error> {
+    let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
+    sqlx::query_scalar(
+        "SELECT count(*) FROM tickets t
+         WHERE (cardinality($1::text[]) = 0 OR t.status = ANY($1))
+           AND ($2::text IS NULL OR $2 = ANY(t.labels))
+           AND ($3::text IS NULL OR t.agent = $3)
+           AND ($4::uuid IS NULL OR t.parent_id = $4)
+           AND ($5::text IS NULL OR t.task::text ILIKE '%' || $5 || '%')",
+    )
+    .bind(&statuses)
+    .bind(&f.label)
+    .bind(&f.agent)
+    .bind(f.parent_id)
+    .bind(f.query.as_deref().map(escape_like))
+    .fetch_one(db)
+    .await
 }
 
 /// Searching the task text must match `%` and `_` literally.
@@ -304,7 +333,10 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
 
 /// Wakes idle workers (any process) after a ticket became claimable; sent at commit.
 pub async fn notify_work(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_notify($1, '')").bind(super::WORK_CHANNEL).execute(conn).await?;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(super::WORK_CHANNEL)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

@@ -63,6 +63,10 @@ pub struct NewEvent {
 
 impl NewEvent {
     pub fn new(kind: &'static str, agent: Option<&str>, data: Value) -> Self {
-        NewEvent { kind, agent: agent.map(str::to_owned), data }
+        NewEvent {
+            kind,
+            agent: agent.map(str::to_owned),
+            data,
+        }
     }
 }

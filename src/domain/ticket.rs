@@ -117,9 +117,7 @@ impl TicketRef {
         if let Ok(id) = Uuid::parse_str(s) {
             return Some(TicketRef::Id(id));
         }
-        let number = s
-            .strip_prefix("TICKET-")
-            .or_else(|| s.strip_prefix("ticket-"))?;
+        let number = s.strip_prefix("TICKET-").or_else(|| s.strip_prefix("ticket-"))?;
         if number.is_empty() || number.len() > 18 || !number.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }

@@ -73,7 +73,12 @@ impl EventHub {
         let head = db::events::head(&pool).await?;
         let (sender, _) = broadcast::channel(CHANNEL_CAPACITY);
         Ok(EventHub {
-            inner: Arc::new(Inner { pool, sender, wake: Notify::new(), position: std::sync::Mutex::new(head) }),
+            inner: Arc::new(Inner {
+                pool,
+                sender,
+                wake: Notify::new(),
+                position: std::sync::Mutex::new(head),
+            }),
         })
     }
 
@@ -98,7 +103,13 @@ impl EventHub {
     pub fn publish_delta(&self, event: TicketEvent, ticket_labels: Vec<String>, ticket_agent: Option<String>) {
         debug_assert!(event.kind == kind::TEXT_DELTA || event.kind == kind::THINKING_DELTA);
         let json = Bytes::from(serde_json::to_vec(&event).unwrap_or_default());
-        let item = StreamItem { cursor: None, event, ticket_labels, ticket_agent, json };
+        let item = StreamItem {
+            cursor: None,
+            event,
+            ticket_labels,
+            ticket_agent,
+            json,
+        };
         // No subscribers is fine: deltas are not kept.
         let _ = self.inner.sender.send(HubMessage::Delta(Arc::new(item)));
     }
@@ -117,7 +128,7 @@ impl EventHub {
                 }
                 Err(err) => {
                     failures += 1;
-                    if failures == 1 || failures % 20 == 0 {
+                    if failures == 1 || failures.is_multiple_of(20) {
                         tracing::warn!(error = %err, "event hub cannot read the event log; retrying");
                     }
                     Duration::from_millis(200 * u64::from(failures.min(10)))
@@ -139,7 +150,10 @@ impl EventHub {
             let full = batch.len() as i64 == BATCH;
             for event in batch {
                 *cursor = event.cursor;
-                let _ = self.inner.sender.send(HubMessage::Event(Arc::new(StreamItem::from_logged(event))));
+                let _ = self
+                    .inner
+                    .sender
+                    .send(HubMessage::Event(Arc::new(StreamItem::from_logged(event))));
             }
             *self.inner.position.lock().unwrap_or_else(|e| e.into_inner()) = *cursor;
             if !full {

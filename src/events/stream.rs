@@ -37,8 +37,7 @@ pub struct GlobalFilter {
 impl GlobalFilter {
     pub fn matches(&self, item: &StreamItem) -> bool {
         (self.labels.is_empty() || item.ticket_labels.iter().any(|l| self.labels.contains(l)))
-            && (self.agents.is_empty()
-                || item.ticket_agent.as_ref().is_some_and(|a| self.agents.contains(a)))
+            && (self.agents.is_empty() || item.ticket_agent.as_ref().is_some_and(|a| self.agents.contains(a)))
             && (self.kinds.is_empty()
                 || self.kinds.iter().any(|k| match k.strip_suffix('*') {
                     Some(prefix) => item.event.kind.starts_with(prefix),
@@ -220,9 +219,20 @@ async fn replay_ticket(hub: &EventHub, ticket_id: Uuid, last: &mut i64, out: &Ou
         if n < REPLAY_BATCH {
             return match final_seq {
                 Some(seq) => is_latest(hub, ticket_id, seq).await,
+                None if n == 0 && *last > 0 => resumed_at_final_event(hub, ticket_id, *last).await,
                 None => Ok(false),
             };
         }
+    }
+}
+
+/// Whether the client resumed right after the ticket's latest event and that one is final: such
+/// a stream has nothing more to send, so it ends as it would have after sending that event.
+async fn resumed_at_final_event(hub: &EventHub, ticket_id: Uuid, last: i64) -> Result<bool, ()> {
+    let at_last = read_with_retry(|| db::events::read_ticket(hub.pool(), ticket_id, last - 1, 1)).await?;
+    match at_last.first() {
+        Some(e) if e.event.seq == Some(last) && kind::is_final(&e.event.kind) => is_latest(hub, ticket_id, last).await,
+        _ => Ok(false),
     }
 }
 

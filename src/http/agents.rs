@@ -81,7 +81,11 @@ pub async fn put_agent(
     let provider = match req.provider.as_deref() {
         None => None,
         Some(p @ ("openai" | "anthropic")) => Some(p.to_owned()),
-        Some(other) => return Err(ApiError::Validation(format!("provider must be openai or anthropic, not {other:?}"))),
+        Some(other) => {
+            return Err(ApiError::Validation(format!(
+                "provider must be openai or anthropic, not {other:?}"
+            )))
+        }
     };
     let tools = match req.tools {
         None => BUILTIN_TOOLS.iter().map(|t| t.to_string()).collect(),
@@ -105,7 +109,10 @@ pub async fn put_agent(
     let model = match req.model {
         Some(m) if m.trim().is_empty() => return Err(ApiError::Validation("model must not be empty".into())),
         Some(m) => m,
-        None => default_model(state.config.model.as_deref(), provider.as_deref().or(state.providers.detected())),
+        None => default_model(
+            state.config.model.as_deref(),
+            provider.as_deref().or(state.providers.detected()),
+        ),
     };
     if let Some(t) = req.temperature {
         if !(0.0..=2.0).contains(&t) {
@@ -134,7 +141,10 @@ pub async fn put_agent(
     };
     let (agent, created) = db::agents::upsert(&state.pool, &agent).await?;
     // New labels may make waiting work claimable.
-    let _ = sqlx::query("SELECT pg_notify($1, '')").bind(db::WORK_CHANNEL).execute(&state.pool).await;
+    let _ = sqlx::query("SELECT pg_notify($1, '')")
+        .bind(db::WORK_CHANNEL)
+        .execute(&state.pool)
+        .await;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(agent)))
 }
 
@@ -158,7 +168,10 @@ pub struct AgentList {
 /// List agents
 #[utoipa::path(get, path = "/v1/agents", tag = "agents", params(PageQuery),
     responses((status = 200, body = AgentList), (status = 400, body = ErrorBody)))]
-pub async fn list_agents(State(state): State<AppState>, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Json<AgentList>> {
+pub async fn list_agents(
+    State(state): State<AppState>,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Json<AgentList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let after = match page.cursor {
         None => None,
@@ -167,7 +180,11 @@ pub async fn list_agents(State(state): State<AppState>, ApiQuery(q): ApiQuery<Pa
     let mut items = db::agents::list(&state.pool, after.as_deref(), page.limit + 1).await?;
     let more = items.len() as i64 > page.limit;
     items.truncate(page.limit as usize);
-    let next_cursor = if more { items.last().map(|a| Cursor::Name(a.name.clone()).encode()) } else { None };
+    let next_cursor = if more {
+        items.last().map(|a| Cursor::Name(a.name.clone()).encode())
+    } else {
+        None
+    };
     Ok(Json(AgentList { items, next_cursor }))
 }
 

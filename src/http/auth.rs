@@ -12,9 +12,9 @@ use super::AppState;
 /// Compares digests in constant time, so neither content nor length leaks through timing.
 fn token_matches(presented: &str, tokens: &[String]) -> bool {
     let presented = Sha256::digest(presented.as_bytes());
-    tokens
-        .iter()
-        .fold(false, |found, t| found | bool::from(Sha256::digest(t.as_bytes()).ct_eq(&presented)))
+    tokens.iter().fold(false, |found, t| {
+        found | bool::from(Sha256::digest(t.as_bytes()).ct_eq(&presented))
+    })
 }
 
 pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {

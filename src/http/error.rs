@@ -86,12 +86,18 @@ impl From<sqlx::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody { error: ErrorDetail { code: self.code(), message: self.to_string() } };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code(),
+                message: self.to_string(),
+            },
+        };
         let mut response = (self.status(), Json(body)).into_response();
         if matches!(self, ApiError::Unauthorized) {
-            response
-                .headers_mut()
-                .insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
         }
         response
     }

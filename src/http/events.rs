@@ -64,14 +64,20 @@ pub async fn ticket_events(
 ) -> ApiResult<Response> {
     let after = match resume_point(&headers, q.after.as_deref())? {
         None => 0,
-        Some(s) => s
-            .parse::<i64>()
-            .ok()
-            .filter(|n| *n >= 0)
-            .ok_or_else(|| ApiError::BadRequest(format!("after must be an event seq (a non-negative integer), not {s:?}")))?,
+        Some(s) => s.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "after must be an event seq (a non-negative integer), not {s:?}"
+            ))
+        })?,
     };
     let ticket = desk::find(&state.pool, &reference).await?;
-    let frames = stream::ticket(state.hub.clone(), ticket.id, after, state.config.sse_ping, state.shutdown.clone());
+    let frames = stream::ticket(
+        state.hub.clone(),
+        ticket.id,
+        after,
+        state.config.sse_ping,
+        state.shutdown.clone(),
+    );
     Ok(sse_response(frames))
 }
 
@@ -89,8 +95,13 @@ pub struct GlobalEventsQuery {
 }
 
 fn comma_list(s: Option<&str>) -> Vec<String> {
-    s.map(|s| s.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect())
-        .unwrap_or_default()
+    s.map(|s| {
+        s.split(',')
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// All tickets' events (SSE)
@@ -119,6 +130,12 @@ pub async fn global_events(
         agents: comma_list(q.agent.as_deref()),
         kinds: comma_list(q.kind.as_deref()),
     };
-    let frames = stream::global(state.hub.clone(), after, filter, state.config.sse_ping, state.shutdown.clone());
+    let frames = stream::global(
+        state.hub.clone(),
+        after,
+        filter,
+        state.config.sse_ping,
+        state.shutdown.clone(),
+    );
     Ok(sse_response(frames))
 }

@@ -5,6 +5,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::error::ApiError;
 
@@ -29,24 +30,36 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::BadRequest("the request body is empty; expected a JSON object".into()));
+        return Err(ApiError::BadRequest(
+            "the request body is empty; expected a JSON object".into(),
+        ));
     }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error(&mut de)?;
-    de.end().map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
-    Ok(value)
+    // Read as a JSON value first: anything unreadable is malformed (400), a readable value of the
+    // wrong shape is invalid (422).
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
+    if contains_nul(&value) {
+        // Postgres stores no NUL character in text or jsonb; refusing here keeps it from a 500.
+        return Err(ApiError::Validation(
+            "strings must not contain the NUL character (\\u0000)".into(),
+        ));
+    }
+    T::deserialize(value).map_err(|e| ApiError::Validation(format!("invalid request body: {e}")))
 }
 
-fn serde_path_to_error<'de, T: DeserializeOwned>(
-    de: &mut serde_json::Deserializer<serde_json::de::SliceRead<'de>>,
-) -> Result<T, ApiError> {
-    T::deserialize(de).map_err(|e| {
-        use serde_json::error::Category;
-        match e.classify() {
-            Category::Syntax | Category::Eof | Category::Io => ApiError::BadRequest(format!("malformed JSON: {e}")),
-            Category::Data => ApiError::Validation(format!("invalid request body: {e}")),
-        }
-    })
+fn contains_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(contains_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || contains_nul(v)),
+        _ => false,
+    }
+}
+
+/// `%00` in a path or query decodes to a NUL character, which names nothing and which Postgres
+/// cannot store.
+fn has_encoded_nul(s: &str) -> bool {
+    s.as_bytes().windows(3).any(|w| w == b"%00")
 }
 
 /// Query parameters: anything that does not parse is 400.
@@ -57,14 +70,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
         let query = parts.uri.query().unwrap_or_default();
+        if has_encoded_nul(query) {
+            return Err(bad_query("the NUL character (%00) is not allowed"));
+        }
         serde_urlencoded_from_str(query).map(ApiQuery)
     }
 }
 
 fn serde_urlencoded_from_str<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
-    axum::extract::Query::<T>::try_from_uri(&format!("/?{query}").parse().map_err(|_| bad_query("unreadable query string"))?)
-        .map(|q| q.0)
-        .map_err(|e| bad_query(&e.body_text()))
+    axum::extract::Query::<T>::try_from_uri(
+        &format!("/?{query}")
+            .parse()
+            .map_err(|_| bad_query("unreadable query string"))?,
+    )
+    .map(|q| q.0)
+    .map_err(|e| bad_query(&e.body_text()))
 }
 
 fn bad_query(detail: &str) -> ApiError {
@@ -78,6 +98,11 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if has_encoded_nul(parts.uri.path()) {
+            return Err(ApiError::NotFound(
+                "no such resource: the path contains a NUL character".into(),
+            ));
+        }
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| ApiPath(p.0))

@@ -45,16 +45,24 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/tickets", post(tickets::create_ticket).get(tickets::list_tickets))
-        .route("/tickets/{ticket}", get(tickets::get_ticket).patch(tickets::patch_ticket))
+        .route(
+            "/tickets/{ticket}",
+            get(tickets::get_ticket).patch(tickets::patch_ticket),
+        )
         .route("/tickets/{ticket}/cancel", post(tickets::cancel_ticket))
         .route("/tickets/{ticket}/retry", post(tickets::retry_ticket))
-        .route("/tickets/{ticket}/comments", get(tickets::list_comments).post(tickets::create_comment))
+        .route(
+            "/tickets/{ticket}/comments",
+            get(tickets::list_comments).post(tickets::create_comment),
+        )
         .route("/tickets/{ticket}/events", get(events::ticket_events))
         .route("/events", get(events::global_events))
         .route("/agents", get(agents::list_agents))
         .route(
             "/agents/{name}",
-            get(agents::get_agent).put(agents::put_agent).delete(agents::delete_agent),
+            get(agents::get_agent)
+                .put(agents::put_agent)
+                .delete(agents::delete_agent),
         )
         .route("/stats", get(health::stats))
         .fallback(not_found)
@@ -84,7 +92,10 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed() -> Response {
     let body = axum::Json(error::ErrorBody {
-        error: error::ErrorDetail { code: "method_not_allowed", message: "method not allowed on this endpoint".into() },
+        error: error::ErrorDetail {
+            code: "method_not_allowed",
+            message: "method not allowed on this endpoint".into(),
+        },
     });
     (axum::http::StatusCode::METHOD_NOT_ALLOWED, body).into_response()
 }

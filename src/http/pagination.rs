@@ -82,8 +82,17 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_garbage_is_rejected() {
-        assert_eq!(Cursor::decode(&Cursor::number(42).encode()).unwrap().as_number(), Some(42));
-        assert_eq!(Cursor::decode(&Cursor::Name("a-b".into()).encode()).unwrap().into_name().as_deref(), Some("a-b"));
+        assert_eq!(
+            Cursor::decode(&Cursor::number(42).encode()).unwrap().as_number(),
+            Some(42)
+        );
+        assert_eq!(
+            Cursor::decode(&Cursor::Name("a-b".into()).encode())
+                .unwrap()
+                .into_name()
+                .as_deref(),
+            Some("a-b")
+        );
         for bad in ["", "zz", "6e", "6e2d31", "78"] {
             assert!(Cursor::decode(bad).is_none(), "{bad}");
         }

@@ -113,13 +113,15 @@ pub async fn create_ticket(
                 .ok()
                 .map(str::trim)
                 .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN)
-                .ok_or_else(|| ApiError::BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters".into()))?;
+                .ok_or_else(|| {
+                    ApiError::BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters".into())
+                })?;
             Some(key.to_owned())
         }
     };
     let hash = canonical_hash(&body);
-    let req: CreateTicket = serde_json::from_value(body)
-        .map_err(|e| ApiError::Validation(format!("invalid request body: {e}")))?;
+    let req: CreateTicket =
+        serde_json::from_value(body).map_err(|e| ApiError::Validation(format!("invalid request body: {e}")))?;
     desk::check_task(&req.task).map_err(ApiError::Validation)?;
     let labels = desk::normalize_labels(req.labels).map_err(ApiError::Validation)?;
     if let Some(schema) = &req.schema {
@@ -139,7 +141,8 @@ pub async fn create_ticket(
     let parent_id = match &req.parent {
         None => None,
         Some(p) => {
-            let parent = TicketRef::parse(p).ok_or_else(|| ApiError::Validation(format!("parent {p:?} names no ticket")))?;
+            let parent =
+                TicketRef::parse(p).ok_or_else(|| ApiError::Validation(format!("parent {p:?} names no ticket")))?;
             let parent = db::tickets::find(&mut *tx, &parent)
                 .await?
                 .ok_or_else(|| ApiError::Validation(format!("parent {p:?} names no ticket")))?;
@@ -226,16 +229,29 @@ pub async fn list_tickets(
     let descending = match q.order.as_deref() {
         None | Some("asc") => false,
         Some("desc") => true,
-        Some(other) => return Err(ApiError::BadRequest(format!("order must be asc or desc, not {other:?}"))),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "order must be asc or desc, not {other:?}"
+            )))
+        }
     };
     let parent_id = match q.parent.as_deref() {
         None => None,
         Some(p) => match TicketRef::parse(p) {
             Some(r) => match db::tickets::find(&state.pool, &r).await? {
                 Some(parent) => Some(parent.id),
-                None => return Ok(Json(TicketList { items: vec![], next_cursor: None })),
+                None => {
+                    return Ok(Json(TicketList {
+                        items: vec![],
+                        next_cursor: None,
+                    }))
+                }
             },
-            None => return Err(ApiError::BadRequest(format!("parent {p:?} is neither a ticket id nor a key"))),
+            None => {
+                return Err(ApiError::BadRequest(format!(
+                    "parent {p:?} is neither a ticket id nor a key"
+                )))
+            }
         },
     };
     let after_number = match page.cursor {
@@ -253,7 +269,10 @@ pub async fn list_tickets(
         limit: page.limit,
     };
     let (items, next) = db::tickets::list(&state.pool, &filter).await?;
-    Ok(Json(TicketList { items, next_cursor: next.map(|n| Cursor::number(n).encode()) }))
+    Ok(Json(TicketList {
+        items,
+        next_cursor: next.map(|n| Cursor::number(n).encode()),
+    }))
 }
 
 /// Get a ticket
@@ -293,7 +312,11 @@ pub async fn patch_ticket(
     if let Some(task) = &req.task {
         desk::check_task(task).map_err(ApiError::Validation)?;
     }
-    let labels = req.labels.map(desk::normalize_labels).transpose().map_err(ApiError::Validation)?;
+    let labels = req
+        .labels
+        .map(desk::normalize_labels)
+        .transpose()
+        .map_err(ApiError::Validation)?;
     if let Some(Some(schema)) = &req.schema {
         desk::check_schema(schema).map_err(ApiError::Validation)?;
     }
@@ -302,7 +325,13 @@ pub async fn patch_ticket(
             return Err(ApiError::Validation("metadata must be a JSON object".into()));
         }
     }
-    let patch = TicketPatch { task: req.task, labels, priority: req.priority, schema: req.schema, metadata: req.metadata };
+    let patch = TicketPatch {
+        task: req.task,
+        labels,
+        priority: req.priority,
+        schema: req.schema,
+        metadata: req.metadata,
+    };
     Ok(Json(desk::patch(&state.pool, &reference, patch).await?))
 }
 
@@ -313,7 +342,10 @@ pub async fn patch_ticket(
 #[utoipa::path(post, path = "/v1/tickets/{ticket}/cancel", tag = "tickets",
     params(("ticket" = String, Path, description = "Ticket id or key")),
     responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-pub async fn cancel_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Json<Ticket>> {
+pub async fn cancel_ticket(
+    State(state): State<AppState>,
+    ApiPath(reference): ApiPath<String>,
+) -> ApiResult<Json<Ticket>> {
     let ticket = desk::cancel(&state.pool, &reference).await?;
     state.hub.wake();
     Ok(Json(ticket))
@@ -323,7 +355,10 @@ pub async fn cancel_ticket(State(state): State<AppState>, ApiPath(reference): Ap
 #[utoipa::path(post, path = "/v1/tickets/{ticket}/retry", tag = "tickets",
     params(("ticket" = String, Path, description = "Ticket id or key")),
     responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-pub async fn retry_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Json<Ticket>> {
+pub async fn retry_ticket(
+    State(state): State<AppState>,
+    ApiPath(reference): ApiPath<String>,
+) -> ApiResult<Json<Ticket>> {
     let ticket = desk::retry(&state.pool, &reference).await?;
     state.hub.wake();
     Ok(Json(ticket))
@@ -359,7 +394,11 @@ pub async fn list_comments(
         Some(c) => c.as_number().ok_or_else(Page::bad_cursor)?,
     };
     let (items, more) = db::comments::list(&state.pool, ticket.id, after, page.limit).await?;
-    let next_cursor = if more { items.last().map(|c| Cursor::number(c.seq).encode()) } else { None };
+    let next_cursor = if more {
+        items.last().map(|c| Cursor::number(c.seq).encode())
+    } else {
+        None
+    };
     Ok(Json(CommentList { items, next_cursor }))
 }
 
@@ -396,7 +435,9 @@ pub async fn create_comment(
         None | Some("user") => Author::User,
         Some("system") => Author::System,
         Some(other) => {
-            return Err(ApiError::Validation(format!("author must be user or system, not {other:?}")))
+            return Err(ApiError::Validation(format!(
+                "author must be user or system, not {other:?}"
+            )))
         }
     };
     let (comment, _) = desk::add_comment(&state.pool, &reference, author, req.text).await?;

@@ -7,10 +7,7 @@ use reqwest::header::ACCEPT;
 use serde_json::{json, Map, Value};
 
 use super::http::{self, EventStream};
-use super::{
-    ContentBlock, Delta, LlmError, ModelRequest, ModelResponse, Provider, Role, StopReason,
-    ToolCall,
-};
+use super::{ContentBlock, Delta, LlmError, ModelRequest, ModelResponse, Provider, Role, StopReason, ToolCall};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 pub const API_VERSION: &str = "2023-06-01";
@@ -51,11 +48,7 @@ fn block_json(b: &ContentBlock) -> Option<Value> {
         ContentBlock::Text { text } => json!({"type": "text", "text": text}),
         ContentBlock::ToolUse { id, name, input } => {
             // The API wants an object; repaired arguments may have come back as something else.
-            let input = if input.is_object() {
-                input.clone()
-            } else {
-                json!({})
-            };
+            let input = if input.is_object() { input.clone() } else { json!({}) };
             json!({"type": "tool_use", "id": id, "name": name, "input": input})
         }
         ContentBlock::ToolResult {
@@ -73,9 +66,7 @@ fn block_json(b: &ContentBlock) -> Option<Value> {
             text,
             signature: Some(sig),
         } => json!({"type": "thinking", "thinking": text, "signature": sig}),
-        ContentBlock::Thinking {
-            signature: None, ..
-        } => return None,
+        ContentBlock::Thinking { signature: None, .. } => return None,
     })
 }
 
@@ -99,8 +90,7 @@ pub fn request_body(req: &ModelRequest) -> Value {
         .map(|(role, mut content)| {
             if role == Role::User {
                 // tool_result blocks must come first in a user turn; stable sort keeps order.
-                content
-                    .sort_by_key(|b| b.get("type").and_then(|t| t.as_str()) != Some("tool_result"));
+                content.sort_by_key(|b| b.get("type").and_then(|t| t.as_str()) != Some("tool_result"));
             }
             json!({
                 "role": match role { Role::User => "user", Role::Assistant => "assistant" },
@@ -115,10 +105,7 @@ pub fn request_body(req: &ModelRequest) -> Value {
         body.insert("system".into(), json!(req.system));
     }
     body.insert("messages".into(), Value::Array(messages));
-    body.insert(
-        "max_tokens".into(),
-        json!(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
-    );
+    body.insert("max_tokens".into(), json!(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
     body.insert("stream".into(), json!(true));
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
@@ -154,10 +141,7 @@ fn stop_reason(s: &str) -> StopReason {
 enum Block {
     Text,
     ToolUse(ToolCall),
-    Thinking {
-        text: String,
-        signature: Option<String>,
-    },
+    Thinking { text: String, signature: Option<String> },
     Other,
 }
 
@@ -217,10 +201,8 @@ impl Provider for Anthropic {
                     }
                     if let Some(u) = msg.get("usage") {
                         out.usage.input_tokens = u64_of(u, "input_tokens").unwrap_or(0);
-                        out.usage.cache_read_tokens =
-                            u64_of(u, "cache_read_input_tokens").unwrap_or(0);
-                        out.usage.cache_creation_tokens =
-                            u64_of(u, "cache_creation_input_tokens").unwrap_or(0);
+                        out.usage.cache_read_tokens = u64_of(u, "cache_read_input_tokens").unwrap_or(0);
+                        out.usage.cache_creation_tokens = u64_of(u, "cache_creation_input_tokens").unwrap_or(0);
                         out.usage.output_tokens = u64_of(u, "output_tokens").unwrap_or(0);
                     }
                 }
@@ -266,10 +248,7 @@ impl Provider for Anthropic {
                     let index = u64_of(&v, "index").unwrap_or(0);
                     let d = v.get("delta").unwrap_or(&Value::Null);
                     let s = |k: &str| d.get(k).and_then(|x| x.as_str()).unwrap_or("");
-                    match (
-                        d.get("type").and_then(|t| t.as_str()),
-                        blocks.get_mut(&index),
-                    ) {
+                    match (d.get("type").and_then(|t| t.as_str()), blocks.get_mut(&index)) {
                         (Some("text_delta"), _) => {
                             let t = s("text");
                             if !t.is_empty() {
@@ -337,9 +316,7 @@ impl Provider for Anthropic {
         for (_, block) in blocks {
             match block {
                 Block::ToolUse(call) => out.tool_calls.push(call),
-                Block::Thinking { text, signature } => out
-                    .thinking
-                    .push(ContentBlock::Thinking { text, signature }),
+                Block::Thinking { text, signature } => out.thinking.push(ContentBlock::Thinking { text, signature }),
                 Block::Text | Block::Other => {}
             }
         }

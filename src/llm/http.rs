@@ -55,13 +55,7 @@ pub(crate) async fn send(
             Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
             _ => String::new(),
         };
-        return Err(classify_http(
-            provider,
-            status.as_u16(),
-            Some(&headers),
-            &body,
-            api_key,
-        ));
+        return Err(classify_http(provider, status.as_u16(), Some(&headers), &body, api_key));
     }
     let is_json = resp
         .headers()
@@ -144,11 +138,7 @@ impl EventStream {
                 Err(_) => {
                     return Err(LlmError::new(
                         LlmErrorKind::StreamStalled,
-                        format!(
-                            "{}: stream silent for {} ms",
-                            self.provider,
-                            self.idle.as_millis()
-                        ),
+                        format!("{}: stream silent for {} ms", self.provider, self.idle.as_millis()),
                     ))
                 }
                 Ok(Some(Ok(bytes))) => self.parser.feed(&bytes, &mut out),
@@ -184,10 +174,7 @@ pub(crate) fn parse_json(provider: &str, data: &str) -> Result<Value, LlmError> 
     serde_json::from_str(data).map_err(|e| {
         LlmError::new(
             LlmErrorKind::ResponseMalformed,
-            format!(
-                "{provider}: unparseable event data ({e}): {}",
-                truncate(data, 200)
-            ),
+            format!("{provider}: unparseable event data ({e}): {}", truncate(data, 200)),
         )
     })
 }
@@ -219,12 +206,7 @@ fn redact(s: &str, api_key: Option<&str>) -> String {
 
 /// Retry hints: `retry-after-ms` (OpenAI), `Retry-After` in seconds or as an HTTP date.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let get = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
             return Some(Duration::from_secs_f64(ms / 1000.0));
@@ -286,8 +268,7 @@ fn mentions_context_overflow(text: &str) -> bool {
 fn mentions_model_not_found(text: &str) -> bool {
     text.contains("model_not_found")
         || text.contains("not_found_error")
-        || (text.contains("model")
-            && (text.contains("not found") || text.contains("does not exist")))
+        || (text.contains("model") && (text.contains("not found") || text.contains("does not exist")))
 }
 
 /// Classifies a non-2xx HTTP answer.
@@ -374,10 +355,7 @@ pub(crate) fn classify_stream_error(provider: &str, v: &Value, api_key: Option<&
     let label = info.etype.or(info.code).unwrap_or_else(|| "error".into());
     let message = format!(
         "{provider} stream error {label}: {}",
-        truncate(
-            info.message.as_deref().unwrap_or("(no message)"),
-            MAX_BODY_IN_MESSAGE
-        )
+        truncate(info.message.as_deref().unwrap_or("(no message)"), MAX_BODY_IN_MESSAGE)
     );
     LlmError {
         kind,
@@ -440,10 +418,7 @@ mod tests {
         h.insert("retry-after", HeaderValue::from_str(&when).unwrap());
         let d = retry_after(&h).unwrap();
         assert!(d > Duration::from_secs(25) && d <= Duration::from_secs(30));
-        h.insert(
-            "retry-after",
-            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
-        );
+        h.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
         assert_eq!(retry_after(&h), Some(Duration::ZERO));
     }
 
@@ -460,9 +435,7 @@ mod tests {
             LlmErrorKind::ServerError
         );
         assert_eq!(
-            k(
-                json!({"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}})
-            ),
+            k(json!({"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}})),
             LlmErrorKind::ContextWindowExceeded
         );
         assert_eq!(

@@ -230,11 +230,7 @@ pub fn backoff_delay(attempt: u32, base: Duration, retry_after: Option<Duration>
 pub fn known_context_window(model: &str) -> Option<u32> {
     // Routers and local servers often prefix the vendor ("openai/gpt-4o"); the window is the
     // model's own.
-    let m = model
-        .rsplit('/')
-        .next()
-        .unwrap_or(model)
-        .to_ascii_lowercase();
+    let m = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
     let m = m.as_str();
     if m.starts_with("claude-") {
         Some(200_000)
@@ -289,21 +285,14 @@ impl Providers {
         let openai = {
             let key = env_nonempty("OPENAI_API_KEY");
             let base = env_nonempty("OPENAI_BASE_URL");
-            (key.is_some() || base.is_some()).then(|| {
-                openai::OpenAi::new(
-                    base.unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
-                    key,
-                )
-            })
+            (key.is_some() || base.is_some())
+                .then(|| openai::OpenAi::new(base.unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()), key))
         };
         let anthropic = {
             let key = env_nonempty("ANTHROPIC_API_KEY");
             let base = env_nonempty("ANTHROPIC_BASE_URL");
             (key.is_some() || base.is_some()).then(|| {
-                anthropic::Anthropic::new(
-                    base.unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string()),
-                    key,
-                )
+                anthropic::Anthropic::new(base.unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string()), key)
             })
         };
         Providers::new(openai, anthropic)
@@ -409,29 +398,20 @@ mod tests {
     fn providers_detection() {
         let none = Providers::new(None, None);
         assert_eq!(none.detected(), None);
-        assert_eq!(
-            none.get(None).err().unwrap().kind,
-            LlmErrorKind::ProviderUnconfigured
-        );
+        assert_eq!(none.get(None).err().unwrap().kind, LlmErrorKind::ProviderUnconfigured);
         let err = none.get(Some("anthropic")).err().unwrap();
         assert_eq!(
             err.message,
             "provider 'anthropic' is not configured: set ANTHROPIC_API_KEY"
         );
 
-        let oa = Providers::new(
-            Some(openai::OpenAi::new("http://localhost:1/v1".into(), None)),
-            None,
-        );
+        let oa = Providers::new(Some(openai::OpenAi::new("http://localhost:1/v1".into(), None)), None);
         assert_eq!(oa.detected(), Some("openai"));
         assert_eq!(oa.get(None).unwrap().name(), "openai");
 
         let both = Providers::new(
             Some(openai::OpenAi::new("http://localhost:1/v1".into(), None)),
-            Some(anthropic::Anthropic::new(
-                "http://localhost:1".into(),
-                Some("k".into()),
-            )),
+            Some(anthropic::Anthropic::new("http://localhost:1".into(), Some("k".into()))),
         );
         assert_eq!(both.detected(), Some("anthropic"));
         assert_eq!(both.get(None).unwrap().name(), "anthropic");

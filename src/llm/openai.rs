@@ -8,8 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::http::{self, EventStream};
 use super::{
-    ContentBlock, Delta, LlmError, Message, ModelRequest, ModelResponse, Provider, Role,
-    StopReason, ToolCall, Usage,
+    ContentBlock, Delta, LlmError, Message, ModelRequest, ModelResponse, Provider, Role, StopReason, ToolCall, Usage,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -93,14 +92,10 @@ fn map_message(m: &Message, out: &mut Vec<Value>) {
             // they go before any text of the same user turn.
             for b in &m.content {
                 if let ContentBlock::ToolResult {
-                    tool_use_id,
-                    output,
-                    ..
+                    tool_use_id, output, ..
                 } = b
                 {
-                    out.push(
-                        json!({"role": "tool", "tool_call_id": tool_use_id, "content": output}),
-                    );
+                    out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": output}));
                 }
             }
             if !text.is_empty() {
@@ -128,11 +123,7 @@ fn map_message(m: &Message, out: &mut Vec<Value>) {
             msg.insert("role".into(), json!("assistant"));
             msg.insert(
                 "content".into(),
-                if text.is_empty() {
-                    Value::Null
-                } else {
-                    json!(text)
-                },
+                if text.is_empty() { Value::Null } else { json!(text) },
             );
             if !calls.is_empty() {
                 msg.insert("tool_calls".into(), Value::Array(calls));
@@ -215,8 +206,7 @@ impl Provider for OpenAi {
                 out.usage = Usage {
                     input_tokens: u64_at(u, &["prompt_tokens"]).unwrap_or(0),
                     output_tokens: u64_at(u, &["completion_tokens"]).unwrap_or(0),
-                    cache_read_tokens: u64_at(u, &["prompt_tokens_details", "cached_tokens"])
-                        .unwrap_or(0),
+                    cache_read_tokens: u64_at(u, &["prompt_tokens_details", "cached_tokens"]).unwrap_or(0),
                     cache_creation_tokens: 0,
                 };
             }
@@ -245,10 +235,7 @@ impl Provider for OpenAi {
                     }
                     if let Some(tcs) = delta.get("tool_calls").and_then(|c| c.as_array()) {
                         for (pos, tc) in tcs.iter().enumerate() {
-                            let index = tc
-                                .get("index")
-                                .and_then(|i| i.as_u64())
-                                .unwrap_or(pos as u64);
+                            let index = tc.get("index").and_then(|i| i.as_u64()).unwrap_or(pos as u64);
                             let entry = calls.entry(index).or_insert_with(|| ToolCall {
                                 id: String::new(),
                                 name: String::new(),
@@ -260,9 +247,7 @@ impl Provider for OpenAi {
                                 }
                             }
                             let func = tc.get("function");
-                            if let Some(name) =
-                                func.and_then(|f| f.get("name")).and_then(|n| n.as_str())
-                            {
+                            if let Some(name) = func.and_then(|f| f.get("name")).and_then(|n| n.as_str()) {
                                 if entry.name.is_empty() {
                                     entry.name = name.to_string();
                                 }
@@ -270,9 +255,7 @@ impl Provider for OpenAi {
                             match func.and_then(|f| f.get("arguments")) {
                                 Some(Value::String(a)) => entry.arguments.push_str(a),
                                 // Some servers send the arguments as an object in one go.
-                                Some(a @ Value::Object(_)) => {
-                                    entry.arguments.push_str(&a.to_string())
-                                }
+                                Some(a @ Value::Object(_)) => entry.arguments.push_str(&a.to_string()),
                                 _ => {}
                             }
                         }

@@ -48,11 +48,7 @@ mod tests {
     #[test]
     fn repeated_placeholders_are_all_replaced() {
         assert_eq!(
-            substitute_parent(
-                "{parent_key}/{parent_key} {parent_result}{parent_result}",
-                "K",
-                "R"
-            ),
+            substitute_parent("{parent_key}/{parent_key} {parent_result}{parent_result}", "K", "R"),
             "K/K RR"
         );
     }
@@ -60,11 +56,7 @@ mod tests {
     #[test]
     fn substituted_value_is_not_expanded_again() {
         assert_eq!(
-            substitute_parent(
-                "see {parent_result}",
-                "T-9",
-                "literal {parent_key} and {parent_result}"
-            ),
+            substitute_parent("see {parent_result}", "T-9", "literal {parent_key} and {parent_result}"),
             "see literal {parent_key} and {parent_result}"
         );
         assert_eq!(

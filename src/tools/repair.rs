@@ -129,9 +129,7 @@ fn close_json(text: &str) -> Option<String> {
             }
             '{' | '[' => {
                 if let Some(top) = stack.last() {
-                    if top.kind == Kind::Object
-                        && matches!(top.expect, Expect::First | Expect::Key | Expect::Next)
-                    {
+                    if top.kind == Kind::Object && matches!(top.expect, Expect::First | Expect::Key | Expect::Next) {
                         // A container cannot be a key; the text is too broken
                         // to guess further, keep what came before.
                         break;
@@ -168,9 +166,7 @@ fn close_json(text: &str) -> Option<String> {
                 }
             }
             ',' => {
-                let top = stack
-                    .last_mut()
-                    .expect("stack is non-empty inside the loop");
+                let top = stack.last_mut().expect("stack is non-empty inside the loop");
                 // Doubled or leading commas carry no information: only a
                 // comma after a complete value is kept.
                 if top.expect == Expect::Next {
@@ -183,9 +179,7 @@ fn close_json(text: &str) -> Option<String> {
                 }
             }
             ':' => {
-                let top = stack
-                    .last_mut()
-                    .expect("stack is non-empty inside the loop");
+                let top = stack.last_mut().expect("stack is non-empty inside the loop");
                 if top.expect == Expect::Colon {
                     out.push(':');
                     top.expect = Expect::Value;
@@ -304,8 +298,7 @@ fn emit_bare(out: &mut String, stack: &mut [Frame], token: &str, at_end: bool) {
     let Some(top) = stack.last() else {
         return;
     };
-    let in_key_position = matches!(top.expect, Expect::First | Expect::Key | Expect::Next)
-        && top.kind == Kind::Object;
+    let in_key_position = matches!(top.expect, Expect::First | Expect::Key | Expect::Next) && top.kind == Kind::Object;
     let token = if in_key_position {
         Some(quote(token))
     } else {
@@ -500,11 +493,7 @@ pub fn coerce_to_schema(value: Value, schema: &Value) -> Value {
         Some(branches) => branches.iter().fold(value, coerce_to_schema),
         None => value,
     };
-    if let Some(branches) = map
-        .get("anyOf")
-        .or_else(|| map.get("oneOf"))
-        .and_then(Value::as_array)
-    {
+    if let Some(branches) = map.get("anyOf").or_else(|| map.get("oneOf")).and_then(Value::as_array) {
         return coerce_to_branches(value, branches, map);
     }
     match schema_types(map) {
@@ -547,12 +536,8 @@ fn coerce_to_types(value: Value, types: &[&str], schema: &Map<String, Value>) ->
         convert(value, types)
     };
     match value {
-        Value::Object(obj) if types.contains(&"object") => {
-            Value::Object(coerce_object(obj, schema))
-        }
-        Value::Array(items) if types.contains(&"array") => {
-            Value::Array(coerce_array(items, schema))
-        }
+        Value::Object(obj) if types.contains(&"object") => Value::Object(coerce_object(obj, schema)),
+        Value::Array(items) if types.contains(&"array") => Value::Array(coerce_array(items, schema)),
         other => other,
     }
 }
@@ -751,10 +736,7 @@ mod tests {
 
     #[test]
     fn surrounding_prose_is_ignored() {
-        assert_eq!(
-            repaired("Here you go: {\"a\": 1} hope it helps"),
-            json!({"a": 1})
-        );
+        assert_eq!(repaired("Here you go: {\"a\": 1} hope it helps"), json!({"a": 1}));
     }
 
     #[test]
@@ -767,10 +749,7 @@ mod tests {
     fn missing_separators_and_python_literals() {
         assert_eq!(repaired(r#"{"a": 1 "b": 2}"#), json!({"a": 1, "b": 2}));
         assert_eq!(repaired(r#"{"a" 1}"#), json!({"a": 1}));
-        assert_eq!(
-            repaired(r#"{"a": True, "b": None}"#),
-            json!({"a": true, "b": null})
-        );
+        assert_eq!(repaired(r#"{"a": True, "b": None}"#), json!({"a": true, "b": null}));
         assert_eq!(repaired(r#"{a: 1}"#), json!({"a": 1}));
         assert_eq!(repaired(r#"{"status": open}"#), json!({"status": "open"}));
     }
@@ -847,31 +826,16 @@ mod tests {
             json!({"flag": false})
         );
         // Not an integer: left for validation to report.
-        assert_eq!(
-            coerce_to_schema(json!({"n": "3.5"}), &schema),
-            json!({"n": "3.5"})
-        );
-        assert_eq!(
-            coerce_to_schema(json!({"n": "many"}), &schema),
-            json!({"n": "many"})
-        );
+        assert_eq!(coerce_to_schema(json!({"n": "3.5"}), &schema), json!({"n": "3.5"}));
+        assert_eq!(coerce_to_schema(json!({"n": "many"}), &schema), json!({"n": "many"}));
     }
 
     #[test]
     fn numbers_and_booleans_to_strings() {
         let schema = object_schema(json!({"s": {"type": "string"}}), &[]);
-        assert_eq!(
-            coerce_to_schema(json!({"s": 42}), &schema),
-            json!({"s": "42"})
-        );
-        assert_eq!(
-            coerce_to_schema(json!({"s": 2.5}), &schema),
-            json!({"s": "2.5"})
-        );
-        assert_eq!(
-            coerce_to_schema(json!({"s": true}), &schema),
-            json!({"s": "true"})
-        );
+        assert_eq!(coerce_to_schema(json!({"s": 42}), &schema), json!({"s": "42"}));
+        assert_eq!(coerce_to_schema(json!({"s": 2.5}), &schema), json!({"s": "2.5"}));
+        assert_eq!(coerce_to_schema(json!({"s": true}), &schema), json!({"s": "true"}));
     }
 
     #[test]
@@ -888,10 +852,7 @@ mod tests {
 
     #[test]
     fn single_values_and_empty_objects_become_arrays() {
-        let schema = object_schema(
-            json!({"labels": {"type": "array", "items": {"type": "string"}}}),
-            &[],
-        );
+        let schema = object_schema(json!({"labels": {"type": "array", "items": {"type": "string"}}}), &[]);
         assert_eq!(
             coerce_to_schema(json!({"labels": "bug"}), &schema),
             json!({"labels": ["bug"]})
@@ -900,16 +861,10 @@ mod tests {
             coerce_to_schema(json!({"labels": 7}), &schema),
             json!({"labels": ["7"]})
         );
-        assert_eq!(
-            coerce_to_schema(json!({"labels": {}}), &schema),
-            json!({"labels": []})
-        );
+        assert_eq!(coerce_to_schema(json!({"labels": {}}), &schema), json!({"labels": []}));
         // A non-empty object is a single item.
         let objects = json!({"type": "array", "items": {"type": "object", "properties": {"n": {"type": "integer"}}}});
-        assert_eq!(
-            coerce_to_schema(json!({"n": "1"}), &objects),
-            json!([{"n": 1}])
-        );
+        assert_eq!(coerce_to_schema(json!({"n": "1"}), &objects), json!([{"n": 1}]));
         assert_eq!(coerce_to_schema(json!(null), &objects), json!(null));
     }
 
@@ -969,23 +924,14 @@ mod tests {
             json!({"outer": {"count": 2, "items": [{"done": true}, {"done": false}]}})
         );
         let stringified = json!({"outer": "{\"count\": \"3\"}"});
-        assert_eq!(
-            coerce_to_schema(stringified, &schema),
-            json!({"outer": {"count": 3}})
-        );
+        assert_eq!(coerce_to_schema(stringified, &schema), json!({"outer": {"count": 3}}));
     }
 
     #[test]
     fn unknown_or_untyped_parts_are_unchanged() {
         let schema = object_schema(json!({"a": {"type": "integer"}}), &[]);
-        assert_eq!(
-            coerce_to_schema(json!({"zzz": "1"}), &schema),
-            json!({"zzz": "1"})
-        );
-        assert_eq!(
-            coerce_to_schema(json!({"a": "1"}), &json!(true)),
-            json!({"a": "1"})
-        );
+        assert_eq!(coerce_to_schema(json!({"zzz": "1"}), &schema), json!({"zzz": "1"}));
+        assert_eq!(coerce_to_schema(json!({"a": "1"}), &json!(true)), json!({"a": "1"}));
         assert_eq!(coerce_to_schema(json!("x"), &json!({})), json!("x"));
         assert_eq!(
             coerce_to_schema(json!({"a": "1"}), &json!({"$ref": "#/$defs/x"})),
@@ -996,21 +942,14 @@ mod tests {
     #[test]
     fn additional_properties_and_prefix_items_are_used() {
         let schema = json!({"type": "object", "additionalProperties": {"type": "number"}});
-        assert_eq!(
-            coerce_to_schema(json!({"a": "1.5"}), &schema),
-            json!({"a": 1.5})
-        );
-        let tuple =
-            json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]});
+        assert_eq!(coerce_to_schema(json!({"a": "1.5"}), &schema), json!({"a": 1.5}));
+        let tuple = json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]});
         assert_eq!(coerce_to_schema(json!([1, "2"]), &tuple), json!(["1", 2]));
     }
 
     #[test]
     fn enum_implies_type() {
         let schema = object_schema(json!({"level": {"enum": [1, 2, 3]}}), &[]);
-        assert_eq!(
-            coerce_to_schema(json!({"level": "2"}), &schema),
-            json!({"level": 2})
-        );
+        assert_eq!(coerce_to_schema(json!({"level": "2"}), &schema), json!({"level": 2}));
     }
 }

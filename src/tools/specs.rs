@@ -180,8 +180,7 @@ mod tests {
             let schema = definition(name).unwrap().input_schema;
             assert_eq!(schema["type"], "object", "{name}");
             assert_eq!(schema["additionalProperties"], false, "{name}");
-            crate::tools::validate::compile_schema(&schema)
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            crate::tools::validate::compile_schema(&schema).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
 
@@ -192,27 +191,16 @@ mod tests {
 
     fn properties(name: &str) -> Vec<String> {
         let schema = definition(name).unwrap().input_schema;
-        schema["properties"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .cloned()
-            .collect()
+        schema["properties"].as_object().unwrap().keys().cloned().collect()
     }
 
     #[test]
     fn parameters_match_the_contract() {
         assert_eq!(properties(CLOSE_TICKET), ["result"]);
         assert_eq!(required(CLOSE_TICKET), ["result"]);
-        assert_eq!(
-            properties(HANDOVER_TICKET),
-            ["to", "task", "result", "schema"]
-        );
+        assert_eq!(properties(HANDOVER_TICKET), ["to", "task", "result", "schema"]);
         assert_eq!(required(HANDOVER_TICKET), ["to", "task", "result"]);
-        assert_eq!(
-            properties(READ_TICKETS),
-            ["action", "key", "status", "label", "query"]
-        );
+        assert_eq!(properties(READ_TICKETS), ["action", "key", "status", "label", "query"]);
         assert_eq!(required(READ_TICKETS), ["action"]);
         assert_eq!(
             properties(MANAGE_TICKETS),
@@ -224,18 +212,8 @@ mod tests {
     #[test]
     fn close_ticket_result_accepts_any_json() {
         let schema = definition(CLOSE_TICKET).unwrap().input_schema;
-        for result in [
-            json!(null),
-            json!(1),
-            json!("x"),
-            json!([1]),
-            json!({"a": 1}),
-        ] {
-            assert!(crate::tools::validate::validate_against(
-                &schema,
-                &json!({ "result": result })
-            )
-            .is_ok());
+        for result in [json!(null), json!(1), json!("x"), json!([1]), json!({"a": 1})] {
+            assert!(crate::tools::validate::validate_against(&schema, &json!({ "result": result })).is_ok());
         }
         assert!(crate::tools::validate::validate_against(&schema, &json!({})).is_err());
     }
@@ -254,19 +232,12 @@ mod tests {
     #[test]
     fn actions_are_restricted() {
         let read = definition(READ_TICKETS).unwrap().input_schema;
-        assert!(
-            crate::tools::validate::validate_against(&read, &json!({"action": "list"})).is_ok()
-        );
-        assert!(
-            crate::tools::validate::validate_against(&read, &json!({"action": "create"})).is_err()
-        );
+        assert!(crate::tools::validate::validate_against(&read, &json!({"action": "list"})).is_ok());
+        assert!(crate::tools::validate::validate_against(&read, &json!({"action": "create"})).is_err());
         let manage = definition(MANAGE_TICKETS).unwrap().input_schema;
-        let create =
-            json!({"action": "create", "task": "t", "labels": ["a"], "schema": {"type": "string"}});
+        let create = json!({"action": "create", "task": "t", "labels": ["a"], "schema": {"type": "string"}});
         assert!(crate::tools::validate::validate_against(&manage, &create).is_ok());
-        assert!(
-            crate::tools::validate::validate_against(&manage, &json!({"action": "close"})).is_err()
-        );
+        assert!(crate::tools::validate::validate_against(&manage, &json!({"action": "close"})).is_err());
     }
 
     #[test]

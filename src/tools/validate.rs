@@ -17,15 +17,11 @@ pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validato
     if let Err(error) = jsonschema::draft202012::meta::validate(schema) {
         return Err(format!("invalid JSON Schema: {}", describe(&error)));
     }
-    jsonschema::draft202012::new(schema)
-        .map_err(|error| format!("invalid JSON Schema: {}", describe(&error)))
+    jsonschema::draft202012::new(schema).map_err(|error| format!("invalid JSON Schema: {}", describe(&error)))
 }
 
 /// Validates an instance; Err holds a readable message listing each error with its JSON pointer path, e.g. "/answer: \"x\" is not of type \"integer\"; (root): \"name\" is a required property". At most ~10 errors listed.
-pub fn validate_against(
-    schema: &serde_json::Value,
-    instance: &serde_json::Value,
-) -> Result<(), String> {
+pub fn validate_against(schema: &serde_json::Value, instance: &serde_json::Value) -> Result<(), String> {
     let validator = compile_schema(schema)?;
     check(&validator, instance)
 }
@@ -108,9 +104,8 @@ pub fn prepare_tool_input(
     tool_schema: &serde_json::Value,
     raw_arguments: &str,
 ) -> Result<serde_json::Value, String> {
-    let validator = compile_schema(tool_schema).map_err(|e| {
-        format!("Tool `{tool_name}` cannot be called: its input schema is broken ({e}).")
-    })?;
+    let validator = compile_schema(tool_schema)
+        .map_err(|e| format!("Tool `{tool_name}` cannot be called: its input schema is broken ({e})."))?;
     let (repaired, was_repaired) = repair_json(raw_arguments);
     let input = coerce_to_schema(repaired, tool_schema);
     let Err(problems) = check(&validator, &input) else {
@@ -120,19 +115,13 @@ pub fn prepare_tool_input(
     let mut message = format!("Invalid arguments for tool `{tool_name}`.");
     let missing = missing_required(tool_schema, &input);
     if !missing.is_empty() {
-        message.push_str(&format!(
-            " Missing required fields: {}.",
-            missing.join(", ")
-        ));
+        message.push_str(&format!(" Missing required fields: {}.", missing.join(", ")));
     }
     message.push_str(&format!(" Problems: {problems}."));
     match &input {
         Value::Object(map) if map.is_empty() => message.push_str(" Fields received: none."),
         Value::Object(map) => {
-            let fields: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{k}: {}", summarize(v)))
-                .collect();
+            let fields: Vec<String> = map.iter().map(|(k, v)| format!("{k}: {}", summarize(v))).collect();
             message.push_str(&format!(" Fields received: {}.", fields.join(", ")));
         }
         other => message.push_str(&format!(
@@ -173,9 +162,7 @@ mod tests {
 
     #[test]
     fn compiles_a_valid_schema() {
-        let validator =
-            compile_schema(&json!({"type": "object", "properties": {"a": {"type": "integer"}}}))
-                .unwrap();
+        let validator = compile_schema(&json!({"type": "object", "properties": {"a": {"type": "integer"}}})).unwrap();
         assert!(validator.is_valid(&json!({"a": 1})));
         assert!(!validator.is_valid(&json!({"a": "x"})));
         assert!(compile_schema(&json!(true)).is_ok());
@@ -200,14 +187,8 @@ mod tests {
         });
         assert!(validate_against(&schema, &json!({"name": "n", "answer": 1})).is_ok());
         let err = validate_against(&schema, &json!({"answer": "x"})).unwrap_err();
-        assert!(
-            err.contains(r#"/answer: "x" is not of type "integer""#),
-            "{err}"
-        );
-        assert!(
-            err.contains(r#"(root): "name" is a required property"#),
-            "{err}"
-        );
+        assert!(err.contains(r#"/answer: "x" is not of type "integer""#), "{err}");
+        assert!(err.contains(r#"(root): "name" is a required property"#), "{err}");
         assert_eq!(err.matches("; ").count(), 1, "{err}");
     }
 
@@ -215,10 +196,7 @@ mod tests {
     fn nested_paths_use_json_pointers() {
         let schema = json!({"type": "object", "properties": {"list": {"type": "array", "items": {"type": "boolean"}}}});
         let err = validate_against(&schema, &json!({"list": [true, 3]})).unwrap_err();
-        assert!(
-            err.starts_with("/list/1: 3 is not of type \"boolean\""),
-            "{err}"
-        );
+        assert!(err.starts_with("/list/1: 3 is not of type \"boolean\""), "{err}");
     }
 
     #[test]
@@ -248,10 +226,7 @@ mod tests {
         assert_eq!(summarize(&json!("short")), "\"short\"");
         assert_eq!(summarize(&json!("é".repeat(201))), "string(201 chars…)");
         assert_eq!(summarize(&json!({"a": [1, 2]})), "{\"a\": [1, 2]}");
-        assert_eq!(
-            summarize(&json!(vec!["y".repeat(50); 10])),
-            "array(10 items)"
-        );
+        assert_eq!(summarize(&json!(vec!["y".repeat(50); 10])), "array(10 items)");
         assert_eq!(
             summarize(&json!({"big": "z".repeat(500)})),
             "{\"big\": string(500 chars…)}"
@@ -273,11 +248,7 @@ mod tests {
     #[test]
     fn prepare_repairs_a_truncated_close_ticket_call() {
         assert_eq!(
-            prepare_tool_input(
-                CLOSE_TICKET,
-                &close_schema(),
-                r#"{"result": "The answer is 4"#
-            ),
+            prepare_tool_input(CLOSE_TICKET, &close_schema(), r#"{"result": "The answer is 4"#),
             Ok(json!({"result": "The answer is 4"}))
         );
     }
@@ -299,8 +270,7 @@ mod tests {
             "required": ["count"],
             "additionalProperties": false
         });
-        let err = prepare_tool_input("t", &schema, r#"{"count": "3", "tags": "a", "extra": null"#)
-            .unwrap_err();
+        let err = prepare_tool_input("t", &schema, r#"{"count": "3", "tags": "a", "extra": null"#).unwrap_err();
         assert!(
             err.contains("Additional properties are not allowed ('extra' was unexpected)"),
             "{err}"
@@ -328,9 +298,7 @@ mod tests {
         assert!(err.contains("\"task\" is a required property"), "{err}");
         assert!(err.contains("extra"), "{err}");
         assert!(
-            err.contains(
-                "Fields received: to: \"reviewer\", result: string(20000 chars…), extra: 1."
-            ),
+            err.contains("Fields received: to: \"reviewer\", result: string(20000 chars…), extra: 1."),
             "{err}"
         );
         assert!(!err.contains("rrrrrrrrrr"), "{err}");
@@ -340,10 +308,7 @@ mod tests {
     #[test]
     fn prepare_rejects_non_object_arguments() {
         let err = prepare_tool_input(CLOSE_TICKET, &close_schema(), "[1, 2]").unwrap_err();
-        assert!(
-            err.contains("must be a JSON object, received: [1, 2]"),
-            "{err}"
-        );
+        assert!(err.contains("must be a JSON object, received: [1, 2]"), "{err}");
     }
 
     #[test]

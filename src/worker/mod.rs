@@ -1,20 +1,338 @@
-//! The worker pool: claims tickets, renews leases, reaps expired ones, runs the agent loop.
+//! The worker pool: claims tickets, keeps their leases alive, reaps expired ones, and runs the
+//! agent loop on each, up to `AGENTDESK_WORKERS` at once.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sqlx::postgres::PgListener;
 use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
 
+use crate::agent::{self, RunEnd, Runtime, Signals};
 use crate::config::Config;
+use crate::db;
+use crate::db::claims::{Claim, Fence, Release};
 use crate::events::EventHub;
 use crate::llm::Providers;
 
-pub struct WorkerPool {}
+/// Most tickets claimed by one statement.
+const MAX_CLAIM_BATCH: i64 = 64;
+/// Polling fallback for missed wake-ups.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+struct Running {
+    agent: String,
+    signals: Signals,
+}
+
+struct Shared {
+    config: Arc<Config>,
+    runtime: Runtime,
+    worker_id: String,
+    /// Keyed by claim: a ticket lost and claimed again here runs under a new generation.
+    running: Mutex<HashMap<Fence, Running>>,
+    /// Work may be claimable (NOTIFY, or a slot freed).
+    wake: Notify,
+    /// Stop claiming.
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+    /// Ends the background loops (renewal, reaper, listener) after the tickets are settled.
+    background_stop: CancellationToken,
+}
 
 impl WorkerPool {
-    pub fn start(_pool: PgPool, _hub: EventHub, _config: Arc<Config>, _providers: Arc<Providers>) -> WorkerPool {
-        WorkerPool {}
+    pub fn start(pool: PgPool, hub: EventHub, config: Arc<Config>, providers: Arc<Providers>) -> WorkerPool {
+        let worker_id = format!(
+            "{}-{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "agentdesk".into()),
+            std::process::id(),
+            &Uuid::now_v7().simple().to_string()[20..]
+        );
+        let runtime = Runtime {
+            pool,
+            hub,
+            providers,
+            stream_idle: config.stream_idle,
+        };
+        let shared = Arc::new(Shared {
+            config,
+            runtime,
+            worker_id,
+            running: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        let background_stop = CancellationToken::new();
+        let background = vec![
+            tokio::spawn(claim_loop(shared.clone())),
+            tokio::spawn(renew_loop(shared.clone(), background_stop.clone())),
+            tokio::spawn(reap_loop(shared.clone(), background_stop.clone())),
+            tokio::spawn(listen_loop(shared.clone(), background_stop.clone())),
+        ];
+        tracing::info!(worker_id = %shared.worker_id, slots = shared.config.workers, "worker pool started");
+        WorkerPool {
+            shared,
+            background,
+            background_stop,
+        }
     }
 
-    pub async fn shutdown(self, _grace: Duration) {}
+    /// Tickets this process is running now.
+    pub fn running(&self) -> usize {
+        self.shared.running.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// Stops claiming, lets running steps finish within `grace`, then aborts the rest and
+    /// releases them to `todo` without spending an attempt.
+    pub async fn shutdown(self, grace: Duration) {
+        let shared = &self.shared;
+        shared.stop.cancel();
+        for running in shared
+            .running
+            .lock()
+            .map(|r| r.values().map(|r| r.signals.clone()).collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
+            running.stop.cancel();
+        }
+        shared.tasks.close();
+        if tokio::time::timeout(grace, shared.tasks.wait()).await.is_err() {
+            let left: Vec<(Fence, String, Signals)> = shared
+                .running
+                .lock()
+                .map(|r| {
+                    r.iter()
+                        .map(|(fence, r)| (*fence, r.agent.clone(), r.signals.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            tracing::info!(tickets = left.len(), "grace period over: releasing running tickets");
+            for (_, _, signals) in &left {
+                signals.abort.cancel();
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(2), shared.tasks.wait()).await;
+            for (fence, agent, _) in left {
+                if let Err(err) = agent::release(&shared.runtime, fence, Release::Shutdown, &agent).await {
+                    tracing::warn!(error = %err, ticket = %fence.ticket_id, "could not release a ticket on shutdown; its lease will expire");
+                }
+            }
+        }
+        self.background_stop.cancel();
+        for task in self.background {
+            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        }
+    }
+}
+
+fn free_slots(shared: &Shared) -> i64 {
+    let running = shared.running.lock().map(|r| r.len()).unwrap_or(usize::MAX);
+    shared.config.workers.saturating_sub(running) as i64
+}
+
+async fn claim_loop(shared: Arc<Shared>) {
+    let mut failures = 0u32;
+    while !shared.stop.is_cancelled() {
+        let free = free_slots(&shared).min(MAX_CLAIM_BATCH);
+        let mut wait = IDLE_POLL;
+        if free > 0 {
+            match db::claims::claim_batch(&shared.runtime.pool, free, shared.config.lease, &shared.worker_id).await {
+                Ok(claims) => {
+                    failures = 0;
+                    let full = claims.len() as i64 == free;
+                    if !claims.is_empty() {
+                        shared.runtime.hub.wake();
+                    }
+                    for claim in claims {
+                        spawn_run(&shared, claim);
+                    }
+                    if full {
+                        // More may be waiting: claim again at once if slots allow.
+                        wait = Duration::ZERO;
+                    }
+                }
+                Err(err) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_multiple_of(30) {
+                        tracing::warn!(error = %err, "cannot claim tickets; retrying");
+                    }
+                    wait = Duration::from_millis(250 * u64::from(failures.min(8)));
+                }
+            }
+        }
+        if wait.is_zero() {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            _ = shared.stop.cancelled() => break,
+            _ = shared.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
+    let signals = Signals::default();
+    let fence = claim.fence();
+    if let Ok(mut running) = shared.running.lock() {
+        running.insert(
+            fence,
+            Running {
+                agent: claim.agent.clone(),
+                signals: signals.clone(),
+            },
+        );
+    }
+    if shared.stop.is_cancelled() {
+        signals.stop.cancel();
+    }
+    let task_shared = shared.clone();
+    shared.tasks.spawn(async move {
+        let shared = task_shared;
+        let end = run_until_settled(&shared, &claim, &signals).await;
+        tracing::debug!(ticket = %claim.ticket.key, ?end, "ticket run ended");
+        if let Ok(mut running) = shared.running.lock() {
+            running.remove(&fence);
+        }
+        shared.wake.notify_one();
+    });
+}
+
+/// Runs the agent loop; a database outage (e.g. a Postgres restart) pauses the ticket and retries
+/// with the same claim until it succeeds or the claim is lost.
+async fn run_until_settled(shared: &Shared, claim: &Claim, signals: &Signals) -> RunEnd {
+    let mut failures = 0u32;
+    loop {
+        match agent::run_ticket(&shared.runtime, claim, signals).await {
+            Ok(end) => return end,
+            Err(err) => {
+                failures += 1;
+                tracing::warn!(error = %err, ticket = %claim.ticket.key, "ticket step failed on a database error; retrying");
+                let delay = Duration::from_millis(200 * u64::from(failures.min(25)));
+                tokio::select! {
+                    _ = signals.abort.cancelled() => return RunEnd::Aborted,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Renews every lease this process holds every lease/3, in one statement. A ticket missing from
+/// the answer was lost (reaped, cancelled, taken): its loop is aborted at once. If renewals keep
+/// failing until the leases must have expired, every loop is aborted.
+async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    let lease = shared.config.lease;
+    let interval = lease / 3;
+    let mut last_success = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let held: Vec<Fence> = shared
+            .running
+            .lock()
+            .map(|r| r.keys().copied().collect())
+            .unwrap_or_default();
+        if held.is_empty() {
+            last_success = tokio::time::Instant::now();
+            continue;
+        }
+        match db::claims::renew_leases(&shared.runtime.pool, &held, lease).await {
+            Ok(kept) => {
+                last_success = tokio::time::Instant::now();
+                if kept.len() < held.len() {
+                    abort_where(&shared, |fence| !kept.contains(&fence.ticket_id));
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot renew leases");
+                if last_success.elapsed() >= lease {
+                    abort_where(&shared, |_| true);
+                }
+            }
+        }
+    }
+}
+
+fn abort_where(shared: &Shared, lost: impl Fn(&Fence) -> bool) {
+    if let Ok(running) = shared.running.lock() {
+        for (fence, r) in running.iter().filter(|(fence, _)| lost(fence)) {
+            tracing::info!(ticket = %fence.ticket_id, "claim lost or cancelled: stopping its loop");
+            r.signals.abort.cancel();
+        }
+    }
+}
+
+/// Re-queues tickets whose lease expired, so no ticket stays `in_progress` without a live worker
+/// for longer than the lease plus this interval.
+async fn reap_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    let interval = (shared.config.lease / 4).clamp(Duration::from_millis(250), Duration::from_secs(15));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        match db::claims::reap_expired(&shared.runtime.pool, 500).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(tickets = n, "re-queued tickets whose lease expired");
+                shared.runtime.hub.wake();
+                shared.wake.notify_one();
+            }
+            Err(err) => tracing::debug!(error = %err, "reaper could not run"),
+        }
+    }
+}
+
+/// Wake-ups for new work and cancel requests, across processes.
+async fn listen_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        let listener = async {
+            let mut l = PgListener::connect_with(&shared.runtime.pool).await?;
+            l.listen_all([db::WORK_CHANNEL, db::CONTROL_CHANNEL]).await?;
+            Ok::<_, sqlx::Error>(l)
+        };
+        let mut listener = match listener.await {
+            Ok(l) => l,
+            Err(_) => {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        // Anything missed while (re)connecting is picked up by polling; look once now.
+        shared.wake.notify_one();
+        loop {
+            let message = tokio::select! {
+                _ = stop.cancelled() => return,
+                m = listener.try_recv() => m,
+            };
+            match message {
+                Ok(Some(n)) if n.channel() == db::CONTROL_CHANNEL => {
+                    if let Some(id) = n
+                        .payload()
+                        .strip_prefix("cancel:")
+                        .and_then(|id| Uuid::parse_str(id).ok())
+                    {
+                        abort_where(&shared, |fence| fence.ticket_id == id);
+                    }
+                }
+                Ok(Some(_)) => shared.wake.notify_one(),
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
 }

@@ -1,0 +1,170 @@
+//! Compaction: when a ticket's transcript nears the model's context window, one summariser
+//! request (no tools, not retried) condenses it, and the summary replaces every non-system
+//! comment in one transaction.
+
+use serde_json::json;
+
+use crate::domain::{Author, Comment, ContentBlock};
+use crate::llm::{Message, ModelRequest, Role};
+
+/// No request is sent at or above `window − BLOCKING_MARGIN` estimated tokens.
+pub const BLOCKING_MARGIN: u64 = 3_000;
+/// Compaction starts early at `window − PROACTIVE_MARGIN` (after a first response).
+pub const PROACTIVE_MARGIN: u64 = 33_000;
+/// What the summariser may be given of the transcript, leaving room for its answer.
+const SUMMARISER_HEADROOM: u64 = 2_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    Proactive,
+    Blocking,
+    Reactive,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Proactive => "proactive",
+            Reason::Blocking => "blocking",
+            Reason::Reactive => "reactive",
+        }
+    }
+}
+
+/// About 4 characters per token over the system prompt, the tool definitions and the messages.
+pub fn estimate_tokens(request: &ModelRequest) -> u64 {
+    let mut chars = request.system.len();
+    for tool in &request.tools {
+        chars += tool.name.len() + tool.description.len() + tool.input_schema.to_string().len();
+    }
+    for message in &request.messages {
+        chars += message.content.iter().map(block_chars).sum::<usize>();
+    }
+    (chars as u64).div_ceil(4)
+}
+
+fn block_chars(block: &ContentBlock) -> usize {
+    match block {
+        ContentBlock::Text { text } => text.len(),
+        ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
+        ContentBlock::ToolResult { output, .. } => output.len(),
+        ContentBlock::Thinking { text, signature } => text.len() + signature.as_ref().map_or(0, String::len),
+    }
+}
+
+/// Whether to compact before sending `request`, given the window and whether the ticket has had a
+/// model response yet.
+pub fn trigger(estimated: u64, window: u64, had_response: bool) -> Option<Reason> {
+    if estimated >= window.saturating_sub(BLOCKING_MARGIN) {
+        return Some(Reason::Blocking);
+    }
+    let proactive = window.checked_sub(PROACTIVE_MARGIN).filter(|t| *t > 0)?;
+    (had_response && estimated >= proactive).then_some(Reason::Proactive)
+}
+
+pub fn blocking_threshold(window: u64) -> u64 {
+    window.saturating_sub(BLOCKING_MARGIN)
+}
+
+const SUMMARISER_PROMPT: &str = "You condense the work on a ticket so that an agent can continue it \
+with only your summary. Write a complete, self-contained summary: the task and its requirements, \
+what has been done, the results of tool calls that matter (keys, values, names), decisions made, \
+what the humans said, open questions, and the next steps. Keep every fact the work depends on; \
+leave out chatter. Answer with the summary only.";
+
+/// The summariser request: the transcript as text (its middle cut if it would not fit).
+pub fn summariser_request(model: &str, comments: &[Comment], window: u64) -> ModelRequest {
+    let mut transcript = String::new();
+    for comment in comments.iter().filter(|c| c.author != Author::System) {
+        for block in &comment.content {
+            let line = match block {
+                ContentBlock::Text { text } => format!("[{}] {text}", comment.author.as_str()),
+                ContentBlock::ToolUse { name, input, .. } => format!("[assistant called {name}] {input}"),
+                ContentBlock::ToolResult { output, is_error, .. } => {
+                    format!("[tool {}] {output}", if *is_error { "error" } else { "result" })
+                }
+                ContentBlock::Thinking { .. } => continue,
+            };
+            transcript.push_str(&line);
+            transcript.push_str("\n\n");
+        }
+    }
+    let budget_chars = (window.saturating_sub(SUMMARISER_HEADROOM + SUMMARISER_PROMPT.len() as u64 / 4) * 4) as usize;
+    let transcript = cut_middle(&transcript, budget_chars.max(4_000));
+    ModelRequest {
+        model: model.to_owned(),
+        system: SUMMARISER_PROMPT.to_owned(),
+        messages: vec![Message {
+            role: Role::User,
+            content: vec![ContentBlock::text(format!(
+                "<transcript>\n{transcript}</transcript>\n\nWrite the summary now."
+            ))],
+        }],
+        tools: vec![],
+        temperature: None,
+        max_tokens: Some(4_096),
+    }
+}
+
+/// Keeps the head and the tail of `text` within `max` bytes, on char boundaries.
+fn cut_middle(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let half = max / 2;
+    let mut head = half;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - half;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n\n[… {} bytes left out …]\n\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+/// The comment that replaces the transcript.
+pub fn summary_comment(summary: &str) -> Vec<ContentBlock> {
+    vec![ContentBlock::text(format!(
+        "Summary of the work on this ticket so far (the earlier transcript was compacted):\n\n{summary}"
+    ))]
+}
+
+pub fn started_data(reason: Reason) -> serde_json::Value {
+    json!({ "reason": reason.as_str() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn triggers_follow_the_window() {
+        assert_eq!(trigger(1_097, 4_096, false), Some(Reason::Blocking));
+        assert_eq!(
+            trigger(1_000, 4_096, true),
+            None,
+            "no proactive margin in a small window"
+        );
+        assert_eq!(
+            trigger(100_000, 128_000, false),
+            None,
+            "proactive only after a first response"
+        );
+        assert_eq!(trigger(100_000, 128_000, true), Some(Reason::Proactive));
+        assert_eq!(trigger(125_000, 128_000, false), Some(Reason::Blocking));
+    }
+
+    #[test]
+    fn the_middle_of_an_oversized_transcript_is_cut_on_char_boundaries() {
+        let text = "é".repeat(10_000);
+        let cut = cut_middle(&text, 1_001);
+        assert!(cut.len() < 1_200);
+        assert!(cut.contains("left out"));
+    }
+}

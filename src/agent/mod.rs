@@ -1,0 +1,895 @@
+//! The agent loop: one claimed ticket, step by step, until it is done, failed, waiting for a
+//! human, or let go.
+//!
+//! A step: rebuild the messages from the transcript, stream one model response (text deltas go
+//! out live), persist it, run its tool calls concurrently, persist their results. Every write is
+//! a short transaction opened by `db::claims::fence`, so a worker that lost its claim writes
+//! nothing; no connection is held while the model or a tool runs.
+
+pub mod compaction;
+pub mod outputs;
+pub mod transcript;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::db;
+use crate::db::claims::{Claim, Fence, Finish, Release};
+use crate::domain::event::kind;
+use crate::domain::{Agent, Author, ContentBlock, NewEvent, Status, Ticket, TicketEvent, TicketUsage};
+use crate::events::EventHub;
+use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, Providers, ToolSpec};
+use crate::tools::run::{self as tool_run, ToolContext, ToolOutcome};
+use compaction::Reason;
+
+/// What the loop needs from the process.
+pub struct Runtime {
+    pub pool: PgPool,
+    pub hub: EventHub,
+    pub providers: Arc<Providers>,
+    /// A model stream silent this long is a stall.
+    pub stream_idle: Duration,
+}
+
+/// How the outside world stops a running ticket.
+#[derive(Clone, Default)]
+pub struct Signals {
+    /// Stop now and write nothing more: the ticket was cancelled or the claim was lost.
+    pub abort: CancellationToken,
+    /// Finish the current step, then let the ticket go (shutdown).
+    pub stop: CancellationToken,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    Done,
+    Failed,
+    Waiting,
+    /// Let go on shutdown, back to `todo`.
+    Released,
+    /// Cancelled, or the claim was lost: nothing more was written.
+    Aborted,
+}
+
+/// Step results that end the run early.
+enum Flow<T> {
+    Next(T),
+    End(RunEnd),
+}
+
+macro_rules! next {
+    ($e:expr) => {
+        match $e {
+            Flow::Next(v) => v,
+            Flow::End(end) => return Ok(Flow::End(end)),
+        }
+    };
+}
+
+/// Opens the claim's fenced transaction, or ends the run when the claim is gone.
+macro_rules! fenced {
+    ($rt:expr, $fence:expr) => {
+        match db::claims::fence(&$rt.pool, $fence).await? {
+            Some(tx) => tx,
+            None => return Ok(Flow::End(RunEnd::Aborted)),
+        }
+    };
+}
+
+/// Runs a claimed ticket until it settles. A database error ends the run with Err; the caller may
+/// run it again with the same claim (everything is rebuilt from the database).
+pub async fn run_ticket(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<RunEnd, sqlx::Error> {
+    let fence = claim.fence();
+    loop {
+        if signals.abort.is_cancelled() {
+            return Ok(RunEnd::Aborted);
+        }
+        if signals.stop.is_cancelled() {
+            return release(rt, fence, Release::Shutdown, &claim.agent).await;
+        }
+        if let Flow::End(end) = step(rt, claim, signals).await? {
+            return Ok(end);
+        }
+    }
+}
+
+/// Lets go of the ticket (waiting for a human, or shutdown).
+pub async fn release(rt: &Runtime, fence: Fence, how: Release, agent: &str) -> Result<RunEnd, sqlx::Error> {
+    let Some(mut tx) = db::claims::fence(&rt.pool, fence).await? else {
+        return Ok(RunEnd::Aborted);
+    };
+    db::claims::release(&mut tx, fence, how, agent).await?;
+    tx.commit().await?;
+    rt.hub.wake();
+    Ok(match how {
+        Release::Waiting => RunEnd::Waiting,
+        Release::Shutdown => RunEnd::Released,
+    })
+}
+
+async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>, sqlx::Error> {
+    let fence = claim.fence();
+    let agent_name = claim.agent.as_str();
+    let Some((ticket, seeded, _, generation)) = db::claims::loop_state(&rt.pool, fence.ticket_id).await? else {
+        return Ok(Flow::End(RunEnd::Aborted));
+    };
+    if generation != fence.generation || ticket.status != Status::InProgress {
+        return Ok(Flow::End(RunEnd::Aborted));
+    }
+    let Some(agent) = db::agents::get(&rt.pool, agent_name).await? else {
+        let message = format!("agent {agent_name:?} no longer exists");
+        return fail(rt, fence, agent_name, "agent_missing", &message, vec![]).await;
+    };
+
+    if !seeded {
+        // The task becomes the transcript's first user comment, so it is compacted and shown like
+        // everything else.
+        let mut tx = fenced!(rt, fence);
+        let comment = db::comments::insert(
+            &mut tx,
+            ticket.id,
+            Author::User,
+            None,
+            &[ContentBlock::text(transcript::task_text(&ticket))],
+        )
+        .await?;
+        db::claims::mark_seeded(&mut tx, ticket.id).await?;
+        db::events::append(
+            &mut tx,
+            ticket.id,
+            &[NewEvent::new(
+                kind::COMMENT_CREATED,
+                Some(agent_name),
+                json!({ "comment": comment }),
+            )],
+        )
+        .await?;
+        tx.commit().await?;
+        rt.hub.wake();
+    }
+
+    if let Some((policy, limit)) = policy_violation(&agent, &ticket) {
+        let event = NewEvent::new(
+            kind::POLICY_VIOLATED,
+            Some(agent_name),
+            json!({ "kind": policy, "limit": limit }),
+        );
+        let message = format!("the ticket reached the agent's {policy} limit ({limit}) before it was closed");
+        return fail(rt, fence, agent_name, policy, &message, vec![event]).await;
+    }
+
+    let provider = match rt.providers.get(agent.provider.as_deref()) {
+        Ok(p) => p,
+        Err(err) => {
+            let event = NewEvent::new(
+                kind::REQUEST_FAILED,
+                Some(agent_name),
+                json!({ "kind": err.kind.as_str(), "message": err.message }),
+            );
+            return fail(rt, fence, agent_name, err.kind.as_str(), &err.message, vec![event]).await;
+        }
+    };
+
+    let window = agent
+        .context_window
+        .map(|w| w as u64)
+        .or_else(|| llm::known_context_window(&agent.model).map(u64::from));
+    let mut request = build_request(&agent, &ticket, &db::comments::all(&rt.pool, ticket.id).await?);
+    let mut compacted = false;
+    if let Some(window) = window {
+        let estimated = compaction::estimate_tokens(&request);
+        if let Some(reason) = compaction::trigger(estimated, window, ticket.usage.requests > 0) {
+            if reason == Reason::Blocking {
+                let data = json!({ "estimated_tokens": estimated, "threshold_tokens": compaction::blocking_threshold(window) });
+                next!(
+                    append_events(
+                        rt,
+                        fence,
+                        &[NewEvent::new(kind::CONTEXT_LIMIT_EXCEEDED, Some(agent_name), data)]
+                    )
+                    .await?
+                );
+            }
+            compacted = next!(
+                compact(
+                    rt,
+                    fence,
+                    &agent,
+                    &ticket,
+                    provider.as_ref(),
+                    window,
+                    reason,
+                    estimated,
+                    signals
+                )
+                .await?
+            );
+            request = build_request(&agent, &ticket, &db::comments::all(&rt.pool, ticket.id).await?);
+            if compaction::estimate_tokens(&request) >= compaction::blocking_threshold(window) {
+                return still_too_large(rt, fence, agent_name).await;
+            }
+        }
+    }
+    let response = match next!(call_model(rt, fence, &agent, &ticket, provider.as_ref(), &request, signals).await?) {
+        ModelOutcome::Response(r) => r,
+        ModelOutcome::Overflow(err) => {
+            // Reactive: the provider says the context is full. Compact once and try again; a
+            // second overflow right after a compaction fails the ticket.
+            let Some(window) = window.filter(|_| !compacted) else {
+                return overflow_failure(rt, fence, agent_name, &err, compacted).await;
+            };
+            let estimated = compaction::estimate_tokens(&request);
+            next!(
+                compact(
+                    rt,
+                    fence,
+                    &agent,
+                    &ticket,
+                    provider.as_ref(),
+                    window,
+                    Reason::Reactive,
+                    estimated,
+                    signals
+                )
+                .await?
+            );
+            request = build_request(&agent, &ticket, &db::comments::all(&rt.pool, ticket.id).await?);
+            match next!(call_model(rt, fence, &agent, &ticket, provider.as_ref(), &request, signals).await?) {
+                ModelOutcome::Response(r) => r,
+                ModelOutcome::Overflow(err) => return overflow_failure(rt, fence, agent_name, &err, true).await,
+            }
+        }
+    };
+    let calls = next!(persist_response(rt, fence, &agent, &ticket, response).await?);
+    run_tools(rt, fence, &agent, &ticket, calls, signals).await
+}
+
+fn build_request(agent: &Agent, ticket: &Ticket, comments: &[crate::domain::Comment]) -> ModelRequest {
+    ModelRequest {
+        model: agent.model.clone(),
+        system: system_prompt(agent, ticket),
+        messages: transcript::to_messages(comments),
+        tools: tool_specs(agent),
+        temperature: agent.temperature,
+        max_tokens: agent.max_tokens.map(|m| m as u32),
+    }
+}
+
+const STILL_TOO_LARGE: &str = "context still exceeds window after compaction";
+
+async fn still_too_large(rt: &Runtime, fence: Fence, agent: &str) -> Result<Flow<()>, sqlx::Error> {
+    fail(rt, fence, agent, "context_window_exceeded", STILL_TOO_LARGE, vec![]).await
+}
+
+async fn overflow_failure(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &str,
+    err: &LlmError,
+    after_compaction: bool,
+) -> Result<Flow<()>, sqlx::Error> {
+    let message = if after_compaction {
+        format!("{STILL_TOO_LARGE}: {}", err.message)
+    } else {
+        err.message.clone()
+    };
+    let event = NewEvent::new(
+        kind::REQUEST_FAILED,
+        Some(agent),
+        json!({ "kind": err.kind.as_str(), "message": message }),
+    );
+    fail(rt, fence, agent, err.kind.as_str(), &message, vec![event]).await
+}
+
+/// Summarises the transcript and replaces it. Next(true) when compacted, Next(false) when a
+/// proactive compaction failed (the request still fits); a failed blocking or reactive
+/// compaction fails the ticket.
+#[allow(clippy::too_many_arguments)]
+async fn compact(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &Agent,
+    ticket: &Ticket,
+    provider: &dyn Provider,
+    window: u64,
+    reason: Reason,
+    tokens_before: u64,
+    signals: &Signals,
+) -> Result<Flow<bool>, sqlx::Error> {
+    let name = agent.name.as_str();
+    next!(
+        append_events(
+            rt,
+            fence,
+            &[NewEvent::new(
+                kind::COMPACTION_STARTED,
+                Some(name),
+                compaction::started_data(reason)
+            )]
+        )
+        .await?
+    );
+    let comments = db::comments::all(&rt.pool, ticket.id).await?;
+    let summariser = compaction::summariser_request(&agent.model, &comments, window);
+    // One request, no tools, no retries: a failing summariser is reported, not hammered.
+    let mut ignore_deltas = |_: Delta| {};
+    let result = tokio::select! {
+        biased;
+        _ = signals.abort.cancelled() => return Ok(Flow::End(RunEnd::Aborted)),
+        r = provider.stream(&summariser, &mut ignore_deltas, rt.stream_idle) => r,
+    };
+    let (usage, outcome) = match result {
+        Ok(response) if !response.text.trim().is_empty() => (Some(response.usage), Ok(response.text)),
+        Ok(response) => (
+            Some(response.usage),
+            Err("the summariser returned an empty summary".to_owned()),
+        ),
+        Err(err) => (None, Err(format!("{}: {}", err.kind.as_str(), err.message))),
+    };
+    let mut tx = fenced!(rt, fence);
+    if let Some(usage) = usage {
+        db::claims::add_usage(&mut tx, ticket.id, &ticket_usage(&usage, 1)).await?;
+    }
+    let flow = match outcome {
+        Ok(summary) => {
+            db::comments::delete_non_system(&mut tx, ticket.id).await?;
+            let content = compaction::summary_comment(&summary);
+            let comment = db::comments::insert(&mut tx, ticket.id, Author::User, None, &content).await?;
+            let kept: Vec<_> = comments
+                .into_iter()
+                .filter(|c| c.author == Author::System)
+                .chain([comment.clone()])
+                .collect();
+            let tokens_after = compaction::estimate_tokens(&build_request(agent, ticket, &kept));
+            db::events::append(&mut tx, ticket.id, &[
+                NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })),
+                NewEvent::new(kind::COMPACTION_FINISHED, Some(name), json!({ "reason": reason.as_str(), "tokens_before": tokens_before, "tokens_after": tokens_after })),
+            ]).await?;
+            Flow::Next(true)
+        }
+        Err(message) => {
+            db::events::append(
+                &mut tx,
+                ticket.id,
+                &[NewEvent::new(
+                    kind::COMPACTION_FAILED,
+                    Some(name),
+                    json!({ "reason": reason.as_str(), "message": message }),
+                )],
+            )
+            .await?;
+            if reason == Reason::Proactive {
+                Flow::Next(false)
+            } else {
+                let outcome = Finish::Failed {
+                    kind: "compaction_failed".into(),
+                    message: format!("compaction failed: {message}"),
+                };
+                db::claims::finish(&mut tx, fence, &outcome, name).await?;
+                Flow::End(RunEnd::Failed)
+            }
+        }
+    };
+    tx.commit().await?;
+    rt.hub.wake();
+    Ok(flow)
+}
+
+fn ticket_usage(usage: &llm::Usage, requests: i64) -> TicketUsage {
+    TicketUsage {
+        input_tokens: usage.input_tokens as i64,
+        output_tokens: usage.output_tokens as i64,
+        cache_read_tokens: usage.cache_read_tokens as i64,
+        cache_creation_tokens: usage.cache_creation_tokens as i64,
+        requests,
+        tool_calls: 0,
+    }
+}
+
+fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
+    let role = if agent.role.trim().is_empty() {
+        crate::app::DEFAULT_AGENT_ROLE
+    } else {
+        agent.role.as_str()
+    };
+    format!("{role}\n\nYou are working on ticket {}.", ticket.key)
+}
+
+fn tool_specs(agent: &Agent) -> Vec<ToolSpec> {
+    agent
+        .tools
+        .iter()
+        .filter_map(|name| crate::tools::definition(name))
+        .map(|d| ToolSpec {
+            name: d.name.to_owned(),
+            description: d.description,
+            input_schema: d.input_schema,
+        })
+        .collect()
+}
+
+/// The agent's limits, checked before each request: (kind, limit) of the first one reached.
+fn policy_violation(agent: &Agent, ticket: &Ticket) -> Option<(&'static str, i64)> {
+    let u = &ticket.usage;
+    if let Some(max) = agent.max_turns.map(i64::from).filter(|max| u.requests >= *max) {
+        return Some(("max_turns", max));
+    }
+    if let Some(max) = agent.max_input_tokens.filter(|max| u.input_tokens >= *max) {
+        return Some(("max_input_tokens", max));
+    }
+    if let Some(max) = agent.max_output_tokens.filter(|max| u.output_tokens >= *max) {
+        return Some(("max_output_tokens", max));
+    }
+    None
+}
+
+/// Ends the ticket `failed`, after `events`, in one fenced transaction.
+async fn fail(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &str,
+    error_kind: &str,
+    message: &str,
+    events: Vec<NewEvent>,
+) -> Result<Flow<()>, sqlx::Error> {
+    let mut tx = fenced!(rt, fence);
+    db::events::append(&mut tx, fence.ticket_id, &events).await?;
+    let outcome = Finish::Failed {
+        kind: error_kind.to_owned(),
+        message: message.to_owned(),
+    };
+    db::claims::finish(&mut tx, fence, &outcome, agent).await?;
+    tx.commit().await?;
+    rt.hub.wake();
+    Ok(Flow::End(RunEnd::Failed))
+}
+
+async fn append_events(rt: &Runtime, fence: Fence, events: &[NewEvent]) -> Result<Flow<()>, sqlx::Error> {
+    let mut tx = fenced!(rt, fence);
+    db::events::append(&mut tx, fence.ticket_id, events).await?;
+    tx.commit().await?;
+    rt.hub.wake();
+    Ok(Flow::Next(()))
+}
+
+enum ModelOutcome {
+    Response(ModelResponse),
+    /// The provider reported a full context window (compaction may help).
+    Overflow(LlmError),
+}
+
+/// One model response, with retries: retryable errors back off (Retry-After wins) and try again,
+/// unless output was already shown to clients; exhausted or terminal errors fail the ticket.
+async fn call_model(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &Agent,
+    ticket: &Ticket,
+    provider: &dyn Provider,
+    request: &ModelRequest,
+    signals: &Signals,
+) -> Result<Flow<ModelOutcome>, sqlx::Error> {
+    let name = agent.name.as_str();
+    next!(
+        append_events(
+            rt,
+            fence,
+            &[NewEvent::new(
+                kind::REQUEST_STARTED,
+                Some(name),
+                json!({ "model": agent.model })
+            )]
+        )
+        .await?
+    );
+    let max_retries = agent.max_request_retries.max(0) as u32;
+    let base_delay = Duration::from_millis(agent.request_retry_delay_ms.max(0) as u64);
+    let mut attempt = 0u32;
+    loop {
+        let shown = AtomicBool::new(false);
+        let labels = ticket.labels.clone();
+        let mut on_delta = |delta: Delta| {
+            if signals.abort.is_cancelled() {
+                return;
+            }
+            shown.store(true, Ordering::Relaxed);
+            let (delta_kind, text) = match delta {
+                Delta::Text(t) => (kind::TEXT_DELTA, t),
+                Delta::Thinking(t) => (kind::THINKING_DELTA, t),
+            };
+            let event = TicketEvent {
+                ticket_id: ticket.id,
+                ticket_key: ticket.key.clone(),
+                seq: None,
+                kind: delta_kind.to_owned(),
+                agent: Some(name.to_owned()),
+                at: Utc::now(),
+                data: json!({ "delta": text }),
+            };
+            rt.hub.publish_delta(event, labels.clone(), Some(name.to_owned()));
+        };
+        let result = tokio::select! {
+            biased;
+            _ = signals.abort.cancelled() => return Ok(Flow::End(RunEnd::Aborted)),
+            r = provider.stream(request, &mut on_delta, rt.stream_idle) => r,
+        };
+        let err: LlmError = match result {
+            Ok(response) => return Ok(Flow::Next(ModelOutcome::Response(response))),
+            Err(err) if err.kind == LlmErrorKind::ContextWindowExceeded => {
+                return Ok(Flow::Next(ModelOutcome::Overflow(err)))
+            }
+            Err(err) => err,
+        };
+        attempt += 1;
+        let partial = shown.load(Ordering::Relaxed);
+        if err.kind.is_retryable() && !partial && attempt <= max_retries {
+            let delay = llm::backoff_delay(attempt, base_delay, err.retry_after);
+            let event = NewEvent::new(
+                kind::REQUEST_RETRIED,
+                Some(name),
+                json!({
+                    "attempt": attempt, "max_attempts": max_retries, "kind": err.kind.as_str(),
+                    "message": err.message, "delay_ms": delay.as_millis() as u64,
+                }),
+            );
+            next!(append_events(rt, fence, &[event]).await?);
+            tokio::select! {
+                biased;
+                _ = signals.abort.cancelled() => return Ok(Flow::End(RunEnd::Aborted)),
+                _ = tokio::time::sleep(delay) => continue,
+            }
+        }
+        let message = if partial && err.kind.is_retryable() {
+            format!(
+                "{} (after partial output, so the request was not repeated)",
+                err.message
+            )
+        } else if err.kind.is_retryable() {
+            format!("{} (gave up after {max_retries} retries)", err.message)
+        } else {
+            err.message.clone()
+        };
+        let event = NewEvent::new(
+            kind::REQUEST_FAILED,
+            Some(name),
+            json!({ "kind": err.kind.as_str(), "message": message }),
+        );
+        return match fail(rt, fence, name, err.kind.as_str(), &message, vec![event]).await? {
+            Flow::End(end) => Ok(Flow::End(end)),
+            Flow::Next(()) => Ok(Flow::End(RunEnd::Failed)),
+        };
+    }
+}
+
+/// A tool call as the model made it, with its input repaired and checked.
+struct PreparedCall {
+    id: String,
+    name: String,
+    /// The repaired input (what is run, stored and shown), or why it cannot run.
+    input: Result<Value, (&'static str, String)>,
+    shown_input: Value,
+}
+
+fn prepare_calls(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
+    response
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let id = if call.id.is_empty() {
+                format!("call_{i}")
+            } else {
+                call.id.clone()
+            };
+            let definition = agent
+                .tools
+                .iter()
+                .any(|t| t == &call.name)
+                .then(|| crate::tools::definition(&call.name))
+                .flatten();
+            let input = match definition {
+                None => Err((
+                    "unknown_tool",
+                    format!("There is no tool named {:?} available to you.", call.name),
+                )),
+                Some(d) => crate::tools::prepare_tool_input(&call.name, &d.input_schema, &call.arguments)
+                    .map_err(|m| ("invalid_input", m)),
+            };
+            let shown_input = match &input {
+                Ok(v) => v.clone(),
+                Err(_) => crate::tools::repair_json(&call.arguments).0,
+            };
+            PreparedCall {
+                id,
+                name: call.name.clone(),
+                input,
+                shown_input,
+            }
+        })
+        .collect()
+}
+
+/// Stores the response (usage, `request.finished`, the assistant comment) and settles a reply
+/// without tool calls; returns the calls to run.
+async fn persist_response(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &Agent,
+    ticket: &Ticket,
+    response: ModelResponse,
+) -> Result<Flow<Vec<PreparedCall>>, sqlx::Error> {
+    let name = agent.name.as_str();
+    let calls = prepare_calls(agent, &response);
+    let mut content: Vec<ContentBlock> = response.thinking.clone();
+    if !response.text.is_empty() {
+        content.push(ContentBlock::text(response.text.clone()));
+    }
+    for call in &calls {
+        content.push(ContentBlock::ToolUse {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            input: call.shown_input.clone(),
+        });
+    }
+    let usage = ticket_usage(&response.usage, 1);
+    let model = if response.model.is_empty() {
+        agent.model.clone()
+    } else {
+        response.model.clone()
+    };
+
+    let mut tx = fenced!(rt, fence);
+    db::claims::add_usage(&mut tx, ticket.id, &usage).await?;
+    let comment = db::comments::insert(&mut tx, ticket.id, Author::Assistant, Some(name), &content).await?;
+    let mut events = vec![
+        NewEvent::new(
+            kind::REQUEST_FINISHED,
+            Some(name),
+            json!({ "model": model, "usage": response.usage, "stop_reason": response.stop_reason.as_str() }),
+        ),
+        NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })),
+    ];
+    if !calls.is_empty() {
+        events.extend(calls.iter().map(|c| {
+            NewEvent::new(
+                kind::TOOL_STARTED,
+                Some(name),
+                json!({ "tool_name": c.name, "call_id": c.id, "input": c.shown_input }),
+            )
+        }));
+        db::events::append(&mut tx, ticket.id, &events).await?;
+        tx.commit().await?;
+        rt.hub.wake();
+        return Ok(Flow::Next(calls));
+    }
+
+    // A reply without tool calls.
+    let end = if ticket.schema.is_some() {
+        // A schema-bound ticket must be closed with a result: tell the model, count the retry.
+        let detail =
+            "This ticket needs a result that matches its JSON Schema: call close_ticket with it (or handover_ticket).";
+        match schema_retry(&mut tx, agent, ticket, detail, &mut events).await? {
+            Some(fail_message) => {
+                db::events::append(&mut tx, ticket.id, &events).await?;
+                db::claims::finish(
+                    &mut tx,
+                    fence,
+                    &Finish::Failed {
+                        kind: "max_schema_retries".into(),
+                        message: fail_message,
+                    },
+                    name,
+                )
+                .await?;
+                Flow::End(RunEnd::Failed)
+            }
+            None => {
+                let directive = db::comments::insert(
+                    &mut tx,
+                    ticket.id,
+                    Author::System,
+                    None,
+                    &[ContentBlock::text(transcript::directive(detail))],
+                )
+                .await?;
+                events.push(NewEvent::new(
+                    kind::COMMENT_CREATED,
+                    Some(name),
+                    json!({ "comment": directive }),
+                ));
+                db::events::append(&mut tx, ticket.id, &events).await?;
+                Flow::Next(vec![])
+            }
+        }
+    } else {
+        // The agent is asking the humans something: wait for a comment.
+        db::events::append(&mut tx, ticket.id, &events).await?;
+        db::claims::release(&mut tx, fence, Release::Waiting, name).await?;
+        Flow::End(RunEnd::Waiting)
+    };
+    tx.commit().await?;
+    rt.hub.wake();
+    Ok(end)
+}
+
+/// Counts a rejected reply on a schema-bound ticket: adds `schema.retried` to `events`, or, past
+/// the agent's limit, `policy.violated` and returns the failure message.
+async fn schema_retry(
+    tx: &mut sqlx::PgConnection,
+    agent: &Agent,
+    ticket: &Ticket,
+    detail: &str,
+    events: &mut Vec<NewEvent>,
+) -> Result<Option<String>, sqlx::Error> {
+    let max = agent.max_schema_retries.max(0);
+    let count = db::claims::bump_schema_retries(tx, ticket.id, false).await?;
+    if count > max {
+        events.push(NewEvent::new(
+            kind::POLICY_VIOLATED,
+            Some(&agent.name),
+            json!({ "kind": "max_schema_retries", "limit": max }),
+        ));
+        return Ok(Some(format!(
+            "no acceptable result after {max} schema retries: {detail}"
+        )));
+    }
+    events.push(NewEvent::new(
+        kind::SCHEMA_RETRIED,
+        Some(&agent.name),
+        json!({ "attempt": count, "max_attempts": max, "message": detail }),
+    ));
+    Ok(None)
+}
+
+/// Runs the calls concurrently (results keep call order), then stores every result in one user
+/// comment; a finisher closes the ticket in the same transaction.
+async fn run_tools(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &Agent,
+    ticket: &Ticket,
+    calls: Vec<PreparedCall>,
+    signals: &Signals,
+) -> Result<Flow<()>, sqlx::Error> {
+    if calls.is_empty() {
+        return Ok(Flow::Next(()));
+    }
+    let name = agent.name.as_str();
+    let ctx = ToolContext {
+        pool: &rt.pool,
+        fence,
+        ticket,
+        agent: name,
+    };
+    let runs = calls.iter().map(|call| async {
+        match &call.input {
+            Err((kind, message)) => ToolOutcome::Failed {
+                kind,
+                message: message.clone(),
+            },
+            Ok(input) => tool_run::run_builtin(&ctx, &call.name, input).await,
+        }
+    });
+    let outcomes = tokio::select! {
+        biased;
+        _ = signals.abort.cancelled() => return Ok(Flow::End(RunEnd::Aborted)),
+        outcomes = futures::future::join_all(runs) => outcomes,
+    };
+
+    let mut outcomes = outcomes;
+    let sizes: Vec<usize> = outcomes
+        .iter()
+        .map(|o| match o {
+            ToolOutcome::Output(text) => text.len(),
+            _ => 0,
+        })
+        .collect();
+    let offloads = outputs::select_offloads(&sizes);
+
+    let mut tx = fenced!(rt, fence);
+    for &i in &offloads {
+        if let ToolOutcome::Output(text) = &mut outcomes[i] {
+            // The whole output is kept for download; the model gets a stub with a preview.
+            db::outputs::store(&mut tx, ticket.id, &calls[i].id, &calls[i].name, text).await?;
+            *text = outputs::stub(&ticket.key, &calls[i].id, text);
+        }
+    }
+    let mut results = Vec::with_capacity(calls.len());
+    let mut events = Vec::with_capacity(calls.len() + 3);
+    let mut closed_with: Option<Value> = None;
+    let mut schema_failure: Option<String> = None;
+    for (call, outcome) in calls.iter().zip(outcomes) {
+        let outcome = match outcome {
+            ToolOutcome::Finish(_) if closed_with.is_some() => ToolOutcome::Failed {
+                kind: "conflict",
+                message: "This ticket was already closed by an earlier call in the same reply.".into(),
+            },
+            ToolOutcome::Finish(finisher) => {
+                let (output, result) = tool_run::apply_finisher(&mut tx, fence, ticket, name, &finisher).await?;
+                closed_with = Some(result);
+                ToolOutcome::Output(output)
+            }
+            other => other,
+        };
+        match outcome {
+            ToolOutcome::Output(output) => {
+                events.push(NewEvent::new(
+                    kind::TOOL_FINISHED,
+                    Some(name),
+                    json!({ "tool_name": call.name, "call_id": call.id, "output": output }),
+                ));
+                results.push(ContentBlock::ToolResult {
+                    tool_use_id: call.id.clone(),
+                    output,
+                    is_error: false,
+                });
+            }
+            ToolOutcome::Failed { kind: failure, message } => {
+                if failure == "result_invalid" {
+                    schema_failure = Some(message.clone());
+                }
+                events.push(NewEvent::new(
+                    kind::TOOL_FAILED,
+                    Some(name),
+                    json!({ "tool_name": call.name, "call_id": call.id, "kind": failure, "message": message }),
+                ));
+                results.push(ContentBlock::ToolResult {
+                    tool_use_id: call.id.clone(),
+                    output: message,
+                    is_error: true,
+                });
+            }
+            ToolOutcome::Finish(_) => unreachable!("finishers were applied above"),
+        }
+    }
+    let usage = TicketUsage {
+        tool_calls: calls.len() as i64,
+        ..TicketUsage::default()
+    };
+    db::claims::add_usage(&mut tx, ticket.id, &usage).await?;
+
+    let mut failed_message = None;
+    if closed_with.is_none() {
+        if let Some(detail) = &schema_failure {
+            match schema_retry(&mut tx, agent, ticket, detail, &mut events).await? {
+                Some(message) => failed_message = Some(message),
+                None => results.push(ContentBlock::text(transcript::directive(detail))),
+            }
+        }
+    }
+    let comment = db::comments::insert(&mut tx, ticket.id, Author::User, None, &results).await?;
+    events.push(NewEvent::new(
+        kind::COMMENT_CREATED,
+        Some(name),
+        json!({ "comment": comment }),
+    ));
+    db::events::append(&mut tx, ticket.id, &events).await?;
+    // The ticket's own final event comes last, after the results that led to it.
+    let flow = if let Some(result) = closed_with {
+        db::claims::finish(&mut tx, fence, &Finish::Done(result), name).await?;
+        Flow::End(RunEnd::Done)
+    } else if let Some(message) = failed_message {
+        db::claims::finish(
+            &mut tx,
+            fence,
+            &Finish::Failed {
+                kind: "max_schema_retries".into(),
+                message,
+            },
+            name,
+        )
+        .await?;
+        Flow::End(RunEnd::Failed)
+    } else {
+        Flow::Next(())
+    };
+    tx.commit().await?;
+    rt.hub.wake();
+    Ok(flow)
+}

@@ -1,0 +1,499 @@
+//! The worker pool and the agent loop against a fake model server speaking the OpenAI streaming
+//! wire format: claims, steps, tools, humans in the loop, cancel, retries and faults.
+
+mod support;
+
+use std::time::Duration;
+
+use agentdesk::fake_llm::{FakeLlm, Reply};
+use serde_json::{json, Value};
+use support::{StatusCode, TestApp};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn start(configure: impl FnOnce(&mut agentdesk::config::Config)) -> (TestApp, FakeLlm) {
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&llm, configure).await;
+    (app, llm)
+}
+
+/// Polls a ticket until it has `status`.
+async fn wait_status(app: &TestApp, key: &str, status: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (code, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
+        assert_eq!(code, StatusCode::OK);
+        if ticket["status"] == status {
+            return ticket;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{key} never became {status}: {ticket}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The kinds of a ticket's persisted events, in seq order.
+async fn event_kinds(app: &TestApp, ticket_id: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT kind FROM events WHERE ticket_id = $1::uuid ORDER BY seq")
+        .bind(ticket_id)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+}
+
+async fn event_data(app: &TestApp, ticket_id: &str, kind: &str) -> Vec<Value> {
+    sqlx::query_scalar("SELECT data FROM events WHERE ticket_id = $1::uuid AND kind = $2 ORDER BY seq")
+        .bind(ticket_id)
+        .bind(kind)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+}
+
+fn position(kinds: &[String], kind: &str) -> usize {
+    kinds
+        .iter()
+        .position(|k| k == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
+}
+
+#[tokio::test]
+async fn a_one_step_ticket_is_done_with_its_result_usage_and_events_in_order() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": { "answer": 42 } })).usage(120, 30));
+    let ticket = app.create_ticket(json!({ "task": "What is six times seven?" })).await;
+    let key = ticket["key"].as_str().unwrap();
+    let done = wait_status(&app, key, "done").await;
+    assert_eq!(done["result"], json!({ "answer": 42 }));
+    assert_eq!(done["agent"], "default");
+    assert_eq!(done["attempts"], 1);
+    assert_eq!(done["usage"]["requests"], 1);
+    assert_eq!(done["usage"]["tool_calls"], 1);
+    assert_eq!(done["usage"]["input_tokens"], 120);
+    assert_eq!(done["usage"]["output_tokens"], 30);
+    assert!(
+        done["labels"].as_array().unwrap().contains(&json!("default")),
+        "the claiming agent's name is added"
+    );
+
+    let kinds = event_kinds(&app, done["id"].as_str().unwrap()).await;
+    assert_eq!(
+        kinds,
+        [
+            "ticket.created",
+            "ticket.started",
+            "comment.created",
+            "request.started",
+            "request.finished",
+            "comment.created",
+            "tool.started",
+            "tool.finished",
+            "comment.created",
+            "ticket.done"
+        ]
+    );
+    let started = event_data(&app, done["id"].as_str().unwrap(), "ticket.started").await;
+    assert_eq!(started[0], json!({ "agent": "default", "attempt": 1 }));
+
+    // The request carried the task, the role as system prompt, the tools and usage streaming.
+    let request = &llm.requests()[0].body;
+    assert_eq!(request["stream"], true);
+    assert_eq!(request["stream_options"]["include_usage"], true);
+    assert_eq!(request["messages"][0]["role"], "system");
+    assert!(request["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("six times seven"));
+    let tools: Vec<&str> = request["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        ["close_ticket", "handover_ticket", "read_tickets", "manage_tickets"]
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn text_deltas_stream_live_on_the_ticket_stream_without_ids() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(Reply::text("Which city do you mean?").chunk_delay(Duration::from_millis(30)));
+    let ticket = app.create_ticket(json!({ "task": "Weather?" })).await;
+    let key = ticket["key"].as_str().unwrap();
+    let mut stream = app.sse(&format!("/v1/tickets/{key}/events"), None).await;
+    let events = stream.collect_until(|e| e.kind() == "ticket.waiting", WAIT).await;
+    let deltas: Vec<&SseEvent> = events.iter().filter(|e| e.kind() == "text.delta").collect();
+    assert!(deltas.len() >= 2, "the reply streams in several deltas: {events:?}");
+    let text: String = deltas
+        .iter()
+        .map(|e| e.data["data"]["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Which city do you mean?");
+    assert!(deltas.iter().all(|e| e.id.is_none() && e.data["seq"].is_null()));
+    let finished = events.iter().position(|e| e.kind() == "request.finished").unwrap();
+    let first_delta = events.iter().position(|e| e.kind() == "text.delta").unwrap();
+    assert!(first_delta < finished, "deltas arrive before the response is stored");
+    app.shutdown().await;
+}
+
+use support::SseEvent;
+
+#[tokio::test]
+async fn a_text_reply_waits_for_the_humans_and_a_comment_resumes_the_agent_with_it() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(Reply::text("Which city?"));
+    let ticket = app.create_ticket(json!({ "task": "What's the weather?" })).await;
+    let key = ticket["key"].as_str().unwrap();
+    let waiting = wait_status(&app, key, "waiting").await;
+    assert_eq!(waiting["attempts"], 0, "asking the humans spends no attempt");
+
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "Sunny in Berlin" })));
+    let (code, _) = app
+        .post(
+            &format!("/v1/tickets/{key}/comments"),
+            json!({ "text": "Berlin, please" }),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CREATED);
+    let done = wait_status(&app, key, "done").await;
+    assert_eq!(done["result"], "Sunny in Berlin");
+
+    let second = &llm.requests()[1].body["messages"];
+    let texts: Vec<String> = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.contains("Which city?")),
+        "the agent's question is in context"
+    );
+    assert!(
+        texts.last().unwrap().contains("Berlin, please"),
+        "the human's answer is the last message"
+    );
+    let requeued = event_data(&app, done["id"].as_str().unwrap(), "ticket.requeued").await;
+    assert_eq!(requeued, [json!({ "reason": "comment" })]);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_schema_bound_ticket_retries_a_text_reply_and_an_invalid_result_then_succeeds() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(Reply::text("The answer is 4."));
+    llm.push(Reply::tool_call(
+        "close_ticket",
+        json!({ "result": { "answer": "four" } }),
+    ));
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": { "answer": 4 } })));
+    let schema = json!({ "type": "object", "properties": { "answer": { "type": "integer" } }, "required": ["answer"] });
+    let ticket = app.create_ticket(json!({ "task": "2+2?", "schema": schema })).await;
+    let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    assert_eq!(done["result"], json!({ "answer": 4 }));
+    let retried = event_data(&app, done["id"].as_str().unwrap(), "schema.retried").await;
+    assert_eq!(retried.len(), 2);
+    assert_eq!(retried[0]["attempt"], 1);
+    assert_eq!(retried[1]["attempt"], 2);
+    assert_eq!(retried[0]["max_attempts"], 10);
+    let failed_tools = event_data(&app, done["id"].as_str().unwrap(), "tool.failed").await;
+    assert_eq!(failed_tools[0]["kind"], "result_invalid");
+    // The model was told what was wrong.
+    let third = llm.requests()[2].body["messages"].to_string();
+    assert!(third.contains("Your previous reply was not accepted"));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn schema_retries_run_out_and_the_ticket_fails_with_a_policy_violation() {
+    let (app, llm) = start(|_| {}).await;
+    let (code, _) = app.put("/v1/agents/default", json!({ "max_schema_retries": 1 })).await;
+    assert_eq!(code, StatusCode::OK);
+    llm.push(Reply::text("no"));
+    llm.push(Reply::text("still no"));
+    let ticket = app
+        .create_ticket(json!({ "task": "x", "schema": { "type": "integer" } }))
+        .await;
+    let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error"]["kind"], "max_schema_retries");
+    let kinds = event_kinds(&app, failed["id"].as_str().unwrap()).await;
+    assert!(position(&kinds, "schema.retried") < position(&kinds, "policy.violated"));
+    assert_eq!(kinds.last().unwrap(), "ticket.failed");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_run_and_their_results_return_in_call_order() {
+    let (app, llm) = start(|_| {}).await;
+    app.create_ticket(json!({ "task": "other ticket", "labels": ["elsewhere"] }))
+        .await;
+    llm.push(Reply::tool_calls(vec![
+        ("read_tickets", json!({ "action": "list" })),
+        ("read_tickets", json!({ "action": "get", "key": "TICKET-1" })),
+        ("read_tickets", json!({ "action": "search", "query": "other" })),
+    ]));
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "seen" })));
+    let ticket = app.create_ticket(json!({ "task": "look around" })).await;
+    let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    let second = &llm.requests()[1].body["messages"];
+    let tool_messages: Vec<&Value> = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    let ids: Vec<&str> = tool_messages
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    let calls = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .unwrap()["tool_calls"]
+        .clone();
+    let call_ids: Vec<&str> = calls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, call_ids);
+    assert_eq!(done["usage"]["tool_calls"], 4);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn truncated_tool_arguments_are_repaired_and_the_repaired_input_is_stored_and_shown() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(Reply::raw_tool_call("close_ticket", r#"{"result": "hel"#));
+    let ticket = app.create_ticket(json!({ "task": "greet" })).await;
+    let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    assert_eq!(done["result"], "hel");
+    let started = event_data(&app, done["id"].as_str().unwrap(), "tool.started").await;
+    assert_eq!(started[0]["input"], json!({ "result": "hel" }));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_rate_limit_is_retried_after_its_retry_after_and_the_retry_is_announced_first() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(Reply::status(429).retry_after(1));
+    llm.push(Reply::status(503));
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })));
+    let (code, _) = app
+        .put("/v1/agents/default", json!({ "request_retry_delay_ms": 10 }))
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let ticket = app.create_ticket(json!({ "task": "t" })).await;
+    let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    let retried = event_data(&app, done["id"].as_str().unwrap(), "request.retried").await;
+    assert_eq!(retried.len(), 2);
+    assert_eq!(retried[0]["kind"], "rate_limited");
+    assert_eq!(retried[0]["delay_ms"], 1000, "Retry-After wins");
+    assert_eq!(retried[0]["attempt"], 1);
+    assert_eq!(retried[0]["max_attempts"], 10);
+    assert_eq!(retried[1]["kind"], "server_error");
+    assert_eq!(llm.request_count(), 3);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_terminal_provider_error_fails_the_ticket_at_once() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(Reply::status(401));
+    let ticket = app.create_ticket(json!({ "task": "t" })).await;
+    let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error"]["kind"], "authentication_failed");
+    let kinds = event_kinds(&app, failed["id"].as_str().unwrap()).await;
+    assert!(!kinds.contains(&"request.retried".to_string()));
+    assert_eq!(&kinds[kinds.len() - 2..], ["request.failed", "ticket.failed"]);
+    assert_eq!(llm.request_count(), 1);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn exhausted_retries_fail_the_ticket_instead_of_requeueing_it() {
+    let (app, llm) = start(|_| {}).await;
+    app.put(
+        "/v1/agents/default",
+        json!({ "max_request_retries": 2, "request_retry_delay_ms": 1 }),
+    )
+    .await;
+    for _ in 0..3 {
+        llm.push(Reply::status(500));
+    }
+    let ticket = app.create_ticket(json!({ "task": "t" })).await;
+    let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error"]["kind"], "server_error");
+    assert_eq!(llm.request_count(), 3);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(llm.request_count(), 3, "a failed ticket is not claimed again");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stall_before_any_output_reconnects_but_a_stall_after_partial_output_fails() {
+    let (app, llm) = start(|c| c.stream_idle = Duration::from_millis(400)).await;
+    app.put("/v1/agents/default", json!({ "request_retry_delay_ms": 1 }))
+        .await;
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })).stall_after(1));
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })));
+    let first = app.create_ticket(json!({ "task": "first" })).await;
+    let done = wait_status(&app, first["key"].as_str().unwrap(), "done").await;
+    let retried = event_data(&app, done["id"].as_str().unwrap(), "request.retried").await;
+    assert_eq!(retried[0]["kind"], "stream_stalled");
+
+    llm.push(Reply::text("partial answer that never ends").stall_after(3));
+    let second = app.create_ticket(json!({ "task": "second" })).await;
+    let failed = wait_status(&app, second["key"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error"]["kind"], "stream_stalled");
+    assert!(event_data(&app, failed["id"].as_str().unwrap(), "request.retried")
+        .await
+        .is_empty());
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn cancelling_mid_stream_ends_the_ticket_within_two_seconds_and_retry_continues_it() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(Reply::text("a very slow answer that goes on and on").chunk_delay(Duration::from_millis(500)));
+    let ticket = app.create_ticket(json!({ "task": "slow" })).await;
+    let key = ticket["key"].as_str().unwrap();
+    wait_status(&app, key, "in_progress").await;
+    assert!(llm.wait_for_requests(1, WAIT).await);
+    let started = std::time::Instant::now();
+    let (code, cancelled) = app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(cancelled["status"], "cancelled");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let events_after_cancel = event_kinds(&app, ticket["id"].as_str().unwrap()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        event_kinds(&app, ticket["id"].as_str().unwrap()).await,
+        events_after_cancel,
+        "the aborted worker wrote nothing"
+    );
+
+    llm.push(Reply::tool_call(
+        "close_ticket",
+        json!({ "result": "done after retry" }),
+    ));
+    let (code, _) = app.post(&format!("/v1/tickets/{key}/retry"), json!({})).await;
+    assert_eq!(code, StatusCode::OK);
+    let done = wait_status(&app, key, "done").await;
+    assert_eq!(done["result"], "done after retry");
+    let messages = llm.requests()[1].body["messages"].to_string();
+    assert!(messages.contains("slow"), "the agent continues from its transcript");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_handover_chain_of_three_agents_runs_to_the_end() {
+    let (app, llm) = start(|_| {}).await;
+    for name in ["researcher", "writer", "editor"] {
+        let (code, _) = app
+            .put(
+                &format!("/v1/agents/{name}"),
+                json!({ "role": format!("You are the {name}.") }),
+            )
+            .await;
+        assert_eq!(code, StatusCode::CREATED);
+    }
+    llm.push_for(
+        "You are the researcher.",
+        Reply::tool_call(
+            "handover_ticket",
+            json!({
+                "to": "writer", "task": "Write about {parent_key}: {parent_result}", "result": "facts"
+            }),
+        ),
+    );
+    llm.push_for(
+        "You are the writer.",
+        Reply::tool_call(
+            "handover_ticket",
+            json!({
+                "to": "editor", "task": "Edit {parent_result} from {parent_key}", "result": "draft"
+            }),
+        ),
+    );
+    llm.push_for(
+        "You are the editor.",
+        Reply::tool_call("close_ticket", json!({ "result": "final" })),
+    );
+    let first = app
+        .create_ticket(json!({ "task": "Research", "labels": ["researcher"] }))
+        .await;
+    let first = wait_status(&app, first["key"].as_str().unwrap(), "done").await;
+    assert_eq!(first["result"], "facts");
+    let second = wait_status(&app, "TICKET-2", "done").await;
+    assert_eq!(
+        second["task"],
+        format!("Write about {}: facts", first["key"].as_str().unwrap())
+    );
+    assert_eq!(second["parent_key"], first["key"]);
+    assert_eq!(second["reporter"], "researcher");
+    assert_eq!(second["agent"], "writer");
+    let third = wait_status(&app, "TICKET-3", "done").await;
+    assert_eq!(third["task"], "Edit draft from TICKET-2");
+    assert_eq!(third["agent"], "editor");
+    assert_eq!(third["result"], "final");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn max_turns_fails_the_ticket_with_a_policy_violation() {
+    let (app, llm) = start(|_| {}).await;
+    app.put("/v1/agents/default", json!({ "max_turns": 2 })).await;
+    llm.set_responder(|_| Reply::tool_call("read_tickets", json!({ "action": "list" })));
+    let ticket = app.create_ticket(json!({ "task": "loop forever" })).await;
+    let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error"]["kind"], "max_turns");
+    let violated = event_data(&app, failed["id"].as_str().unwrap(), "policy.violated").await;
+    assert_eq!(violated, [json!({ "kind": "max_turns", "limit": 2 })]);
+    assert_eq!(llm.request_count(), 2);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_zombie_workers_late_writes_change_nothing() {
+    let (app, llm) = start(|c| c.lease = Duration::from_secs(30)).await;
+    // The first claim's model call outlives its (forcibly expired) lease.
+    llm.push(Reply::text("ZOMBIE reply").first_byte_delay(Duration::from_secs(2)));
+    llm.push(Reply::tool_call(
+        "close_ticket",
+        json!({ "result": "from the second claim" }),
+    ));
+    let ticket = app.create_ticket(json!({ "task": "t" })).await;
+    let key = ticket["key"].as_str().unwrap();
+    assert!(llm.wait_for_requests(1, WAIT).await);
+    // What the reaper does when a worker stops renewing: expire the lease and re-queue the ticket.
+    sqlx::query("UPDATE tickets SET lease_expires_at = now() - interval '1 second' WHERE key = $1")
+        .bind(key)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(agentdesk::db::claims::reap_expired(&app.pool, 10).await.unwrap(), 1);
+    let done = wait_status(&app, key, "done").await;
+    assert_eq!(done["result"], "from the second claim");
+    assert_eq!(done["attempts"], 2, "the lost claim counts as an attempt");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let comments = app.list_all(&format!("/v1/tickets/{key}/comments")).await;
+    assert!(
+        !serde_json::to_string(&comments).unwrap().contains("ZOMBIE"),
+        "the zombie's reply was not stored"
+    );
+    let kinds = event_kinds(&app, ticket["id"].as_str().unwrap()).await;
+    assert_eq!(kinds.last().unwrap(), "ticket.done");
+    assert_eq!(kinds.iter().filter(|k| *k == "ticket.requeued").count(), 1);
+    let requeued = event_data(&app, ticket["id"].as_str().unwrap(), "ticket.requeued").await;
+    assert_eq!(requeued, [json!({ "reason": "lease_lost" })]);
+    app.shutdown().await;
+}

@@ -1,0 +1,418 @@
+//! Faults: a killed process, a restarted Postgres, cancel while a tool runs, shutdown mid-step,
+//! and the smaller ways a run can go wrong.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentdesk::fake_llm::{FakeLlm, Reply};
+use serde_json::{json, Value};
+use support::{StatusCode, TestApp};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn wait_status(app: &TestApp, key: &str, status: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (code, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
+        if code == StatusCode::OK && ticket["status"] == status {
+            return ticket;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{key} never became {status}: {ticket}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn kinds_of(pool: &sqlx::PgPool, key: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT e.kind FROM events e JOIN tickets t ON t.id = e.ticket_id WHERE t.key = $1 ORDER BY e.seq",
+    )
+    .bind(key)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Runs the real binary against `database_url`, its model server at `llm`.
+fn spawn_binary(database_url: &str, llm: &FakeLlm, port: u16, log: &str) -> Child {
+    let log = std::fs::File::create(log).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_agentdesk"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", database_url)
+        .env("OPENAI_BASE_URL", llm.openai_base_url())
+        .env("AGENTDESK_ADDR", format!("127.0.0.1:{port}"))
+        .env("AGENTDESK_LEASE_SECS", "2")
+        .env("AGENTDESK_WORKERS", "16")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start the agentdesk binary")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn wait_healthy(client: &reqwest::Client, base: &str) {
+    for _ in 0..200 {
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{base} never became ready");
+}
+
+#[tokio::test]
+async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_acknowledged_is_lost() {
+    let database_url = agentdesk::testing::fresh_database().await.unwrap();
+    let pool = agentdesk::db::connect(&database_url, 2).await.unwrap();
+    let llm = FakeLlm::start().await;
+    let slow = Arc::new(AtomicBool::new(true));
+    let slow_flag = slow.clone();
+    llm.set_responder(move |_| {
+        let reply = Reply::tool_call("close_ticket", json!({ "result": "finished" }));
+        if slow_flag.load(Ordering::SeqCst) {
+            reply.first_byte_delay(Duration::from_secs(30))
+        } else {
+            reply
+        }
+    });
+    let client = reqwest::Client::new();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut first = spawn_binary(&database_url, &llm, port, "target/kill9-first.log");
+    wait_healthy(&client, &base).await;
+
+    let mut keys = vec![];
+    for i in 0..6 {
+        let r: Value = client
+            .post(format!("{base}/v1/tickets"))
+            .json(&json!({ "task": format!("job {i}") }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        keys.push(r["key"].as_str().unwrap().to_owned());
+    }
+    assert!(llm.wait_for_requests(6, WAIT).await, "every ticket reached the model");
+    let comment = client
+        .post(format!("{base}/v1/tickets/{}/comments", keys[0]))
+        .json(&json!({ "text": "acknowledged before the crash" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(comment.status(), StatusCode::CREATED);
+    let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    slow.store(false, Ordering::SeqCst);
+
+    let mut second = spawn_binary(&database_url, &llm, port, "target/kill9-second.log");
+    wait_healthy(&client, &base).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    for key in &keys {
+        loop {
+            let t: Value = client
+                .get(format!("{base}/v1/tickets/{key}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if t["status"] == "done" {
+                assert_eq!(t["attempts"], 2, "the claim lost in the crash counts: {t}");
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{key} did not finish after the restart: {t}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    second.kill().unwrap();
+    second.wait().unwrap();
+
+    for key in &keys {
+        let kinds = kinds_of(&pool, key).await;
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "ticket.done").count(),
+            1,
+            "{key} closed once: {kinds:?}"
+        );
+        assert_eq!(kinds.last().unwrap(), "ticket.done");
+        assert!(
+            kinds.contains(&"ticket.requeued".to_string()),
+            "{key} was re-queued after its lease expired"
+        );
+        let seqs: Vec<i64> = sqlx::query_scalar(
+            "SELECT e.seq FROM events e JOIN tickets t ON t.id = e.ticket_id WHERE t.key = $1 ORDER BY e.seq",
+        )
+        .bind(key)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as i64).collect::<Vec<_>>(),
+            "{key}'s events have no gaps"
+        );
+    }
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM comments c JOIN tickets t ON t.id = c.ticket_id WHERE t.key = $1 AND c.content::text LIKE '%acknowledged before the crash%'")
+        .bind(&keys[0])
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1, "the acknowledged comment survived");
+    let events_after: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(events_after > events_before);
+}
+
+#[tokio::test]
+async fn a_postgres_restart_mid_run_is_survived_and_the_tickets_finish() {
+    let dir = std::env::temp_dir().join(format!("agentdesk-pg-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pg = agentdesk::embedded_pg::EmbeddedPostgres::start(&dir.join("pgdata"))
+        .await
+        .unwrap();
+    let llm = FakeLlm::start().await;
+    llm.set_responder(|_| {
+        Reply::tool_call("close_ticket", json!({ "result": "ok" })).first_byte_delay(Duration::from_millis(1500))
+    });
+    let providers = agentdesk::llm::Providers::new(
+        Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
+        None,
+    );
+    let url = pg.url();
+    let app = TestApp::spawn_full(agentdesk::app::Mode::Serve, providers, |c| {
+        c.database_url = Some(url.clone());
+        c.lease = Duration::from_secs(10);
+    })
+    .await;
+    let mut keys = vec![];
+    for i in 0..4 {
+        keys.push(
+            app.create_ticket(json!({ "task": format!("job {i}") })).await["key"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    assert!(llm.wait_for_requests(4, WAIT).await);
+
+    // A real restart: fast shutdown (every connection dropped), then the same server again.
+    let pg_ctl = std::path::Path::new(&agentdesk_pg_bindir()).join("pg_ctl");
+    let data_dir = pg.data_dir().to_path_buf();
+    let status = as_postgres_user(
+        Command::new(&pg_ctl)
+            .arg("-D")
+            .arg(&data_dir)
+            .args(["restart", "-m", "fast", "-w", "-l"])
+            .arg(std::env::temp_dir().join(format!("agentdesk-pg-restart-{}.log", std::process::id()))),
+    )
+    .status()
+    .unwrap();
+    assert!(status.success(), "pg_ctl restart failed");
+
+    for key in &keys {
+        let done = wait_status(&app, key, "done").await;
+        assert_eq!(done["result"], "ok");
+    }
+    // New work after the restart runs too.
+    let key = app.create_ticket(json!({ "task": "after" })).await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_status(&app, &key, "done").await;
+    app.shutdown().await;
+    let _ = as_postgres_user(
+        Command::new(&pg_ctl)
+            .arg("-D")
+            .arg(&data_dir)
+            .args(["stop", "-m", "immediate"]),
+    )
+    .status();
+    drop(pg);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn agentdesk_pg_bindir() -> String {
+    let out = Command::new("pg_config").arg("--bindir").output().expect("pg_config");
+    let bindir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if std::path::Path::new(&bindir).join("pg_ctl").exists() {
+        return bindir;
+    }
+    let mut versions: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    versions.sort();
+    versions.last().unwrap().join("bin").display().to_string()
+}
+
+/// initdb and postgres refuse root; the embedded server runs as `postgres` then.
+fn as_postgres_user(cmd: &mut Command) -> &mut Command {
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::process::CommandExt;
+        let uid: u32 = String::from_utf8(Command::new("id").args(["-u", "postgres"]).output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let gid: u32 = String::from_utf8(Command::new("id").args(["-g", "postgres"]).output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        cmd.uid(uid).gid(gid);
+    }
+    cmd
+}
+
+async fn start(configure: impl FnOnce(&mut agentdesk::config::Config)) -> (TestApp, FakeLlm) {
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&llm, configure).await;
+    (app, llm)
+}
+
+#[tokio::test]
+async fn cancelling_while_a_tool_runs_aborts_the_tool_and_returns_cancelled_within_two_seconds() {
+    let (app, llm) = start(|_| {}).await;
+    let target = app
+        .create_ticket(json!({ "task": "edit me", "labels": ["nobody"] }))
+        .await;
+    let target_key = target["key"].as_str().unwrap().to_owned();
+    // Hold the target's row lock so the agent's edit blocks inside the tool.
+    let mut blocker = app.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM tickets WHERE key = $1 FOR UPDATE")
+        .bind(&target_key)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    llm.push(Reply::tool_call(
+        "manage_tickets",
+        json!({ "action": "edit", "key": target_key, "task": "edited" }),
+    ));
+    let ticket = app.create_ticket(json!({ "task": "edit the other one" })).await;
+    let key = ticket["key"].as_str().unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !kinds_of(&app.pool, key).await.contains(&"tool.started".to_string()) {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let (code, cancelled) = app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(cancelled["status"], "cancelled");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    blocker.rollback().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let kinds = kinds_of(&app.pool, key).await;
+    assert_eq!(
+        kinds.last().unwrap(),
+        "ticket.cancelled",
+        "nothing after the cancel: {kinds:?}"
+    );
+    assert!(!kinds.contains(&"tool.finished".to_string()));
+    let (_, target) = app.get(&format!("/v1/tickets/{target_key}")).await;
+    assert_eq!(target["task"], "edit me", "the aborted tool changed nothing");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_releases_a_running_ticket_to_todo_without_spending_an_attempt() {
+    let (app, llm) = start(|c| c.shutdown_grace = Duration::from_millis(300)).await;
+    llm.push(Reply::text("slow").first_byte_delay(Duration::from_secs(20)));
+    let ticket = app.create_ticket(json!({ "task": "long" })).await;
+    let key = ticket["key"].as_str().unwrap().to_owned();
+    assert!(llm.wait_for_requests(1, WAIT).await);
+    let pool = agentdesk::db::connect(&app.database_url, 1).await.unwrap();
+    let started = std::time::Instant::now();
+    app.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    let (status, attempts): (String, i32) = sqlx::query_as("SELECT status, attempts FROM tickets WHERE key = $1")
+        .bind(&key)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!((status.as_str(), attempts), ("todo", 0));
+    let data: Value = sqlx::query_scalar("SELECT e.data FROM events e JOIN tickets t ON t.id = e.ticket_id WHERE t.key = $1 AND e.kind = 'ticket.requeued'")
+        .bind(&key)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(data, json!({ "reason": "shutdown" }));
+}
+
+#[tokio::test]
+async fn a_comment_on_an_in_progress_ticket_reaches_the_model_on_its_next_request() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(
+        Reply::tool_call("read_tickets", json!({ "action": "list" })).first_byte_delay(Duration::from_millis(800)),
+    );
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })));
+    let ticket = app.create_ticket(json!({ "task": "work" })).await;
+    let key = ticket["key"].as_str().unwrap();
+    assert!(llm.wait_for_requests(1, WAIT).await);
+    let (code, _) = app
+        .post(
+            &format!("/v1/tickets/{key}/comments"),
+            json!({ "text": "also check the logs" }),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CREATED);
+    wait_status(&app, key, "done").await;
+    assert!(llm.requests()[1].body["messages"]
+        .to_string()
+        .contains("also check the logs"));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_agent_naming_an_unconfigured_provider_fails_its_ticket_with_a_clear_kind() {
+    let (app, _llm) = start(|_| {}).await;
+    let (code, _) = app
+        .put("/v1/agents/claude", json!({ "provider": "anthropic", "labels": ["c"] }))
+        .await;
+    assert_eq!(code, StatusCode::CREATED);
+    let ticket = app.create_ticket(json!({ "task": "t", "labels": ["claude"] })).await;
+    let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error"]["kind"], "provider_unconfigured");
+    assert!(failed["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("ANTHROPIC_API_KEY"));
+    app.shutdown().await;
+}
