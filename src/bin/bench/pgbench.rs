@@ -25,16 +25,17 @@ u AS (
     UPDATE tickets t SET status = 'in_progress', generation = t.generation + 1, attempts = t.attempts + 1,
         last_event_seq = t.last_event_seq + 1, claimed_at = now(), started_at = now(), updated_at = now()
     FROM c WHERE t.id = c.id
-    RETURNING t.id, t.key, t.last_event_seq, t.generation)
-INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
-SELECT id, key, last_event_seq, 'ticket.started', '{}' FROM u
-RETURNING ticket_id AS claimed_id \gset
+    RETURNING t.id, t.number, t.key, t.last_event_seq),
+e AS (
+    INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
+    SELECT id, key, last_event_seq, 'ticket.started', '{}' FROM u)
+SELECT coalesce((SELECT number FROM u), 0) AS claimed \gset
 COMMIT;
 BEGIN;
 WITH u AS (
     UPDATE tickets SET status = 'done', result = '"ok"', last_event_seq = last_event_seq + 1,
         finished_at = now(), updated_at = now()
-    WHERE id = :'claimed_id' AND status = 'in_progress'
+    WHERE number = :claimed AND status = 'in_progress'
     RETURNING id, key, last_event_seq)
 INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
 SELECT id, key, last_event_seq, 'ticket.done', '{}' FROM u;
@@ -59,7 +60,8 @@ pub fn find_pgbench() -> Option<PathBuf> {
 }
 
 /// Runs the script with `clients` connections for `duration` against `db_url` (which must hold
-/// agentdesk's schema); returns tickets per second (pgbench's tps, one ticket per script run).
+/// agentdesk's schema); returns pgbench's tps (script runs per second). A claim that finds no
+/// ticket leaves the run without a finished ticket, so callers count the done tickets too.
 pub fn run(pgbench: &Path, db_url: &str, clients: usize, duration: Duration, script_path: &Path) -> Result<f64> {
     std::fs::write(script_path, SCRIPT).with_context(|| format!("cannot write {}", script_path.display()))?;
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(clients.max(1));

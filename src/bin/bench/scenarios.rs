@@ -75,7 +75,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let fx = Fixture::start("throughput", &spec).await?;
     fx.fake.set_responder(|_| close_ticket());
     let mut watcher = fx.done_watcher().await?;
-    let (mut agentdesk_tps, mut pg_tps, mut create_rates) = (vec![], vec![], vec![]);
+    let (mut agentdesk_tps, mut pg_tps, mut pg_runs, mut create_rates) = (vec![], vec![], vec![], vec![]);
     let timeout = Duration::from_secs(opts.pick(60, 300));
     for round in 0..rounds {
         let started = Instant::now();
@@ -88,8 +88,11 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         }
         agentdesk_tps.push(tickets as f64 / elapsed.as_secs_f64());
         create_rates.push(tickets as f64 / created.as_secs_f64());
+        let done_before = done_count(&scratch).await?;
         let (pgb, url, path) = (pgbench.clone(), scratch.clone(), script.clone());
-        let tps = tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, pg_duration, &path)).await??;
+        let runs = tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, pg_duration, &path)).await??;
+        let tps = (done_count(&scratch).await? - done_before) as f64 / pg_duration.as_secs_f64();
+        pg_runs.push(runs);
         pg_tps.push(tps);
         println!(
             "  round {}: agentdesk {:.0} tickets/s (created at {:.0}/s), pgbench {:.0} tickets/s",
@@ -114,6 +117,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("rounds", rounds);
     report.figure("agentdesk_tickets_per_s", json!(agentdesk_tps));
     report.figure("pgbench_tickets_per_s", json!(pg_tps));
+    report.figure("pgbench_script_runs_per_s", json!(pg_runs));
     report.figure("create_rate_per_s", json!(create_rates));
     report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
     report.figure("done", stats["by_status"]["done"].clone());
@@ -121,10 +125,18 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         "agentdesk ran {server_kind}, with 64 workers and 16 DB connections; one model request per ticket, answered at once with close_ticket"
     ));
     report.note(format!(
-        "pgbench: {clients} clients, {} s per round, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
+        "pgbench: {clients} clients, {} s per round, tickets/s = tickets it finished / duration, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
         pg_duration.as_secs()
     ));
     Ok(())
+}
+
+async fn done_count(db_url: &str) -> Result<i64> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(db_url).await?;
+    let n = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE status = 'done'").fetch_one(&mut c).await?;
+    let _ = c.close().await;
+    Ok(n)
 }
 
 /// 2000 tickets in flight at once on a model that takes 2 s per request (40 tokens at 20/s, then

@@ -115,20 +115,28 @@ impl Server {
     }
 }
 
-/// The program to run as the service: the `agentdesk` binary next to this executable when it is
-/// at least as new as this one (both come from the same target directory), else this executable
+/// The program to run as the service: the `agentdesk` binary next to this executable when it was
+/// linked after the last build of the library (both come from the same target directory), else this executable
 /// in its `__agentdesk` role, which runs the same `App` from the same library build. Returns the
 /// program, the arguments before the mode, and a description for the report.
 pub fn agentdesk_program() -> Result<(PathBuf, Vec<String>, String)> {
     let exe = std::env::current_exe().context("cannot find the bench executable")?;
     let sibling = exe.with_file_name("agentdesk");
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (modified(&sibling), modified(&exe)) {
+    // The newest build of the library both executables link.
+    let library = std::fs::read_dir(exe.with_file_name("deps"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("libagentdesk-") && n.ends_with(".rlib")))
+        .filter_map(|e| modified(&e.path()))
+        .max();
+    match (modified(&sibling), library.or_else(|| modified(&exe))) {
         (Some(bin), Some(me)) if bin >= me => Ok((sibling.clone(), vec![], sibling.display().to_string())),
         _ => Ok((
             exe.clone(),
             vec![SERVE_ROLE.to_string()],
-            format!("{} {SERVE_ROLE} (the agentdesk binary was missing or older than the bench)", exe.display()),
+            format!("{} {SERVE_ROLE} (the agentdesk binary was missing or older than the library)", exe.display()),
         )),
     }
 }
