@@ -46,9 +46,16 @@ fn main() -> ExitCode {
     let names: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") || names.len() != 1 {
         println!("{USAGE}");
-        return if names.len() == 1 { ExitCode::SUCCESS } else { ExitCode::from(2) };
+        return if names.len() == 1 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        };
     }
-    if let Some(bad) = args.iter().find(|a| a.starts_with("--") && !["--quick", "--child", "--help"].contains(&a.as_str())) {
+    if let Some(bad) = args
+        .iter()
+        .find(|a| a.starts_with("--") && !["--quick", "--child", "--help"].contains(&a.as_str()))
+    {
         eprintln!("unknown option {bad}\n\n{USAGE}");
         return ExitCode::from(2);
     }
@@ -82,7 +89,10 @@ fn main() -> ExitCode {
 fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> bool {
@@ -124,7 +134,12 @@ async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> boo
 }
 
 fn benchmarks_md(reports: &[Report], machine: &serde_json::Value, command: &str) -> String {
-    let m = |k: &str| machine[k].as_str().map(str::to_string).unwrap_or_else(|| machine[k].to_string());
+    let m = |k: &str| {
+        machine[k]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| machine[k].to_string())
+    };
     let mut out = String::from("# Benchmarks\n\n");
     out.push_str(
         "Figures of `agentdesk-bench` against the performance bars. The machine is shared and noisy: \
@@ -144,7 +159,12 @@ fn benchmarks_md(reports: &[Report], machine: &serde_json::Value, command: &str)
     let _ = writeln!(out, "|---|---|---|---|---|---|---|");
     for r in reports {
         if let Some(e) = &r.error {
-            let _ = writeln!(out, "| {} | — | not measured: {} | — | — | — | ERROR |", r.scenario, e.replace('|', "/").replace('\n', " "));
+            let _ = writeln!(
+                out,
+                "| {} | — | not measured: {} | — | — | — | ERROR |",
+                r.scenario,
+                e.replace('|', "/").replace('\n', " ")
+            );
         }
         for c in &r.checks {
             let _ = writeln!(
@@ -155,9 +175,12 @@ fn benchmarks_md(reports: &[Report], machine: &serde_json::Value, command: &str)
                 fmt_num(c.value),
                 c.unit,
                 c.bar_text(),
-                c.baseline.as_ref().map(|b| format!("{} ({})", fmt_num(b.value), b.name)).unwrap_or_else(|| "—".into()),
+                c.baseline
+                    .as_ref()
+                    .map(|b| format!("{} ({})", fmt_num(b.value), b.name))
+                    .unwrap_or_else(|| "—".into()),
                 c.ratio.map(|x| format!("{x:.2}")).unwrap_or_else(|| "—".into()),
-                if c.pass { "pass" } else { "FAIL" },
+                c.result_text(),
             );
         }
     }

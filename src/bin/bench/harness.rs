@@ -43,17 +43,29 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn start(scenario: &str, spec: &ServerSpec) -> Result<Fixture> {
-        let db_url = agentdesk::testing::fresh_database().await.context("cannot create a scratch database")?;
+        let db_url = agentdesk::testing::fresh_database()
+            .await
+            .context("cannot create a scratch database")?;
         let fake = FakeLlm::start().await;
         let log = results_dir().join(format!("{scenario}.agentdesk.log"));
         let server = Server::start(spec, &db_url, &fake.openai_base_url(), &log).await?;
         let url = server.url();
-        let addr: SocketAddr = url.trim_start_matches("http://").parse().context("the service's address")?;
+        let addr: SocketAddr = url
+            .trim_start_matches("http://")
+            .parse()
+            .context("the service's address")?;
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(64)
             .timeout(Duration::from_secs(30))
             .build()?;
-        Ok(Fixture { fake, db_url, server, url, addr, http })
+        Ok(Fixture {
+            fake,
+            db_url,
+            server,
+            url,
+            addr,
+            http,
+        })
     }
 
     pub async fn shutdown(self) {
@@ -61,7 +73,12 @@ impl Fixture {
     }
 
     pub async fn create_ticket(&self, body: &Value) -> Result<()> {
-        let r = self.http.post(format!("{}/v1/tickets", self.url)).json(body).send().await?;
+        let r = self
+            .http
+            .post(format!("{}/v1/tickets", self.url))
+            .json(body)
+            .send()
+            .await?;
         if r.status().as_u16() != 201 {
             let status = r.status();
             let text = r.text().await.unwrap_or_default();
@@ -82,7 +99,10 @@ impl Fixture {
                     let r = http.post(format!("{url}/v1/tickets")).json(&body).send().await?;
                     if r.status().as_u16() != 201 {
                         let status = r.status();
-                        bail!("POST /v1/tickets answered {status}: {}", r.text().await.unwrap_or_default());
+                        bail!(
+                            "POST /v1/tickets answered {status}: {}",
+                            r.text().await.unwrap_or_default()
+                        );
                     }
                 }
                 Ok(())
@@ -97,10 +117,18 @@ impl Fixture {
     /// Creates or replaces an agent routed to tickets labelled `name`, on the fake model.
     pub async fn put_agent(&self, name: &str) -> Result<()> {
         let body = json!({"role": "You work benchmark tickets.", "provider": "openai", "model": "gpt-4o-mini"});
-        let r = self.http.put(format!("{}/v1/agents/{name}", self.url)).json(&body).send().await?;
+        let r = self
+            .http
+            .put(format!("{}/v1/agents/{name}", self.url))
+            .json(&body)
+            .send()
+            .await?;
         if !r.status().is_success() {
             let status = r.status();
-            bail!("PUT /v1/agents/{name} answered {status}: {}", r.text().await.unwrap_or_default());
+            bail!(
+                "PUT /v1/agents/{name} answered {status}: {}",
+                r.text().await.unwrap_or_default()
+            );
         }
         Ok(())
     }
@@ -142,11 +170,17 @@ impl DoneWatcher {
 
     /// Waits until `n` tickets have finished (done or failed); the error says how far it got.
     pub async fn wait_for(&mut self, n: usize, timeout: Duration) -> Result<(usize, usize)> {
-        let reached = tokio::time::timeout(timeout, self.rx.wait_for(|(d, f)| d + f >= n)).await.map(|r| r.is_ok());
+        let reached = tokio::time::timeout(timeout, self.rx.wait_for(|(d, f)| d + f >= n))
+            .await
+            .map(|r| r.is_ok());
         let counts = self.counts();
         match reached {
             Ok(true) => Ok(counts),
-            Ok(false) => bail!("the event stream ended after {} done and {} failed of {n}", counts.0, counts.1),
+            Ok(false) => bail!(
+                "the event stream ended after {} done and {} failed of {n}",
+                counts.0,
+                counts.1
+            ),
             Err(_) => bail!(
                 "timed out after {:.0} s with {} done and {} failed of {n} tickets",
                 timeout.as_secs_f64(),
@@ -181,7 +215,9 @@ pub struct Sampler {
 
 impl Sampler {
     pub async fn start(pid: u32, db_url: &str, every: Duration) -> Result<Sampler> {
-        let mut conn = PgConnection::connect(db_url).await.context("sampler: cannot connect to the database")?;
+        let mut conn = PgConnection::connect(db_url)
+            .await
+            .context("sampler: cannot connect to the database")?;
         let (stop, mut stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
             let mut peaks = Peaks::default();
@@ -220,11 +256,17 @@ pub async fn machine(db_url: Option<&str>) -> Value {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let mem_kb: u64 = read("/proc/meminfo")
         .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:").and_then(|r| r.split_whitespace().next()?.parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix("MemTotal:")
+                .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        })
         .unwrap_or(0);
     let cpu = read("/proc/cpuinfo")
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+        })
         .unwrap_or_default();
     let rustc = std::process::Command::new("rustc")
         .arg("--version")
@@ -235,7 +277,10 @@ pub async fn machine(db_url: Option<&str>) -> Value {
     let mut postgres = String::new();
     if let Some(url) = db_url {
         if let Ok(mut c) = PgConnection::connect(url).await {
-            postgres = sqlx::query_scalar::<_, String>("SELECT version()").fetch_one(&mut c).await.unwrap_or_default();
+            postgres = sqlx::query_scalar::<_, String>("SELECT version()")
+                .fetch_one(&mut c)
+                .await
+                .unwrap_or_default();
             let _ = c.close().await;
         }
     }
@@ -252,7 +297,10 @@ pub async fn machine(db_url: Option<&str>) -> Value {
 /// Raises the open-file limit to the hard limit (children inherit it); returns the new limit.
 pub fn raise_fd_limit() -> u64 {
     unsafe {
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return 0;
         }

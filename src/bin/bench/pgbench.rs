@@ -45,7 +45,9 @@ COMMIT;
 /// `pgbench` on PATH, or the newest under /usr/lib/postgresql/*/bin.
 pub fn find_pgbench() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).map(|d| d.join("pgbench")).find(|p| p.is_file())
+        std::env::split_paths(&paths)
+            .map(|d| d.join("pgbench"))
+            .find(|p| p.is_file())
     });
     on_path.or_else(|| {
         let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
@@ -64,9 +66,18 @@ pub fn find_pgbench() -> Option<PathBuf> {
 /// ticket leaves the run without a finished ticket, so callers count the done tickets too.
 pub fn run(pgbench: &Path, db_url: &str, clients: usize, duration: Duration, script_path: &Path) -> Result<f64> {
     std::fs::write(script_path, SCRIPT).with_context(|| format!("cannot write {}", script_path.display()))?;
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(clients.max(1));
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(clients.max(1));
     let output = Command::new(pgbench)
-        .args(["--no-vacuum", "--client", &clients.to_string(), "--jobs", &threads.to_string()])
+        .args([
+            "--no-vacuum",
+            "--client",
+            &clients.to_string(),
+            "--jobs",
+            &threads.to_string(),
+        ])
         .args(["--time", &duration.as_secs().max(1).to_string(), "--file"])
         .arg(script_path)
         .arg(db_url)

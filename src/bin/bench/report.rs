@@ -66,7 +66,10 @@ impl Check {
     /// Adds a baseline; the ratio is value / baseline.
     pub fn baseline(mut self, name: &str, value: f64) -> Check {
         self.ratio = (value > 0.0).then(|| self.value / value);
-        self.baseline = Some(Baseline { name: name.into(), value });
+        self.baseline = Some(Baseline {
+            name: name.into(),
+            value,
+        });
         self.evaluate();
         self
     }
@@ -79,7 +82,11 @@ impl Check {
     }
 
     fn evaluate(&mut self) {
-        let x = if self.bar_on_ratio { self.ratio } else { Some(self.value) };
+        let x = if self.bar_on_ratio {
+            self.ratio
+        } else {
+            Some(self.value)
+        };
         self.pass = match x {
             Some(x) if x.is_finite() => match self.bar {
                 Bar::AtLeast => x >= self.limit,
@@ -89,6 +96,15 @@ impl Check {
             },
             _ => false,
         };
+    }
+
+    /// "pass", "FAIL", or "info" for a figure without a bar.
+    pub fn result_text(&self) -> &'static str {
+        match (self.bar, self.pass) {
+            (Bar::None, _) => "info",
+            (_, true) => "pass",
+            (_, false) => "FAIL",
+        }
     }
 
     pub fn bar_text(&self) -> String {
@@ -101,7 +117,9 @@ impl Check {
         if self.bar_on_ratio {
             format!("ratio {op} {}", fmt_num(self.limit))
         } else {
-            format!("{op} {} {}", fmt_num(self.limit), self.unit).trim_end().to_string()
+            format!("{op} {} {}", fmt_num(self.limit), self.unit)
+                .trim_end()
+                .to_string()
         }
     }
 }
@@ -178,7 +196,7 @@ impl Report {
                     .map(|b| format!("{} ({})", fmt_num(b.value), b.name))
                     .unwrap_or_else(|| "—".into()),
                 c.ratio.map(|r| format!("{r:.2}")).unwrap_or_else(|| "—".into()),
-                if c.pass { "pass".into() } else { "FAIL".into() },
+                c.result_text().into(),
             ]);
         }
         let widths: Vec<usize> = (0..6)
@@ -260,7 +278,9 @@ mod tests {
 
     #[test]
     fn bars_and_ratios() {
-        let c = Check::new("tps", 60.0, "tickets/s", Bar::AtLeast, 0.6).baseline("pgbench", 100.0).bar_on_ratio();
+        let c = Check::new("tps", 60.0, "tickets/s", Bar::AtLeast, 0.6)
+            .baseline("pgbench", 100.0)
+            .bar_on_ratio();
         assert!(c.pass);
         assert_eq!(c.ratio, Some(0.6));
         let c = Check::new("p99", 120.0, "ms", Bar::Below, 100.0);

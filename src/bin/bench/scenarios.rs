@@ -16,7 +16,13 @@ use super::report::{median, percentile, Bar, Check, Report};
 use super::server::{self, ServerSpec};
 use super::sse::{self, SseConn};
 
-pub const ALL: [&str; 5] = ["throughput", "concurrency", "sse_fanout", "api_latency", "step_overhead"];
+pub const ALL: [&str; 5] = [
+    "throughput",
+    "concurrency",
+    "sse_fanout",
+    "api_latency",
+    "step_overhead",
+];
 
 /// Options shared by all scenarios.
 #[derive(Clone, Copy, Debug)]
@@ -61,7 +67,12 @@ fn ms(d: Duration) -> f64 {
 async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let (tickets, clients, rounds) = (opts.pick(200, 2000), 16, opts.pick(1, 3));
     let pg_duration = Duration::from_secs(opts.pick(3, 15));
-    let spec = ServerSpec { mode: Mode::Serve, workers: 64, db_max_connections: 16, child: opts.child };
+    let spec = ServerSpec {
+        mode: Mode::Serve,
+        workers: 64,
+        db_max_connections: 16,
+        child: opts.child,
+    };
     let pgbench = pgbench::find_pgbench().context("pgbench not found (install postgresql-contrib or the client)")?;
 
     let scratch = agentdesk::testing::fresh_database().await?;
@@ -80,8 +91,12 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     for round in 0..rounds {
         let started = Instant::now();
         let creating = fx.create_tickets(tickets, clients, json!({"task": "say ok"}));
-        let created = tokio::time::timeout(timeout, creating).await.context("creating tickets timed out")??;
-        let (_, failed) = watcher.wait_for((round + 1) * tickets, timeout.saturating_sub(created)).await?;
+        let created = tokio::time::timeout(timeout, creating)
+            .await
+            .context("creating tickets timed out")??;
+        let (_, failed) = watcher
+            .wait_for((round + 1) * tickets, timeout.saturating_sub(created))
+            .await?;
         let elapsed = started.elapsed();
         if failed > 0 {
             report.note(format!("{failed} tickets failed (counted as finished)"));
@@ -134,7 +149,9 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
 async fn done_count(db_url: &str) -> Result<i64> {
     use sqlx::Connection;
     let mut c = sqlx::PgConnection::connect(db_url).await?;
-    let n = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE status = 'done'").fetch_one(&mut c).await?;
+    let n = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE status = 'done'")
+        .fetch_one(&mut c)
+        .await?;
     let _ = c.close().await;
     Ok(n)
 }
@@ -144,10 +161,16 @@ async fn done_count(db_url: &str) -> Result<i64> {
 /// releases them all at once.
 async fn concurrency(opts: Opts, report: &mut Report) -> Result<()> {
     let tickets = opts.pick(200, 2000);
-    let spec = ServerSpec { mode: Mode::Serve, workers: tickets, db_max_connections: 16, child: true };
+    let spec = ServerSpec {
+        mode: Mode::Serve,
+        workers: tickets,
+        db_max_connections: 16,
+        child: true,
+    };
     let fx = Fixture::start("concurrency", &spec).await?;
     fx.fake.set_responder(|_| close_ticket().tokens_per_second(20, 40));
-    fx.create_tickets(tickets, 16, json!({"task": "write forty words", "labels": ["fleet"]})).await?;
+    fx.create_tickets(tickets, 16, json!({"task": "write forty words", "labels": ["fleet"]}))
+        .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = fx.server.pid();
     let idle_rss = server::rss_mb(pid);
@@ -171,12 +194,28 @@ async fn concurrency(opts: Opts, report: &mut Report) -> Result<()> {
         }
     };
 
-    report.check(Check::new("tickets done", done as f64, "", Bar::AtLeast, tickets as f64));
+    report.check(Check::new(
+        "tickets done",
+        done as f64,
+        "",
+        Bar::AtLeast,
+        tickets as f64,
+    ));
     report.check(Check::new("peak RSS (VmHWM)", hwm_mb, "MB", Bar::Below, 300.0).baseline("idle RSS", idle_rss));
-    report.check(Check::new("peak DB connections", peaks.db_connections as f64, "", Bar::AtMost, 20.0));
+    report.check(Check::new(
+        "peak DB connections",
+        peaks.db_connections as f64,
+        "",
+        Bar::AtMost,
+        20.0,
+    ));
+    report.check(Check::info(
+        "peak tickets in progress (sampled)",
+        peaks.in_progress as f64,
+        "",
+    ));
     report.figure("tickets", tickets);
     report.figure("failed", failed);
-    report.figure("peak_in_progress", peaks.in_progress);
     report.figure("peak_rss_sampled_mb", (peaks.rss_mb * 10.0).round() / 10.0);
     report.figure("wall_s", (elapsed.as_secs_f64() * 100.0).round() / 100.0);
     report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
@@ -192,7 +231,12 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let wanted = opts.pick(500, 10_000);
     let fd_limit = harness::raise_fd_limit();
     let (rate, seconds) = (opts.pick(2.0, 2.0), opts.pick(3.0, 10.0));
-    let spec = ServerSpec { mode: Mode::Serve, workers: 64, db_max_connections: 16, child: true };
+    let spec = ServerSpec {
+        mode: Mode::Serve,
+        workers: 64,
+        db_max_connections: 16,
+        child: true,
+    };
     let progress = Progress::new();
     let fx = Fixture::start("sse_fanout", &spec).await?;
     progress.say("agentdesk started");
@@ -204,7 +248,11 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     fx.create_tickets(20, 4, json!({"task": "warm up"})).await?;
     let warm_done = watcher.wait_for(20, Duration::from_secs(20)).await.is_ok();
     drop(watcher);
-    progress.say(if warm_done { "warm-up tickets done" } else { "warm-up tickets did not finish" });
+    progress.say(if warm_done {
+        "warm-up tickets done"
+    } else {
+        "warm-up tickets did not finish"
+    });
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = server::rss_mb(pid);
 
@@ -218,8 +266,13 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let connect_started = Instant::now();
     for g in 0..groups {
         let count = wanted / groups + usize::from(g < wanted % groups);
-        let (addr, stop, measure, handshakes, connected) =
-            (fx.addr, stop_rx.clone(), measure_rx.clone(), handshakes.clone(), connected.clone());
+        let (addr, stop, measure, handshakes, connected) = (
+            fx.addr,
+            stop_rx.clone(),
+            measure_rx.clone(),
+            handshakes.clone(),
+            connected.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             use futures::stream::{FuturesUnordered, StreamExt};
             let mut subs = FuturesUnordered::new();
@@ -257,7 +310,11 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     progress.say(format!("{open} of {wanted} subscribers connected"));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_idle = server::rss_mb(pid);
-    let per_sub_kb = if open > 0 { (rss_idle - rss_before) * 1024.0 / open as f64 } else { f64::NAN };
+    let per_sub_kb = if open > 0 {
+        (rss_idle - rss_before) * 1024.0 / open as f64
+    } else {
+        f64::NAN
+    };
 
     // Tickets at a steady rate; every subscriber measures each event it receives.
     measure_tx.send_replace(true);
@@ -266,7 +323,8 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let mut watcher = fx.done_watcher().await?;
     for i in 0..total {
         tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
-        fx.create_ticket(&json!({"task": format!("fan-out ticket {i}")})).await?;
+        fx.create_ticket(&json!({"task": format!("fan-out ticket {i}")}))
+            .await?;
     }
     progress.say(format!("{total} tickets created"));
     // Let the last tickets finish (or, without workers, their events arrive).
@@ -289,10 +347,26 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     progress.say("agentdesk stopped");
 
     let lat_ms: Vec<f64> = latencies.iter().map(|us| *us as f64 / 1000.0).collect();
-    let (p50, p99, max) = (percentile(&lat_ms, 50.0), percentile(&lat_ms, 99.0), percentile(&lat_ms, 100.0));
-    report.check(Check::new("subscribers open", open as f64, "", Bar::AtLeast, wanted as f64));
+    let (p50, p99, max) = (
+        percentile(&lat_ms, 50.0),
+        percentile(&lat_ms, 99.0),
+        percentile(&lat_ms, 100.0),
+    );
+    report.check(Check::new(
+        "subscribers open",
+        open as f64,
+        "",
+        Bar::AtLeast,
+        wanted as f64,
+    ));
     report.check(Check::new("p99 commit→receipt", p99, "ms", Bar::Below, 100.0));
-    report.check(Check::new("memory per idle subscriber", per_sub_kb, "KB", Bar::Below, 20.0));
+    report.check(Check::new(
+        "memory per idle subscriber",
+        per_sub_kb,
+        "KB",
+        Bar::Below,
+        20.0,
+    ));
     report.figure("p50_ms", p50);
     report.figure("max_ms", max);
     report.figure("receipts", lat_ms.len());
@@ -356,7 +430,12 @@ async fn subscriber(
 async fn api_latency(opts: Opts, report: &mut Report) -> Result<()> {
     let rate = opts.pick(200.0, 500.0);
     let seconds = opts.pick(2.0, 10.0);
-    let spec = ServerSpec { mode: Mode::Api, workers: 0, db_max_connections: 16, child: opts.child };
+    let spec = ServerSpec {
+        mode: Mode::Api,
+        workers: 0,
+        db_max_connections: 16,
+        child: opts.child,
+    };
     let fx = Fixture::start("api_latency", &spec).await?;
     let body = json!({"task": "triage this", "labels": ["nobody"], "metadata": {"source": "bench"}});
 
@@ -367,8 +446,15 @@ async fn api_latency(opts: Opts, report: &mut Report) -> Result<()> {
     report.note(format!("agentdesk (API mode): {}", fx.server.describe()));
     fx.shutdown().await;
 
-    let (p50, p99, max) = (percentile(&create.ms, 50.0), percentile(&create.ms, 99.0), percentile(&create.ms, 100.0));
-    report.check(Check::new("POST /v1/tickets p99", p99, "ms", Bar::Below, 10.0).baseline("GET /healthz p99", percentile(&baseline.ms, 99.0)));
+    let (p50, p99, max) = (
+        percentile(&create.ms, 50.0),
+        percentile(&create.ms, 99.0),
+        percentile(&create.ms, 100.0),
+    );
+    report.check(
+        Check::new("POST /v1/tickets p99", p99, "ms", Bar::Below, 10.0)
+            .baseline("GET /healthz p99", percentile(&baseline.ms, 99.0)),
+    );
     report.figure("p50_ms", p50);
     report.figure("max_ms", max);
     report.figure("requests", create.ms.len());
@@ -378,7 +464,10 @@ async fn api_latency(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("healthz_p50_ms", percentile(&baseline.ms, 50.0));
     report.figure("healthz_max_ms", percentile(&baseline.ms, 100.0));
     if create.errors > 0 {
-        report.note(format!("{} requests failed; counted at the timeout (10 s)", create.errors));
+        report.note(format!(
+            "{} requests failed; counted at the timeout (10 s)",
+            create.errors
+        ));
     }
     report.note("open loop: each request is sent at its planned time whatever the earlier ones do; latency runs from the planned time to the end of the response body (reqwest client, pooled connections)");
     Ok(())
@@ -425,7 +514,10 @@ async fn open_loop(fx: &Fixture, rate: f64, seconds: f64, target: Target<'_>) ->
             (planned.elapsed(), ok)
         }));
     }
-    let mut out = Latencies { ms: Vec::with_capacity(n), errors: 0 };
+    let mut out = Latencies {
+        ms: Vec::with_capacity(n),
+        errors: 0,
+    };
     for t in tasks {
         let (elapsed, ok) = t.await?;
         out.ms.push(ms(elapsed));
@@ -440,7 +532,12 @@ async fn open_loop(fx: &Fixture, rate: f64, seconds: f64, target: Target<'_>) ->
 /// with the model answering at once: S−1 read_tickets calls, then close_ticket.
 async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
     let (tickets, steps, rounds) = (opts.pick(20, 200), 5usize, opts.pick(1, 3));
-    let spec = ServerSpec { mode: Mode::Serve, workers: 64, db_max_connections: 16, child: true };
+    let spec = ServerSpec {
+        mode: Mode::Serve,
+        workers: 64,
+        db_max_connections: 16,
+        child: true,
+    };
     let fx = Fixture::start("step_overhead", &spec).await?;
     fx.fake.set_responder(move |req| {
         let tool_results = req["messages"]
@@ -465,11 +562,18 @@ async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
     let (mut gross_us, mut net_us, mut fake_us, mut walls) = (vec![], vec![], vec![], vec![]);
     for round in 0..rounds {
         let label = format!("steps{round}");
-        fx.create_tickets(tickets, 8, json!({"task": "look around, then close", "labels": [label]})).await?;
+        fx.create_tickets(
+            tickets,
+            8,
+            json!({"task": "look around, then close", "labels": [label]}),
+        )
+        .await?;
         let requests_before = fx.fake.request_count();
         let (cpu0, fake0, started) = (server::cpu_secs(pid), server::cpu_secs(me), Instant::now());
         fx.put_agent(&label).await?;
-        let (_, failed) = watcher.wait_for((round + 1) * tickets, Duration::from_secs(opts.pick(60, 300))).await?;
+        let (_, failed) = watcher
+            .wait_for((round + 1) * tickets, Duration::from_secs(opts.pick(60, 300)))
+            .await?;
         let wall = started.elapsed().as_secs_f64();
         let (cpu, fake_cpu) = (server::cpu_secs(pid) - cpu0, server::cpu_secs(me) - fake0);
         let requests = (fx.fake.request_count() - requests_before) as f64;
@@ -493,7 +597,10 @@ async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
     report.note(format!("agentdesk: {}", fx.server.describe()));
     fx.shutdown().await;
 
-    report.check(Check::info("agentdesk CPU per step", median(&gross_us), "µs").baseline("fake model CPU/request", median(&fake_us)));
+    report.check(
+        Check::info("agentdesk CPU per step", median(&gross_us), "µs")
+            .baseline("fake model CPU/request", median(&fake_us)),
+    );
     report.figure("net_of_idle_us_per_step", json!(net_us));
     report.figure("gross_us_per_step", json!(gross_us));
     report.figure("bench_process_us_per_step", json!(fake_us));

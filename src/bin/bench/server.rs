@@ -23,7 +23,11 @@ pub struct ServerSpec {
 
 pub enum Server {
     InProcess(Box<App>),
-    Child { child: ChildGuard, url: String, program: String },
+    Child {
+        child: ChildGuard,
+        url: String,
+        program: String,
+    },
 }
 
 /// Kills the child when dropped while still running, so a failed scenario never leaves one behind.
@@ -128,7 +132,11 @@ pub fn agentdesk_program() -> Result<(PathBuf, Vec<String>, String)> {
         .into_iter()
         .flatten()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("libagentdesk-") && n.ends_with(".rlib")))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("libagentdesk-") && n.ends_with(".rlib"))
+        })
         .filter_map(|e| modified(&e.path()))
         .max();
     match (modified(&sibling), library.or_else(|| modified(&exe))) {
@@ -136,7 +144,10 @@ pub fn agentdesk_program() -> Result<(PathBuf, Vec<String>, String)> {
         _ => Ok((
             exe.clone(),
             vec![SERVE_ROLE.to_string()],
-            format!("{} {SERVE_ROLE} (the agentdesk binary was missing or older than the library)", exe.display()),
+            format!(
+                "{} {SERVE_ROLE} (the agentdesk binary was missing or older than the library)",
+                exe.display()
+            ),
         )),
     }
 }
@@ -200,7 +211,11 @@ async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &st
         .spawn()
         .with_context(|| format!("cannot start {}", program.display()))?;
     let url = format!("http://127.0.0.1:{port}");
-    let mut server = Server::Child { child: ChildGuard(child), url: url.clone(), program: described };
+    let mut server = Server::Child {
+        child: ChildGuard(child),
+        url: url.clone(),
+        program: described,
+    };
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

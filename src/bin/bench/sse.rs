@@ -26,7 +26,9 @@ pub struct SseConn {
 impl SseConn {
     /// Opens `GET path` and reads the response head; fails unless it is 200.
     pub async fn connect(addr: SocketAddr, path: &str) -> Result<SseConn> {
-        let mut stream = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connecting to {addr}"))?;
         let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
         stream.write_all(request.as_bytes()).await?;
         let mut reader = BufReader::with_capacity(2048, stream);
@@ -50,7 +52,12 @@ impl SseConn {
                 chunked = true;
             }
         }
-        Ok(SseConn { reader, chunked, chunk_left: 0, line: Vec::with_capacity(256) })
+        Ok(SseConn {
+            reader,
+            chunked,
+            chunk_left: 0,
+            line: Vec::with_capacity(256),
+        })
     }
 
     /// Fills the buffer; returns how many buffered bytes belong to the body (decoding the chunked
