@@ -67,6 +67,10 @@ impl App {
         let shutdown = CancellationToken::new();
         let hub = EventHub::new(pool.clone()).await?;
         let mut tasks = vec![tokio::spawn(hub.clone().run(shutdown.clone()))];
+        if !mode.runs_api() {
+            // Nobody here watches deltas: send them to the API processes.
+            tasks.push(hub.forward_deltas(shutdown.clone()));
+        }
 
         let addr = if mode.runs_api() {
             let state = AppState {

@@ -68,7 +68,11 @@ fn main() -> ExitCode {
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // An empty RUST_LOG (as docker compose passes an unset one) means the default.
+    let directives = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
+    let filter = directives
+        .and_then(|d| EnvFilter::try_new(d).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -106,6 +110,13 @@ async fn migrate(mut config: Config) -> anyhow::Result<()> {
 async fn serve(mut config: Config, mode: Mode) -> anyhow::Result<()> {
     let embedded = resolve_database(&mut config).await?;
     let providers = Providers::from_env();
+    match providers.detected() {
+        Some(provider) => tracing::info!(provider, "model provider configured"),
+        None => tracing::warn!(
+            "no model provider configured: set OPENAI_API_KEY / OPENAI_BASE_URL or ANTHROPIC_API_KEY; \
+             tickets will fail with provider_unconfigured until then"
+        ),
+    }
     let app = App::start(config, mode, providers).await?;
     shutdown_signal().await;
     tracing::info!("shutting down");

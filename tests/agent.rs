@@ -497,3 +497,32 @@ async fn a_zombie_workers_late_writes_change_nothing() {
     assert_eq!(requeued, [json!({ "reason": "lease_lost" })]);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn deltas_of_a_worker_only_process_reach_the_clients_of_an_api_process() {
+    let llm = FakeLlm::start().await;
+    let api = TestApp::spawn_full(agentdesk::app::Mode::Api, agentdesk::llm::Providers::default(), |_| {}).await;
+    let database_url = api.database_url.clone();
+    let providers = agentdesk::llm::Providers::new(
+        Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
+        None,
+    );
+    let worker = TestApp::spawn_full(agentdesk::app::Mode::Worker, providers, |c| {
+        c.database_url = Some(database_url);
+    })
+    .await;
+    llm.push(Reply::text("hello from another process").chunk_delay(Duration::from_millis(40)));
+    let ticket = api.create_ticket(json!({ "task": "say hello" })).await;
+    let mut stream = api
+        .sse(&format!("/v1/tickets/{}/events", ticket["key"].as_str().unwrap()), None)
+        .await;
+    let events = stream.collect_until(|e| e.kind() == "ticket.waiting", WAIT).await;
+    let text: String = events
+        .iter()
+        .filter(|e| e.kind() == "text.delta")
+        .map(|e| e.data["data"]["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(text, "hello from another process");
+    worker.shutdown().await;
+    api.shutdown().await;
+}

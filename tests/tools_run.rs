@@ -461,7 +461,7 @@ async fn read_tickets_refuses_to_write() {
 }
 
 #[tokio::test]
-async fn get_describes_one_ticket() {
+async fn get_describes_one_ticket_with_its_whole_task() {
     let pool = pool().await;
     let claim = claimed(&pool, None).await;
     let long = "word ".repeat(1000);
@@ -472,8 +472,10 @@ async fn get_describes_one_ticket() {
         assert!(out.contains("labels: a, b"), "{out}");
         assert!(out.contains("reporter: user"), "{out}");
         assert!(out.contains("schema: {\"type\":\"string\"}"), "{out}");
-        assert!(out.contains("(5000 chars in all)"), "{out}");
-        assert!(out.len() < 3000, "long values are cut: {} bytes", out.len());
+        assert!(
+            out.contains(&long),
+            "the task is shown whole (the loop stubs outputs that are too large)"
+        );
     }
     let by_id = output(
         run_builtin(

@@ -338,14 +338,12 @@ async fn compact(
     }
     let flow = match outcome {
         Ok(summary) => {
-            db::comments::delete_non_system(&mut tx, ticket.id).await?;
+            // Only what the summariser saw is replaced: a comment written meanwhile stays.
+            let summarised = comments.iter().map(|c| c.seq).max().unwrap_or(0);
+            db::comments::delete_non_system(&mut tx, ticket.id, summarised).await?;
             let content = compaction::summary_comment(&summary);
             let comment = db::comments::insert(&mut tx, ticket.id, Author::User, None, &content).await?;
-            let kept: Vec<_> = comments
-                .into_iter()
-                .filter(|c| c.author == Author::System)
-                .chain([comment.clone()])
-                .collect();
+            let kept = db::comments::all(&mut *tx, ticket.id).await?;
             let tokens_after = compaction::estimate_tokens(&build_request(agent, ticket, &kept));
             db::events::append(&mut tx, ticket.id, &[
                 NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })),

@@ -105,14 +105,17 @@ pub async fn claim_batch(
             agent,
         });
     }
-    for claim in &claims {
-        let started = NewEvent::new(
-            kind::TICKET_STARTED,
-            Some(&claim.agent),
-            json!({ "agent": claim.agent, "attempt": claim.ticket.attempts }),
-        );
-        super::events::append(&mut tx, claim.ticket.id, &[started]).await?;
-    }
+    let started: Vec<(Uuid, NewEvent)> = claims
+        .iter()
+        .map(|claim| {
+            let data = json!({ "agent": claim.agent, "attempt": claim.ticket.attempts });
+            (
+                claim.ticket.id,
+                NewEvent::new(kind::TICKET_STARTED, Some(&claim.agent), data),
+            )
+        })
+        .collect();
+    super::events::append_to_locked(&mut tx, &started).await?;
     tx.commit().await?;
     Ok(claims)
 }

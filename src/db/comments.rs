@@ -97,10 +97,12 @@ pub async fn all<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Result<Vec<Com
     Ok(rows.into_iter().map(Comment::from).collect())
 }
 
-/// Compaction: removes every comment but the system ones (the summary replaces them).
-pub async fn delete_non_system(conn: &mut PgConnection, ticket_id: Uuid) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query("DELETE FROM comments WHERE ticket_id = $1 AND author <> 'system'")
+/// Compaction: removes the comments the summary replaces (all but the system ones, up to and
+/// including `up_to_seq`); comments written while the summariser ran are kept.
+pub async fn delete_non_system(conn: &mut PgConnection, ticket_id: Uuid, up_to_seq: i64) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query("DELETE FROM comments WHERE ticket_id = $1 AND author <> 'system' AND seq <= $2")
         .bind(ticket_id)
+        .bind(up_to_seq)
         .execute(conn)
         .await?;
     Ok(done.rows_affected())

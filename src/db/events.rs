@@ -143,6 +143,43 @@ pub async fn append(
         .collect())
 }
 
+/// Appends events to several tickets at once, in one statement. The caller must already hold
+/// every one of those tickets' row locks (as the claim does), so no lock order is at stake.
+pub async fn append_to_locked(conn: &mut PgConnection, events: &[(Uuid, NewEvent)]) -> Result<(), sqlx::Error> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
+    let kinds: Vec<&str> = events.iter().map(|(_, e)| e.kind).collect();
+    let agents: Vec<Option<&str>> = events.iter().map(|(_, e)| e.agent.as_deref()).collect();
+    let data: Vec<Value> = events.iter().map(|(_, e)| e.data.clone()).collect();
+    sqlx::query(
+        "WITH e AS (
+            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[])
+                WITH ORDINALITY AS e(ticket_id, kind, agent, data, ord)),
+         counts AS (SELECT ticket_id, count(*) AS n FROM e GROUP BY ticket_id),
+         t AS (
+            UPDATE tickets SET last_event_seq = last_event_seq + counts.n FROM counts
+            WHERE tickets.id = counts.ticket_id
+            RETURNING tickets.id, tickets.key, tickets.last_event_seq - counts.n AS base)
+         INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
+         SELECT e.ticket_id, t.key, t.base + row_number() OVER (PARTITION BY e.ticket_id ORDER BY e.ord),
+                e.kind, e.agent, e.data
+         FROM e JOIN t ON t.id = e.ticket_id",
+    )
+    .bind(&ids)
+    .bind(&kinds)
+    .bind(&agents)
+    .bind(&data)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(super::EVENTS_CHANNEL)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 const EVENT_COLUMNS: &str =
     "e.id, e.txid::text AS txid, e.ticket_id, e.ticket_key, e.seq, e.kind, e.agent, e.data, e.at, \
      t.labels, t.agent AS ticket_agent";

@@ -20,6 +20,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 pub const EVENTS_CHANNEL: &str = "agentdesk_events";
 pub const WORK_CHANNEL: &str = "agentdesk_work";
 pub const CONTROL_CHANNEL: &str = "agentdesk_control";
+/// Token deltas from worker-only processes to API processes, batched (never one NOTIFY per token).
+pub const DELTAS_CHANNEL: &str = "agentdesk_deltas";
 
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = url.parse()?;

@@ -48,6 +48,61 @@ impl StreamItem {
     }
 }
 
+const DELTA_BATCH: Duration = Duration::from_millis(50);
+/// NOTIFY payloads must stay under 8000 bytes.
+const MAX_PAYLOAD: usize = 7_000;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ForwardedDelta {
+    event: TicketEvent,
+    labels: Vec<String>,
+    agent: Option<String>,
+}
+
+/// JSON arrays of deltas, each under MAX_PAYLOAD; a single oversized delta is split into parts.
+fn delta_payloads(items: &[Arc<StreamItem>]) -> Vec<String> {
+    let mut payloads = vec![];
+    let mut batch: Vec<String> = vec![];
+    let mut size = 2;
+    for item in items {
+        let mut event = item.event.clone();
+        let text = event.data["delta"].as_str().unwrap_or_default().to_owned();
+        let mut parts = vec![];
+        let mut rest = text.as_str();
+        while rest.len() > MAX_PAYLOAD / 2 {
+            let mut cut = MAX_PAYLOAD / 2;
+            while !rest.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            parts.push(&rest[..cut]);
+            rest = &rest[cut..];
+        }
+        parts.push(rest);
+        for part in parts {
+            event.data = serde_json::json!({ "delta": part });
+            let forwarded = ForwardedDelta {
+                event: event.clone(),
+                labels: item.ticket_labels.clone(),
+                agent: item.ticket_agent.clone(),
+            };
+            let Ok(json) = serde_json::to_string(&forwarded) else {
+                continue;
+            };
+            if size + json.len() + 1 > MAX_PAYLOAD && !batch.is_empty() {
+                payloads.push(format!("[{}]", batch.join(",")));
+                batch.clear();
+                size = 2;
+            }
+            size += json.len() + 1;
+            batch.push(json);
+        }
+    }
+    if !batch.is_empty() {
+        payloads.push(format!("[{}]", batch.join(",")));
+    }
+    payloads
+}
+
 #[derive(Clone, Debug)]
 pub enum HubMessage {
     Event(Arc<StreamItem>),
@@ -61,6 +116,8 @@ pub struct EventHub {
 
 struct Inner {
     pool: PgPool,
+    /// Set in worker-only processes: deltas go to the API processes through `DELTAS_CHANNEL`.
+    delta_forwarder: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Arc<StreamItem>>>,
     sender: broadcast::Sender<HubMessage>,
     wake: Notify,
     /// The last cursor broadcast; new "from now" subscribers start here.
@@ -75,6 +132,7 @@ impl EventHub {
         Ok(EventHub {
             inner: Arc::new(Inner {
                 pool,
+                delta_forwarder: std::sync::OnceLock::new(),
                 sender,
                 wake: Notify::new(),
                 position: std::sync::Mutex::new(head),
@@ -103,15 +161,57 @@ impl EventHub {
     pub fn publish_delta(&self, event: TicketEvent, ticket_labels: Vec<String>, ticket_agent: Option<String>) {
         debug_assert!(event.kind == kind::TEXT_DELTA || event.kind == kind::THINKING_DELTA);
         let json = Bytes::from(serde_json::to_vec(&event).unwrap_or_default());
-        let item = StreamItem {
+        let item = Arc::new(StreamItem {
             cursor: None,
             event,
             ticket_labels,
             ticket_agent,
             json,
-        };
+        });
+        if let Some(forwarder) = self.inner.delta_forwarder.get() {
+            let _ = forwarder.send(item.clone());
+        }
         // No subscribers is fine: deltas are not kept.
-        let _ = self.inner.sender.send(HubMessage::Delta(Arc::new(item)));
+        let _ = self.inner.sender.send(HubMessage::Delta(item));
+    }
+
+    /// For processes without an API: sends this process's deltas to the API processes, batched
+    /// every 50 ms into NOTIFY payloads under Postgres's 8000-byte limit.
+    pub fn forward_deltas(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Arc<StreamItem>>();
+        let _ = self.inner.delta_forwarder.set(tx);
+        let pool = self.inner.pool.clone();
+        tokio::spawn(async move {
+            loop {
+                let first = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    item = rx.recv() => match item { Some(i) => i, None => return },
+                };
+                tokio::time::sleep(DELTA_BATCH).await;
+                let mut items = vec![first];
+                while let Ok(item) = rx.try_recv() {
+                    items.push(item);
+                }
+                for payload in delta_payloads(&items) {
+                    // Best effort, like the deltas themselves: they are never stored.
+                    let _ = sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind(db::DELTAS_CHANNEL)
+                        .bind(payload)
+                        .execute(&pool)
+                        .await;
+                }
+            }
+        })
+    }
+
+    /// Publishes deltas forwarded by a worker-only process.
+    fn publish_forwarded(&self, payload: &str) {
+        let Ok(items) = serde_json::from_str::<Vec<ForwardedDelta>>(payload) else {
+            return;
+        };
+        for d in items {
+            self.publish_delta(d.event, d.labels, d.agent);
+        }
     }
 
     /// Follows the log until shutdown: LISTEN for wake-ups, poll as a fallback.
@@ -177,13 +277,24 @@ async fn listen_for_events(hub: EventHub, shutdown: CancellationToken) {
                 }
             }
         };
-        if listener.listen(db::EVENTS_CHANNEL).await.is_err() {
+        if listener
+            .listen_all([db::EVENTS_CHANNEL, db::DELTAS_CHANNEL])
+            .await
+            .is_err()
+        {
             continue;
         }
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 msg = listener.try_recv() => match msg {
+                    Ok(Some(n)) if n.channel() == db::DELTAS_CHANNEL => {
+                        // A worker-only process forwards; this process's own deltas never come back
+                        // this way (a process with an API does not forward).
+                        if hub.inner.delta_forwarder.get().is_none() {
+                            hub.publish_forwarded(n.payload());
+                        }
+                    }
                     Ok(Some(_)) => hub.wake(),
                     // The connection dropped: wake anyway (we may have missed some) and reconnect.
                     Ok(None) | Err(_) => { hub.wake(); break; }

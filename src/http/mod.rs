@@ -56,6 +56,7 @@ pub fn router(state: AppState) -> Router {
             get(tickets::list_comments).post(tickets::create_comment),
         )
         .route("/tickets/{ticket}/events", get(events::ticket_events))
+        .route("/tickets/{ticket}/outputs/{call_id}", get(tickets::get_output))
         .route("/events", get(events::global_events))
         .route("/agents", get(agents::list_agents))
         .route(

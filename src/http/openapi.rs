@@ -15,6 +15,7 @@ use super::{agents, events, health, tickets};
     paths(
         tickets::create_ticket, tickets::list_tickets, tickets::get_ticket, tickets::patch_ticket,
         tickets::cancel_ticket, tickets::retry_ticket, tickets::list_comments, tickets::create_comment,
+        tickets::get_output,
         events::ticket_events, events::global_events,
         agents::put_agent, agents::get_agent, agents::list_agents, agents::delete_agent,
         health::healthz, health::readyz, health::stats,

@@ -444,3 +444,23 @@ pub async fn create_comment(
     state.hub.wake();
     Ok((StatusCode::CREATED, Json(comment)))
 }
+
+/// The whole output of a tool call that was too large to show the model
+#[utoipa::path(get, path = "/v1/tickets/{ticket}/outputs/{call_id}", tag = "tickets",
+    params(("ticket" = String, Path, description = "Ticket id or key"), ("call_id" = String, Path, description = "The tool call's id")),
+    responses((status = 200, description = "The output, as text", content_type = "text/plain", body = String),
+        (status = 404, body = ErrorBody)))]
+pub async fn get_output(
+    State(state): State<AppState>,
+    ApiPath((reference, call_id)): ApiPath<(String, String)>,
+) -> ApiResult<Response> {
+    let ticket = desk::find(&state.pool, &reference).await?;
+    let output = db::outputs::get(&state.pool, ticket.id, &call_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("{} has no stored output for call {call_id:?}", ticket.key)))?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        output,
+    )
+        .into_response())
+}

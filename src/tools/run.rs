@@ -400,9 +400,11 @@ fn describe(t: &Ticket) -> String {
     if let Some(schema) = &t.schema {
         lines.push(format!("schema: {}", clip(&schema.to_string(), MAX_FIELD_CHARS)));
     }
-    lines.push(format!("task: {}", clip(&value_text(&t.task), MAX_FIELD_CHARS)));
+    // Task and result are shown whole: an agent often needs all of a parent's result, and a
+    // very large output is stored and stubbed by the loop (see agent::outputs).
+    lines.push(format!("task: {}", value_text(&t.task)));
     if let Some(result) = &t.result {
-        lines.push(format!("result: {}", clip(&value_text(result), MAX_FIELD_CHARS)));
+        lines.push(format!("result: {}", value_text(result)));
     }
     if let Some(error) = &t.error {
         lines.push(format!(
