@@ -1,0 +1,234 @@
+//! Benchmarks of agentdesk against the bars of its performance issue.
+//!
+//! `cargo run --release --bin agentdesk-bench -- <scenario|all> [--quick] [--child]`
+//!
+//! Every scenario starts its own agentdesk on a fresh database with a fake model server in this
+//! process, prints a table, and writes `bench-results/<scenario>.json`; `all` also rewrites
+//! BENCHMARKS.md. See BENCHMARKS.md for what each scenario measures.
+
+mod bench;
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use bench::harness;
+use bench::report::{fmt_num, Report};
+use bench::scenarios::{self, Opts, ALL};
+
+const USAGE: &str = "usage: agentdesk-bench <scenario|all> [--quick] [--child]
+
+scenarios: throughput, concurrency, sse_fanout, api_latency, step_overhead
+
+  --quick   shrink every scenario to a smoke run of seconds
+  --child   run agentdesk as a child process in every scenario (concurrency, sse_fanout and
+            step_overhead always do, to measure its memory and CPU apart from the bench)
+
+Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do).";
+
+/// A scenario that runs longer than this is stopped and reported as an error.
+const SCENARIO_TIMEOUT: Duration = Duration::from_secs(900);
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(bench::server::SERVE_ROLE) {
+        init_tracing("info");
+        return match bench::server::serve_role(args.get(1).map(String::as_str).unwrap_or("serve")) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agentdesk: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let child = args.iter().any(|a| a == "--child");
+    let names: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") || names.len() != 1 {
+        println!("{USAGE}");
+        return if names.len() == 1 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(2)
+        };
+    }
+    if let Some(bad) = args
+        .iter()
+        .find(|a| a.starts_with("--") && !["--quick", "--child", "--help"].contains(&a.as_str()))
+    {
+        eprintln!("unknown option {bad}\n\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    let selected: Vec<&str> = match names[0].as_str() {
+        "all" => ALL.to_vec(),
+        name if ALL.contains(&name) => vec![name],
+        other => {
+            eprintln!("unknown scenario {other:?}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing("warn");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let all = names[0] == "all";
+    let passed = runtime.block_on(run(selected, Opts { quick, child }, all, &args));
+    // Subscribers and servers may still hold tasks; do not wait for them.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> bool {
+    let dir = harness::results_dir();
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("cannot create {}: {e}", dir.display());
+        return false;
+    }
+    let mut reports = Vec::new();
+    for name in selected {
+        println!("running {name}{}…", if opts.quick { " (quick)" } else { "" });
+        let mut report = Report::new(name, opts.quick);
+        let started = Instant::now();
+        match tokio::time::timeout(SCENARIO_TIMEOUT, scenarios::run(name, opts, &mut report)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => report.error = Some(format!("{e:#}")),
+            Err(_) => report.error = Some(format!("did not finish within {} s", SCENARIO_TIMEOUT.as_secs())),
+        }
+        report.elapsed_s = started.elapsed().as_secs_f64();
+        println!("{}", report.table());
+        let path = dir.join(format!("{name}.json"));
+        let json = serde_json::to_string_pretty(&report).unwrap_or_default();
+        if let Err(e) = std::fs::write(&path, json + "\n") {
+            eprintln!("cannot write {}: {e}", path.display());
+        }
+        reports.push(report);
+    }
+    if all {
+        let db = agentdesk::testing::fresh_database().await.ok();
+        let machine = harness::machine(db.as_deref()).await;
+        let command = format!("cargo run --release --bin agentdesk-bench -- {}", args.join(" "));
+        let path = harness::output_root().join("BENCHMARKS.md");
+        match std::fs::write(&path, benchmarks_md(&reports, &machine, &command)) {
+            Ok(()) => println!("wrote {}", path.display()),
+            Err(e) => eprintln!("cannot write {}: {e}", path.display()),
+        }
+    }
+    reports.iter().all(Report::passed)
+}
+
+fn benchmarks_md(reports: &[Report], machine: &serde_json::Value, command: &str) -> String {
+    let m = |k: &str| {
+        machine[k]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| machine[k].to_string())
+    };
+    let mut out = String::from("# Benchmarks\n\n");
+    out.push_str(
+        "Figures of `agentdesk-bench` against the performance bars. The machine is shared and noisy: \
+         throughput and step CPU are medians of rounds, latencies are percentiles of every request, \
+         and the throughput bar is a ratio to a baseline measured in the same run.\n\n",
+    );
+    let _ = writeln!(out, "## Machine\n");
+    let _ = writeln!(out, "- CPUs (nproc): {} — {}", m("nproc"), m("cpu"));
+    let _ = writeln!(out, "- Memory: {} GiB", m("memory_gib"));
+    let _ = writeln!(out, "- Kernel: {}", m("kernel"));
+    let _ = writeln!(out, "- Rust: {}", m("rustc"));
+    let _ = writeln!(out, "- PostgreSQL: {}", m("postgres"));
+    let _ = writeln!(out, "- Date: {}", chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"));
+    let _ = writeln!(out, "- Command: `{command}`\n");
+    let _ = writeln!(out, "## Results\n");
+    let _ = writeln!(out, "| scenario | check | figure | bar | baseline | ratio | result |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    for r in reports {
+        if let Some(e) = &r.error {
+            let _ = writeln!(
+                out,
+                "| {} | — | not measured: {} | — | — | — | ERROR |",
+                r.scenario,
+                e.replace('|', "/").replace('\n', " ")
+            );
+        }
+        for c in &r.checks {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} {} | {} | {} | {} | {} |",
+                r.scenario,
+                c.name,
+                fmt_num(c.value),
+                c.unit,
+                c.bar_text(),
+                c.baseline
+                    .as_ref()
+                    .map(|b| format!("{} ({})", fmt_num(b.value), b.name))
+                    .unwrap_or_else(|| "—".into()),
+                c.ratio.map(|x| format!("{x:.2}")).unwrap_or_else(|| "—".into()),
+                c.result_text(),
+            );
+        }
+    }
+    out.push('\n');
+    for r in reports {
+        let _ = writeln!(out, "### {} — {} ({:.0} s)\n", r.scenario, r.verdict(), r.elapsed_s);
+        for (k, v) in &r.figures {
+            let _ = writeln!(out, "- {k}: {v}");
+        }
+        for n in &r.notes {
+            let _ = writeln!(out, "- {n}");
+        }
+        out.push('\n');
+    }
+    out.push_str(SCENARIOS_MD);
+    out.push_str(REPRODUCE_MD);
+    out
+}
+
+const SCENARIOS_MD: &str = "## Scenarios\n
+- **throughput**: one-step tickets (the fake model answers at once with `close_ticket`) created over \
+HTTP by 16 concurrent clients until all are done (counted from `/v1/events`). Baseline: `pgbench` with \
+16 clients running the bare SQL of a ticket's life (insert it with its event; claim one with \
+`FOR UPDATE SKIP LOCKED` and log it; finish it and log it) on agentdesk's schema in a scratch database \
+of the same server. Bar: agentdesk / pgbench ≥ 0.6.
+- **concurrency**: 2000 tickets in flight at once (`AGENTDESK_WORKERS=2000`); every model request takes \
+2 s (40 tokens at 20 tokens/s, then `close_ticket`). Bars: all finish; peak RSS of the agentdesk \
+process < 300 MB; at most 20 database connections.
+- **sse_fanout**: 10 000 subscribers on `/v1/events` while tickets run. Bars: p99 from the event's \
+`at` to its receipt < 100 ms; < 20 KB of agentdesk RSS per idle subscriber.
+- **api_latency**: `POST /v1/tickets` at a fixed 500 requests/s for 10 s, open loop, latency from each \
+planned send time (no coordinated omission), workers idle. Bar: p99 < 10 ms. Baseline: `GET /healthz` \
+on the same schedule.
+- **step_overhead**: CPU time of the agentdesk process per agent step outside the model call (5 steps \
+per ticket: four `read_tickets` calls, then `close_ticket`, answered at once). No bar; the fake model's \
+CPU per request (the bench process) is shown as the baseline.
+
+agentdesk runs as a child process (the release `agentdesk` binary) where its memory or CPU is \
+measured, and in the bench process otherwise (`--child` forces the child everywhere).\n\n";
+
+const REPRODUCE_MD: &str = "## How to reproduce\n
+```sh
+cargo run --release --bin agentdesk-bench -- all            # every scenario, rewrites this file
+cargo run --release --bin agentdesk-bench -- throughput     # one scenario
+cargo run --release --bin agentdesk-bench -- all --quick    # a smoke run in seconds
+```
+
+With no `DATABASE_URL` the bench starts a private PostgreSQL from the installed server binaries, as \
+the tests do; with it, it creates scratch databases on that server. `pgbench` must be installed (it \
+comes with the PostgreSQL client). Raw figures are in `bench-results/<scenario>.json`, the service's \
+log of each scenario in `bench-results/<scenario>.agentdesk.log`.\n";

@@ -1,0 +1,617 @@
+//! The scenarios, one function each. Each fills a [`Report`]; an `Err` means the scenario could
+//! not run to the end (the report says so instead of a figure).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentdesk::app::Mode;
+use agentdesk::fake_llm::Reply;
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use tokio::sync::{watch, Semaphore};
+
+use super::harness::{self, Fixture, Progress, Sampler};
+use super::pgbench;
+use super::report::{median, percentile, Bar, Check, Report};
+use super::server::{self, ServerSpec};
+use super::sse::{self, SseConn};
+
+pub const ALL: [&str; 5] = [
+    "throughput",
+    "concurrency",
+    "sse_fanout",
+    "api_latency",
+    "step_overhead",
+];
+
+/// Options shared by all scenarios.
+#[derive(Clone, Copy, Debug)]
+pub struct Opts {
+    pub quick: bool,
+    /// Run every scenario against the `agentdesk` binary as a child process.
+    pub child: bool,
+}
+
+impl Opts {
+    fn pick<T>(&self, quick: T, full: T) -> T {
+        if self.quick {
+            quick
+        } else {
+            full
+        }
+    }
+}
+
+pub async fn run(name: &str, opts: Opts, report: &mut Report) -> Result<()> {
+    match name {
+        "throughput" => throughput(opts, report).await,
+        "concurrency" => concurrency(opts, report).await,
+        "sse_fanout" => sse_fanout(opts, report).await,
+        "api_latency" => api_latency(opts, report).await,
+        "step_overhead" => step_overhead(opts, report).await,
+        other => bail!("unknown scenario {other:?}"),
+    }
+}
+
+fn close_ticket() -> Reply {
+    Reply::tool_call("close_ticket", json!({"result": "ok"}))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// N one-step tickets created over HTTP by concurrent clients until all are done, against
+/// pgbench running the bare SQL of a ticket's life with as many clients. Rounds alternate between
+/// the two so both see the same machine noise; the medians are compared.
+async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
+    let (tickets, clients, rounds) = (opts.pick(200, 2000), 16, opts.pick(1, 3));
+    let pg_duration = Duration::from_secs(opts.pick(3, 15));
+    let spec = ServerSpec {
+        mode: Mode::Serve,
+        workers: 64,
+        db_max_connections: 16,
+        child: opts.child,
+    };
+    let pgbench = pgbench::find_pgbench().context("pgbench not found (install postgresql-contrib or the client)")?;
+
+    let scratch = agentdesk::testing::fresh_database().await?;
+    {
+        let pool = agentdesk::db::connect(&scratch, 2).await?;
+        agentdesk::db::migrate(&pool).await?;
+        pool.close().await;
+    }
+    let script = harness::results_dir().join("throughput.pgbench.sql");
+
+    let fx = Fixture::start("throughput", &spec).await?;
+    fx.fake.set_responder(|_| close_ticket());
+    let mut watcher = fx.done_watcher().await?;
+    let (mut agentdesk_tps, mut pg_tps, mut pg_runs, mut create_rates) = (vec![], vec![], vec![], vec![]);
+    let timeout = Duration::from_secs(opts.pick(60, 300));
+    for round in 0..rounds {
+        let started = Instant::now();
+        let creating = fx.create_tickets(tickets, clients, json!({"task": "say ok"}));
+        let created = tokio::time::timeout(timeout, creating)
+            .await
+            .context("creating tickets timed out")??;
+        let (_, failed) = watcher
+            .wait_for((round + 1) * tickets, timeout.saturating_sub(created))
+            .await?;
+        let elapsed = started.elapsed();
+        if failed > 0 {
+            report.note(format!("{failed} tickets failed (counted as finished)"));
+        }
+        agentdesk_tps.push(tickets as f64 / elapsed.as_secs_f64());
+        create_rates.push(tickets as f64 / created.as_secs_f64());
+        let done_before = done_count(&scratch).await?;
+        let (pgb, url, path) = (pgbench.clone(), scratch.clone(), script.clone());
+        let runs = tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, pg_duration, &path)).await??;
+        let tps = (done_count(&scratch).await? - done_before) as f64 / pg_duration.as_secs_f64();
+        pg_runs.push(runs);
+        pg_tps.push(tps);
+        println!(
+            "  round {}: agentdesk {:.0} tickets/s (created at {:.0}/s), pgbench {:.0} tickets/s",
+            round + 1,
+            agentdesk_tps[round],
+            create_rates[round],
+            tps
+        );
+    }
+    let stats = fx.stats().await?;
+    let server_kind = fx.server.describe();
+    fx.shutdown().await;
+
+    let (a, p) = (median(&agentdesk_tps), median(&pg_tps));
+    report.check(
+        Check::new("agentdesk / pgbench tickets/s", a, "tickets/s", Bar::AtLeast, 0.6)
+            .baseline("pgbench", p)
+            .bar_on_ratio(),
+    );
+    report.figure("tickets_per_round", tickets);
+    report.figure("clients", clients);
+    report.figure("rounds", rounds);
+    report.figure("agentdesk_tickets_per_s", json!(agentdesk_tps));
+    report.figure("pgbench_tickets_per_s", json!(pg_tps));
+    report.figure("pgbench_script_runs_per_s", json!(pg_runs));
+    report.figure("create_rate_per_s", json!(create_rates));
+    report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
+    report.figure("done", stats["by_status"]["done"].clone());
+    report.note(format!(
+        "agentdesk ran {server_kind}, with 64 workers and 16 DB connections; one model request per ticket, answered at once with close_ticket"
+    ));
+    report.note(format!(
+        "pgbench: {clients} clients, {} s per round, tickets/s = tickets it finished / duration, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
+        pg_duration.as_secs()
+    ));
+    Ok(())
+}
+
+async fn done_count(db_url: &str) -> Result<i64> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(db_url).await?;
+    let n = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE status = 'done'")
+        .fetch_one(&mut c)
+        .await?;
+    let _ = c.close().await;
+    Ok(n)
+}
+
+/// 2000 tickets in flight at once on a model that takes 2 s per request (40 tokens at 20/s, then
+/// close_ticket). The tickets are created first with a label no agent takes; putting the agent
+/// releases them all at once.
+async fn concurrency(opts: Opts, report: &mut Report) -> Result<()> {
+    let tickets = opts.pick(200, 2000);
+    let spec = ServerSpec {
+        mode: Mode::Serve,
+        workers: tickets,
+        db_max_connections: 16,
+        child: true,
+    };
+    let fx = Fixture::start("concurrency", &spec).await?;
+    fx.fake.set_responder(|_| close_ticket().tokens_per_second(20, 40));
+    fx.create_tickets(tickets, 16, json!({"task": "write forty words", "labels": ["fleet"]}))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = fx.server.pid();
+    let idle_rss = server::rss_mb(pid);
+    let mut watcher = fx.done_watcher().await?;
+    let sampler = Sampler::start(pid, &fx.db_url, Duration::from_millis(100)).await?;
+
+    let started = Instant::now();
+    fx.put_agent("fleet").await?;
+    let waited = watcher.wait_for(tickets, Duration::from_secs(opts.pick(60, 240))).await;
+    let elapsed = started.elapsed();
+    let peaks = sampler.finish().await?;
+    let hwm_mb = server::status_kb(pid, "VmHWM").unwrap_or(0) as f64 / 1024.0;
+    let stats = fx.stats().await.unwrap_or(Value::Null);
+    report.note(format!("agentdesk: {}", fx.server.describe()));
+    fx.shutdown().await;
+    let (done, failed) = match waited {
+        Ok(c) => c,
+        Err(e) => {
+            report.note(format!("{e:#}"));
+            (0, 0)
+        }
+    };
+
+    report.check(Check::new(
+        "tickets done",
+        done as f64,
+        "",
+        Bar::AtLeast,
+        tickets as f64,
+    ));
+    report.check(Check::new("peak RSS (VmHWM)", hwm_mb, "MB", Bar::Below, 300.0).baseline("idle RSS", idle_rss));
+    report.check(Check::new(
+        "peak DB connections",
+        peaks.db_connections as f64,
+        "",
+        Bar::AtMost,
+        20.0,
+    ));
+    report.check(Check::info(
+        "peak tickets in progress (sampled)",
+        peaks.in_progress as f64,
+        "",
+    ));
+    report.figure("tickets", tickets);
+    report.figure("failed", failed);
+    report.figure("peak_rss_sampled_mb", (peaks.rss_mb * 10.0).round() / 10.0);
+    report.figure("wall_s", (elapsed.as_secs_f64() * 100.0).round() / 100.0);
+    report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
+    report.figure("avg_work_ms", stats["avg_work_ms"].clone());
+    report.note(format!(
+        "agentdesk ran as a child process (AGENTDESK_WORKERS={tickets}, AGENTDESK_DB_MAX_CONNECTIONS=16); RSS from its /proc status; connections = pg_stat_activity rows of its database other than the sampler's, sampled every 100 ms"
+    ));
+    Ok(())
+}
+
+/// Idle subscribers' memory, then event latency to every subscriber while tickets run.
+async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
+    let wanted = opts.pick(500, 10_000);
+    let fd_limit = harness::raise_fd_limit();
+    let (rate, seconds) = (opts.pick(2.0, 2.0), opts.pick(3.0, 10.0));
+    let spec = ServerSpec {
+        mode: Mode::Serve,
+        workers: 64,
+        db_max_connections: 16,
+        child: true,
+    };
+    let progress = Progress::new();
+    let fx = Fixture::start("sse_fanout", &spec).await?;
+    progress.say("agentdesk started");
+    fx.fake.set_responder(|_| close_ticket());
+    let pid = fx.server.pid();
+
+    // Warm up, so lazily built state does not count against the subscribers.
+    let mut watcher = fx.done_watcher().await?;
+    fx.create_tickets(20, 4, json!({"task": "warm up"})).await?;
+    let warm_done = watcher.wait_for(20, Duration::from_secs(20)).await.is_ok();
+    drop(watcher);
+    progress.say(if warm_done {
+        "warm-up tickets done"
+    } else {
+        "warm-up tickets did not finish"
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_before = server::rss_mb(pid);
+
+    // Connect the subscribers from a few tasks, a bounded number of handshakes at a time.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (measure_tx, measure_rx) = watch::channel(false);
+    let handshakes = Arc::new(Semaphore::new(256));
+    let connected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let groups = 4;
+    let mut tasks = vec![];
+    let connect_started = Instant::now();
+    for g in 0..groups {
+        let count = wanted / groups + usize::from(g < wanted % groups);
+        let (addr, stop, measure, handshakes, connected) = (
+            fx.addr,
+            stop_rx.clone(),
+            measure_rx.clone(),
+            handshakes.clone(),
+            connected.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            use futures::stream::{FuturesUnordered, StreamExt};
+            let mut subs = FuturesUnordered::new();
+            for _ in 0..count {
+                let (stop, measure, handshakes, connected) =
+                    (stop.clone(), measure.clone(), handshakes.clone(), connected.clone());
+                subs.push(subscriber(addr, stop, measure, handshakes, connected));
+            }
+            let (mut latencies, mut errors) = (Vec::new(), Vec::new());
+            while let Some(r) = subs.next().await {
+                match r {
+                    Ok(mut l) => latencies.append(&mut l),
+                    Err(e) => errors.push(format!("{e:#}")),
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    // Wait until every subscriber is connected, or no progress for 10 s.
+    let (mut last, mut last_change) = (0, Instant::now());
+    loop {
+        let n = connected.load(std::sync::atomic::Ordering::Relaxed);
+        if n >= wanted || tasks.iter().all(|t| t.is_finished()) {
+            break;
+        }
+        if n != last {
+            (last, last_change) = (n, Instant::now());
+        } else if last_change.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let connect_s = connect_started.elapsed().as_secs_f64();
+    let open = connected.load(std::sync::atomic::Ordering::Relaxed);
+    progress.say(format!("{open} of {wanted} subscribers connected"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_idle = server::rss_mb(pid);
+    let per_sub_kb = if open > 0 {
+        (rss_idle - rss_before) * 1024.0 / open as f64
+    } else {
+        f64::NAN
+    };
+
+    // Tickets at a steady rate; every subscriber measures each event it receives.
+    measure_tx.send_replace(true);
+    let total = (rate * seconds) as usize;
+    let started = Instant::now();
+    let mut watcher = fx.done_watcher().await?;
+    for i in 0..total {
+        tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
+        fx.create_ticket(&json!({"task": format!("fan-out ticket {i}")}))
+            .await?;
+    }
+    progress.say(format!("{total} tickets created"));
+    // Let the last tickets finish (or, without workers, their events arrive).
+    let _ = watcher.wait_for(total, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let measured_s = started.elapsed().as_secs_f64();
+    stop_tx.send_replace(true);
+    let (mut latencies, mut errors) = (Vec::new(), Vec::new());
+    for t in tasks {
+        let (mut l, mut e) = tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .context("subscribers did not stop within 30 s")??;
+        latencies.append(&mut l);
+        errors.append(&mut e);
+    }
+    progress.say("subscribers stopped");
+    let hwm_mb = server::status_kb(pid, "VmHWM").unwrap_or(0) as f64 / 1024.0;
+    report.note(format!("agentdesk: {}", fx.server.describe()));
+    fx.shutdown().await;
+    progress.say("agentdesk stopped");
+
+    let lat_ms: Vec<f64> = latencies.iter().map(|us| *us as f64 / 1000.0).collect();
+    let (p50, p99, max) = (
+        percentile(&lat_ms, 50.0),
+        percentile(&lat_ms, 99.0),
+        percentile(&lat_ms, 100.0),
+    );
+    report.check(Check::new(
+        "subscribers open",
+        open as f64,
+        "",
+        Bar::AtLeast,
+        wanted as f64,
+    ));
+    report.check(Check::new("p99 commit→receipt", p99, "ms", Bar::Below, 100.0));
+    report.check(Check::new(
+        "memory per idle subscriber",
+        per_sub_kb,
+        "KB",
+        Bar::Below,
+        20.0,
+    ));
+    report.figure("p50_ms", p50);
+    report.figure("max_ms", max);
+    report.figure("receipts", lat_ms.len());
+    report.figure("receipts_per_s", (lat_ms.len() as f64 / measured_s).round());
+    report.figure("tickets", total);
+    report.figure("ticket_rate_per_s", rate);
+    report.figure("connect_s", (connect_s * 100.0).round() / 100.0);
+    report.figure("rss_before_mb", rss_before);
+    report.figure("rss_idle_subscribers_mb", rss_idle);
+    report.figure("peak_rss_mb", hwm_mb);
+    report.figure("fd_limit", fd_limit);
+    report.figure("subscriber_errors", errors.len());
+    if let Some(e) = errors.first() {
+        report.note(format!("first subscriber error: {e}"));
+    }
+    if !warm_done {
+        report.note("the warm-up tickets did not finish (no workers?); only ticket.created events were measured");
+    }
+    report.note(
+        "latency = receipt time minus the event's `at` (Postgres now() of the writing transaction, i.e. its start: an upper bound of commit→receipt), same machine clock; the bench's own reading of every socket is included",
+    );
+    report.note("memory = the agentdesk child's VmRSS after connecting the idle subscribers minus before, divided by their count");
+    Ok(())
+}
+
+/// One subscriber: connect, then (once measuring) record each event's latency until stopped.
+async fn subscriber(
+    addr: std::net::SocketAddr,
+    mut stop: watch::Receiver<bool>,
+    measure: watch::Receiver<bool>,
+    handshakes: Arc<Semaphore>,
+    connected: Arc<std::sync::atomic::AtomicUsize>,
+) -> Result<Vec<i64>> {
+    let mut conn = {
+        let _permit = handshakes.acquire().await?;
+        tokio::time::timeout(Duration::from_secs(10), SseConn::connect(addr, "/v1/events"))
+            .await
+            .context("connect timed out")??
+    };
+    connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return Ok(latencies),
+            event = conn.next_event() => match event? {
+                None => return Ok(latencies),
+                Some(e) => {
+                    if *measure.borrow() {
+                        if let Some(at) = e.at_us {
+                            latencies.push(sse::now_us() - at);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Open-loop `POST /v1/tickets` at a fixed rate, latency from each planned send time; baseline:
+/// the same schedule on `GET /healthz`. Workers are idle (API mode).
+async fn api_latency(opts: Opts, report: &mut Report) -> Result<()> {
+    let rate = opts.pick(200.0, 500.0);
+    let seconds = opts.pick(2.0, 10.0);
+    let spec = ServerSpec {
+        mode: Mode::Api,
+        workers: 0,
+        db_max_connections: 16,
+        child: opts.child,
+    };
+    let fx = Fixture::start("api_latency", &spec).await?;
+    let body = json!({"task": "triage this", "labels": ["nobody"], "metadata": {"source": "bench"}});
+
+    // Warm-up at the same rate: connections, prepared statements, allocator.
+    open_loop(&fx, rate, opts.pick(0.5, 2.0), Target::Create(&body)).await?;
+    let baseline = open_loop(&fx, rate, opts.pick(1.0, 5.0), Target::Health).await?;
+    let create = open_loop(&fx, rate, seconds, Target::Create(&body)).await?;
+    report.note(format!("agentdesk (API mode): {}", fx.server.describe()));
+    fx.shutdown().await;
+
+    let (p50, p99, max) = (
+        percentile(&create.ms, 50.0),
+        percentile(&create.ms, 99.0),
+        percentile(&create.ms, 100.0),
+    );
+    report.check(
+        Check::new("POST /v1/tickets p99", p99, "ms", Bar::Below, 10.0)
+            .baseline("GET /healthz p99", percentile(&baseline.ms, 99.0)),
+    );
+    report.figure("p50_ms", p50);
+    report.figure("max_ms", max);
+    report.figure("requests", create.ms.len());
+    report.figure("errors", create.errors);
+    report.figure("rate_per_s", rate);
+    report.figure("seconds", seconds);
+    report.figure("healthz_p50_ms", percentile(&baseline.ms, 50.0));
+    report.figure("healthz_max_ms", percentile(&baseline.ms, 100.0));
+    if create.errors > 0 {
+        report.note(format!(
+            "{} requests failed; counted at the timeout (10 s)",
+            create.errors
+        ));
+    }
+    report.note("open loop: each request is sent at its planned time whatever the earlier ones do; latency runs from the planned time to the end of the response body (reqwest client, pooled connections)");
+    Ok(())
+}
+
+enum Target<'a> {
+    Create(&'a Value),
+    Health,
+}
+
+struct Latencies {
+    ms: Vec<f64>,
+    errors: usize,
+}
+
+async fn open_loop(fx: &Fixture, rate: f64, seconds: f64, target: Target<'_>) -> Result<Latencies> {
+    let n = (rate * seconds) as usize;
+    let start = tokio::time::Instant::now() + Duration::from_millis(20);
+    let body = match target {
+        Target::Create(b) => Some(Arc::new(b.clone())),
+        Target::Health => None,
+    };
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let planned = start + Duration::from_secs_f64(i as f64 / rate);
+        tokio::time::sleep_until(planned).await;
+        let (http, url, body) = (fx.http.clone(), fx.url.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let request = match &body {
+                Some(b) => http.post(format!("{url}/v1/tickets")).json(&**b),
+                None => http.get(format!("{url}/healthz")),
+            };
+            let ok = match tokio::time::timeout(Duration::from_secs(10), async {
+                let r = request.send().await?;
+                let status = r.status();
+                r.bytes().await?;
+                anyhow::Ok(status.is_success())
+            })
+            .await
+            {
+                Ok(Ok(ok)) => ok,
+                _ => false,
+            };
+            (planned.elapsed(), ok)
+        }));
+    }
+    let mut out = Latencies {
+        ms: Vec::with_capacity(n),
+        errors: 0,
+    };
+    for t in tasks {
+        let (elapsed, ok) = t.await?;
+        out.ms.push(ms(elapsed));
+        if !ok {
+            out.errors += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// CPU time of the agentdesk process per agent step (one model request and its tool call),
+/// with the model answering at once: S−1 read_tickets calls, then close_ticket.
+async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
+    let (tickets, steps, rounds) = (opts.pick(20, 200), 5usize, opts.pick(1, 3));
+    let spec = ServerSpec {
+        mode: Mode::Serve,
+        workers: 64,
+        db_max_connections: 16,
+        child: true,
+    };
+    let fx = Fixture::start("step_overhead", &spec).await?;
+    fx.fake.set_responder(move |req| {
+        let tool_results = req["messages"]
+            .as_array()
+            .map(|m| m.iter().filter(|m| m["role"] == "tool").count())
+            .unwrap_or(0);
+        if tool_results + 1 < steps {
+            Reply::tool_call("read_tickets", json!({"action": "list", "status": "done"}))
+        } else {
+            close_ticket()
+        }
+    });
+    let pid = fx.server.pid();
+    let me = std::process::id();
+
+    // The idle cost of the service (pollers, lease renewals), to correct the figure with.
+    let (c0, t0) = (server::cpu_secs(pid), Instant::now());
+    tokio::time::sleep(Duration::from_secs(opts.pick(1, 3))).await;
+    let idle_cpu_per_s = (server::cpu_secs(pid) - c0) / t0.elapsed().as_secs_f64();
+
+    let mut watcher = fx.done_watcher().await?;
+    let (mut gross_us, mut net_us, mut fake_us, mut walls) = (vec![], vec![], vec![], vec![]);
+    for round in 0..rounds {
+        let label = format!("steps{round}");
+        fx.create_tickets(
+            tickets,
+            8,
+            json!({"task": "look around, then close", "labels": [label]}),
+        )
+        .await?;
+        let requests_before = fx.fake.request_count();
+        let (cpu0, fake0, started) = (server::cpu_secs(pid), server::cpu_secs(me), Instant::now());
+        fx.put_agent(&label).await?;
+        let (_, failed) = watcher
+            .wait_for((round + 1) * tickets, Duration::from_secs(opts.pick(60, 300)))
+            .await?;
+        let wall = started.elapsed().as_secs_f64();
+        let (cpu, fake_cpu) = (server::cpu_secs(pid) - cpu0, server::cpu_secs(me) - fake0);
+        let requests = (fx.fake.request_count() - requests_before) as f64;
+        if failed > 0 {
+            report.note(format!("round {}: {failed} tickets failed", round + 1));
+        }
+        if requests < 1.0 {
+            bail!("the model received no requests");
+        }
+        gross_us.push(cpu / requests * 1e6);
+        net_us.push((cpu - idle_cpu_per_s * wall).max(0.0) / requests * 1e6);
+        fake_us.push(fake_cpu / requests * 1e6);
+        walls.push(wall);
+        println!(
+            "  round {}: {requests:.0} steps in {wall:.2} s, agentdesk {:.0} µs/step, bench (fake model) {:.0} µs/step",
+            round + 1,
+            gross_us[round],
+            fake_us[round]
+        );
+    }
+    report.note(format!("agentdesk: {}", fx.server.describe()));
+    fx.shutdown().await;
+
+    report.check(
+        Check::info("agentdesk CPU per step", median(&gross_us), "µs")
+            .baseline("fake model CPU/request", median(&fake_us)),
+    );
+    report.figure("net_of_idle_us_per_step", json!(net_us));
+    report.figure("gross_us_per_step", json!(gross_us));
+    report.figure("bench_process_us_per_step", json!(fake_us));
+    report.figure("idle_cpu_ms_per_s", idle_cpu_per_s * 1000.0);
+    report.figure("tickets_per_round", tickets);
+    report.figure("steps_per_ticket", steps);
+    report.figure("wall_s", json!(walls));
+    report.note(format!(
+        "agentdesk ran as a child process; CPU = utime+stime from /proc/<pid>/stat over the round, divided by the model requests; a step = one model request plus its tool call ({} read_tickets steps, then close_ticket); ticket creation is outside the measured window",
+        steps - 1
+    ));
+    report.note("the baseline is the bench process's CPU per request: the fake model server, the completion watcher and the agent PUT");
+    Ok(())
+}
