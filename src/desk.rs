@@ -62,13 +62,12 @@ pub fn check_task(task: &Value) -> Result<(), String> {
     }
 }
 
-/// Creates a ticket and its `ticket.created` event in the caller's transaction, and wakes the
-/// workers at commit.
+/// Creates a ticket and its `ticket.created` event in the caller's transaction. After the commit,
+/// call `EventHub::work_available` (or NOTIFY the work channel) so that workers look for it.
 pub async fn create_ticket(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, DeskError> {
     let ticket = db::tickets::insert(conn, new).await?;
     let created = NewEvent::new(kind::TICKET_CREATED, None, json!({ "ticket": ticket }));
     db::events::append(conn, ticket.id, &[created]).await?;
-    db::tickets::notify_work(conn).await?;
     Ok(ticket)
 }
 

@@ -807,6 +807,7 @@ async fn run_tools(
     let mut results = Vec::with_capacity(calls.len());
     let mut events = Vec::with_capacity(calls.len() + 3);
     let mut closed_with: Option<Value> = None;
+    let mut created_work = false;
     let mut schema_failure: Option<String> = None;
     for (call, outcome) in calls.iter().zip(outcomes) {
         let outcome = match outcome {
@@ -815,6 +816,7 @@ async fn run_tools(
                 message: "This ticket was already closed by an earlier call in the same reply.".into(),
             },
             ToolOutcome::Finish(finisher) => {
+                created_work |= matches!(finisher, tool_run::Finisher::Handover { .. });
                 let (output, result) = tool_run::apply_finisher(&mut tx, fence, ticket, name, &finisher).await?;
                 closed_with = Some(result);
                 ToolOutcome::Output(output)
@@ -895,5 +897,8 @@ async fn run_tools(
     };
     tx.commit().await?;
     rt.hub.wake();
+    if created_work {
+        rt.hub.work_available();
+    }
     Ok(flow)
 }

@@ -124,19 +124,24 @@ pub async fn claim_batch(
 /// write of a worker goes through here, so a worker that lost its claim changes nothing.
 pub async fn fence(pool: &PgPool, fence: Fence) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let held = sqlx::query(
-        "UPDATE tickets SET updated_at = now() WHERE id = $1 AND generation = $2 AND status = 'in_progress'",
-    )
-    .bind(fence.ticket_id)
-    .bind(fence.generation)
-    .execute(&mut *tx)
-    .await?;
-    if held.rows_affected() == 1 {
+    if holds(&mut tx, fence).await? {
         Ok(Some(tx))
     } else {
         tx.rollback().await?;
         Ok(None)
     }
+}
+
+/// Within a transaction: whether the claim is still held, locking its row until the commit.
+pub async fn holds(conn: &mut PgConnection, fence: Fence) -> Result<bool, sqlx::Error> {
+    let held = sqlx::query(
+        "UPDATE tickets SET updated_at = now() WHERE id = $1 AND generation = $2 AND status = 'in_progress'",
+    )
+    .bind(fence.ticket_id)
+    .bind(fence.generation)
+    .execute(conn)
+    .await?;
+    Ok(held.rows_affected() == 1)
 }
 
 /// Renews the leases of every ticket this process runs, in one statement; returns the ids still

@@ -93,8 +93,8 @@ impl From<EventRow> for LoggedEvent {
 /// `(ticket key, seq, kind, agent, data, at)` of an appended event.
 type AppendedRow = (String, i64, String, Option<String>, Value, DateTime<Utc>);
 
-/// Appends events to a ticket's log inside the caller's transaction and wakes the stream readers
-/// at commit. If the transaction rolls back, the events vanish with the change they describe.
+/// Appends events to a ticket's log inside the caller's transaction. If the transaction rolls
+/// back, the events vanish with the change they describe. After the commit, call `EventHub::wake`.
 pub async fn append(
     conn: &mut PgConnection,
     ticket_id: Uuid,
@@ -125,10 +125,6 @@ pub async fn append(
     .bind(&data)
     .fetch_all(&mut *conn)
     .await?;
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(super::EVENTS_CHANNEL)
-        .execute(&mut *conn)
-        .await?;
     Ok(rows
         .into_iter()
         .map(|(ticket_key, seq, kind, agent, data, at)| TicketEvent {
@@ -173,10 +169,6 @@ pub async fn append_to_locked(conn: &mut PgConnection, events: &[(Uuid, NewEvent
     .bind(&data)
     .execute(&mut *conn)
     .await?;
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(super::EVENTS_CHANNEL)
-        .execute(&mut *conn)
-        .await?;
     Ok(())
 }
 
@@ -215,7 +207,7 @@ pub async fn last_ticket_seq<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Re
 /// The horizon of the global stream, computed in its own statement *before* the read that uses
 /// it: a transaction of this database running then has an id at or above the horizon; one below
 /// it had finished by then, so a later statement sees its events.
-async fn horizon(pool: &PgPool) -> Result<String, sqlx::Error> {
+pub async fn horizon(pool: &PgPool) -> Result<String, sqlx::Error> {
     sqlx::query_scalar(
         "WITH s AS (SELECT pg_current_snapshot() AS snap),
               ours AS (SELECT backend_xid::text::numeric AS xid32 FROM pg_stat_activity
@@ -234,6 +226,16 @@ async fn horizon(pool: &PgPool) -> Result<String, sqlx::Error> {
 /// longer be overtaken by an earlier one (see the module comment).
 pub async fn read_global(pool: &PgPool, after: GlobalCursor, limit: i64) -> Result<Vec<LoggedEvent>, sqlx::Error> {
     let horizon = horizon(pool).await?;
+    read_global_below(pool, after, limit, &horizon).await
+}
+
+/// `read_global` with a horizon from an earlier `horizon` call (which must precede this read).
+pub async fn read_global_below(
+    pool: &PgPool,
+    after: GlobalCursor,
+    limit: i64,
+    horizon: &str,
+) -> Result<Vec<LoggedEvent>, sqlx::Error> {
     let rows: Vec<EventRow> = sqlx::query_as(&format!(
         "SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
          WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid < $4::text::xid8
@@ -250,8 +252,7 @@ pub async fn read_global(pool: &PgPool, after: GlobalCursor, limit: i64) -> Resu
 
 /// Whether committed events after `after` are still held back by an older running transaction
 /// (then the reader should look again soon, as no NOTIFY may follow).
-pub async fn held_back(pool: &PgPool, after: GlobalCursor) -> Result<bool, sqlx::Error> {
-    let horizon = horizon(pool).await?;
+pub async fn held_back(pool: &PgPool, after: GlobalCursor, horizon: &str) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM events e
             WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid >= $3::text::xid8)",

@@ -116,6 +116,11 @@ pub struct EventHub {
 
 struct Inner {
     pool: PgPool,
+    /// What other processes must be told (EVENTS_DIRTY | WORK_DIRTY), sent by one debounced task.
+    peers_dirty: std::sync::atomic::AtomicU8,
+    peers_wake: Notify,
+    /// Claimable work appeared in this process: wakes the local worker pool.
+    work: Notify,
     /// Set in worker-only processes: deltas go to the API processes through `DELTAS_CHANNEL`.
     delta_forwarder: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Arc<StreamItem>>>,
     sender: broadcast::Sender<HubMessage>,
@@ -132,6 +137,9 @@ impl EventHub {
         Ok(EventHub {
             inner: Arc::new(Inner {
                 pool,
+                peers_dirty: std::sync::atomic::AtomicU8::new(0),
+                peers_wake: Notify::new(),
+                work: Notify::new(),
                 delta_forwarder: std::sync::OnceLock::new(),
                 sender,
                 wake: Notify::new(),
@@ -152,8 +160,35 @@ impl EventHub {
         *self.inner.position.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Asks the reader to look at the log now (called after this process commits events).
+    /// Called after this process commits events: the local reader looks at the log now, and other
+    /// processes are told through a debounced NOTIFY. NOTIFY takes a cluster-wide lock at commit,
+    /// so it is never sent per event; it is only a hint (readers also poll), so a crash between a
+    /// commit and the NOTIFY delays other processes' streams by at most a poll interval.
     pub fn wake(&self) {
+        self.inner.wake.notify_one();
+        self.tell_peers(EVENTS_DIRTY);
+    }
+
+    /// Called after this process commits a claimable ticket: wakes the local workers now and the
+    /// other processes' workers through a debounced NOTIFY (they also poll).
+    pub fn work_available(&self) {
+        self.inner.work.notify_one();
+        self.tell_peers(WORK_DIRTY);
+    }
+
+    /// Completes when `work_available` was called (a stored permit counts).
+    pub async fn work_notified(&self) {
+        self.inner.work.notified().await
+    }
+
+    fn tell_peers(&self, what: u8) {
+        use std::sync::atomic::Ordering;
+        if self.inner.peers_dirty.fetch_or(what, Ordering::AcqRel) & what == 0 {
+            self.inner.peers_wake.notify_one();
+        }
+    }
+
+    fn wake_local(&self) {
         self.inner.wake.notify_one();
     }
 
@@ -217,6 +252,7 @@ impl EventHub {
     /// Follows the log until shutdown: LISTEN for wake-ups, poll as a fallback.
     pub async fn run(self, shutdown: CancellationToken) {
         let listener = tokio::spawn(listen_for_events(self.clone(), shutdown.clone()));
+        let notifier = tokio::spawn(notify_peers(self.clone(), shutdown.clone()));
         let mut cursor = self.position();
         let mut failures = 0u32;
         loop {
@@ -241,12 +277,15 @@ impl EventHub {
             }
         }
         listener.abort();
+        notifier.abort();
     }
 
     /// Broadcasts every readable event after `cursor`; true when more are held back.
     async fn catch_up(&self, cursor: &mut GlobalCursor) -> Result<bool, sqlx::Error> {
+        // One horizon per round: events below it are final, whatever commits meanwhile.
+        let horizon = db::events::horizon(&self.inner.pool).await?;
         loop {
-            let batch = db::events::read_global(&self.inner.pool, *cursor, BATCH).await?;
+            let batch = db::events::read_global_below(&self.inner.pool, *cursor, BATCH, &horizon).await?;
             let full = batch.len() as i64 == BATCH;
             for event in batch {
                 *cursor = event.cursor;
@@ -260,7 +299,34 @@ impl EventHub {
                 break;
             }
         }
-        db::events::held_back(&self.inner.pool, *cursor).await
+        db::events::held_back(&self.inner.pool, *cursor, &horizon).await
+    }
+}
+
+const EVENTS_DIRTY: u8 = 1;
+const WORK_DIRTY: u8 = 2;
+/// At most one NOTIFY per channel per this interval from one process.
+const PEER_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Sends the debounced NOTIFYs of `wake` and `work_available` to other processes.
+async fn notify_peers(hub: EventHub, shutdown: CancellationToken) {
+    use std::sync::atomic::Ordering;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = hub.inner.peers_wake.notified() => {}
+        }
+        let dirty = hub.inner.peers_dirty.swap(0, Ordering::AcqRel);
+        for (bit, channel) in [(EVENTS_DIRTY, db::EVENTS_CHANNEL), (WORK_DIRTY, db::WORK_CHANNEL)] {
+            if dirty & bit != 0 {
+                // A lost hint is covered by the readers' and workers' polling.
+                let _ = sqlx::query("SELECT pg_notify($1, '')")
+                    .bind(channel)
+                    .execute(&hub.inner.pool)
+                    .await;
+            }
+        }
+        tokio::time::sleep(PEER_NOTIFY_INTERVAL).await;
     }
 }
 
@@ -295,9 +361,9 @@ async fn listen_for_events(hub: EventHub, shutdown: CancellationToken) {
                             hub.publish_forwarded(n.payload());
                         }
                     }
-                    Ok(Some(_)) => hub.wake(),
+                    Ok(Some(_)) => hub.wake_local(),
                     // The connection dropped: wake anyway (we may have missed some) and reconnect.
-                    Ok(None) | Err(_) => { hub.wake(); break; }
+                    Ok(None) | Err(_) => { hub.wake_local(); break; }
                 }
             }
         }

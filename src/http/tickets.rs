@@ -178,6 +178,7 @@ pub async fn create_ticket(
     // Acknowledged only after commit: a 201 means the ticket and its event are durable.
     tx.commit().await?;
     state.hub.wake();
+    state.hub.work_available();
     Ok((StatusCode::CREATED, Json(ticket)).into_response())
 }
 

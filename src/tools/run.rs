@@ -518,15 +518,21 @@ async fn create(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
         reporter: ctx.agent.to_string(),
         idempotency: None,
     };
-    let mut tx = match db::claims::fence(ctx.pool, ctx.fence).await {
-        Ok(Some(tx)) => tx,
-        Ok(None) => return ToolOutcome::conflict(CLAIM_LOST),
-        Err(e) => return ToolOutcome::internal("opening a fenced transaction for a tool failed", &e),
+    let mut tx = match ctx.pool.begin().await {
+        Ok(tx) => tx,
+        Err(e) => return ToolOutcome::internal("opening a transaction for a tool failed", &e),
     };
     let created = match desk::create_ticket(&mut tx, new).await {
         Ok(ticket) => ticket,
         Err(e) => return desk_failure("creating a sub-ticket failed", e),
     };
+    // Sent at commit; the loop wakes the local hub when the step commits.
+    if let Err(e) = db::tickets::notify_work(&mut tx).await {
+        return ToolOutcome::internal("waking the workers failed", &e);
+    }
+    if let Some(outcome) = check_fence_last(ctx, &mut tx).await {
+        return outcome;
+    }
     if let Err(e) = tx.commit().await {
         return ToolOutcome::internal("committing a sub-ticket failed", &e);
     }
@@ -567,19 +573,32 @@ async fn edit(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
         schema: schema.map(Some),
         metadata: None,
     };
-    let mut tx = match db::claims::fence(ctx.pool, ctx.fence).await {
-        Ok(Some(tx)) => tx,
-        Ok(None) => return ToolOutcome::conflict(CLAIM_LOST),
-        Err(e) => return ToolOutcome::internal("opening a fenced transaction for a tool failed", &e),
+    let mut tx = match ctx.pool.begin().await {
+        Ok(tx) => tx,
+        Err(e) => return ToolOutcome::internal("opening a transaction for a tool failed", &e),
     };
     let updated = match desk::patch_in(&mut tx, &key, patch).await {
         Ok(ticket) => ticket,
         Err(e) => return desk_failure("editing a ticket failed", e),
     };
+    if let Some(outcome) = check_fence_last(ctx, &mut tx).await {
+        return outcome;
+    }
     if let Err(e) = tx.commit().await {
         return ToolOutcome::internal("committing a ticket edit failed", &e);
     }
     ToolOutcome::Output(format!("Updated {}.\n{}", updated.key, describe(&updated)))
+}
+
+/// The fence of a tool's writes, checked last: the claim's row is locked only from here to the
+/// commit, so a tool waiting on another ticket's lock never keeps a cancel waiting on this one.
+/// A lost claim rolls everything back.
+async fn check_fence_last(ctx: &ToolContext<'_>, tx: &mut sqlx::PgConnection) -> Option<ToolOutcome> {
+    match db::claims::holds(tx, ctx.fence).await {
+        Ok(true) => None,
+        Ok(false) => Some(ToolOutcome::conflict(CLAIM_LOST)),
+        Err(e) => Some(ToolOutcome::internal("checking the claim failed", &e)),
+    }
 }
 
 fn labels_param(input: &Value) -> Result<Option<Vec<String>>, Rejection> {

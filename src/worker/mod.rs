@@ -176,6 +176,7 @@ async fn claim_loop(shared: Arc<Shared>) {
         tokio::select! {
             _ = shared.stop.cancelled() => break,
             _ = shared.wake.notified() => {}
+            _ = shared.runtime.hub.work_notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
     }
