@@ -246,8 +246,28 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>
             }
         }
     };
-    let calls = next!(persist_response(rt, fence, &agent, &ticket, response).await?);
-    run_tools(rt, fence, &agent, &ticket, calls, signals).await
+    let calls = prepare_calls(&agent, &response);
+    if calls.is_empty() {
+        return settle_text_reply(rt, fence, &agent, &ticket, &response).await;
+    }
+    if calls.iter().all(PreparedCall::writes_nothing) {
+        // Nothing these calls do writes (finishers apply at commit): run them first, then store
+        // the response, the results and the outcome in one transaction. A crash before the commit
+        // leaves no trace, exactly like a crash during the model call.
+        let outcomes = next!(execute_tools(rt, fence, &agent, &ticket, &calls, signals).await?);
+        let mut tx = fenced!(rt, fence);
+        let events = write_response(&mut tx, &agent, &ticket, &response, &calls).await?;
+        return store_results(rt, fence, &agent, &ticket, &calls, outcomes, events, tx).await;
+    }
+    // Tools with side effects: the response and `tool.started` are stored before they run.
+    let mut tx = fenced!(rt, fence);
+    let events = write_response(&mut tx, &agent, &ticket, &response, &calls).await?;
+    db::events::append(&mut tx, ticket.id, &events).await?;
+    tx.commit().await?;
+    rt.hub.wake();
+    let outcomes = next!(execute_tools(rt, fence, &agent, &ticket, &calls, signals).await?);
+    let tx = fenced!(rt, fence);
+    store_results(rt, fence, &agent, &ticket, &calls, outcomes, vec![], tx).await
 }
 
 fn build_request(agent: &Agent, ticket: &Ticket, comments: &[crate::domain::Comment]) -> ModelRequest {
@@ -455,9 +475,9 @@ async fn fail(
 }
 
 async fn append_events(rt: &Runtime, fence: Fence, events: &[NewEvent]) -> Result<Flow<()>, sqlx::Error> {
-    let mut tx = fenced!(rt, fence);
-    db::events::append(&mut tx, fence.ticket_id, events).await?;
-    tx.commit().await?;
+    if !db::events::append_fenced(&rt.pool, fence.ticket_id, fence.generation, events).await? {
+        return Ok(Flow::End(RunEnd::Aborted));
+    }
     rt.hub.wake();
     Ok(Flow::Next(()))
 }
@@ -580,6 +600,15 @@ struct PreparedCall {
     shown_input: Value,
 }
 
+impl PreparedCall {
+    /// Calls whose running writes nothing: reads, finishers (applied at commit), and calls that
+    /// do not run at all.
+    fn writes_nothing(&self) -> bool {
+        use crate::tools::{CLOSE_TICKET, HANDOVER_TICKET, READ_TICKETS};
+        self.input.is_err() || [CLOSE_TICKET, HANDOVER_TICKET, READ_TICKETS].contains(&self.name.as_str())
+    }
+}
+
 fn prepare_calls(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
     response
         .tool_calls
@@ -619,38 +648,35 @@ fn prepare_calls(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
         .collect()
 }
 
-/// Stores the response (usage, `request.finished`, the assistant comment) and settles a reply
-/// without tool calls; returns the calls to run.
-async fn persist_response(
-    rt: &Runtime,
-    fence: Fence,
+/// Stores a response in the caller's fenced transaction: its usage and the assistant comment.
+/// Returns the events describing it (`request.finished`, `comment.created`, `tool.started` …),
+/// for the caller to append.
+async fn write_response(
+    tx: &mut sqlx::PgConnection,
     agent: &Agent,
     ticket: &Ticket,
-    response: ModelResponse,
-) -> Result<Flow<Vec<PreparedCall>>, sqlx::Error> {
+    response: &ModelResponse,
+    calls: &[PreparedCall],
+) -> Result<Vec<NewEvent>, sqlx::Error> {
     let name = agent.name.as_str();
-    let calls = prepare_calls(agent, &response);
     let mut content: Vec<ContentBlock> = response.thinking.clone();
     if !response.text.is_empty() {
         content.push(ContentBlock::text(response.text.clone()));
     }
-    for call in &calls {
+    for call in calls {
         content.push(ContentBlock::ToolUse {
             id: call.id.clone(),
             name: call.name.clone(),
             input: call.shown_input.clone(),
         });
     }
-    let usage = ticket_usage(&response.usage, 1);
     let model = if response.model.is_empty() {
         agent.model.clone()
     } else {
         response.model.clone()
     };
-
-    let mut tx = fenced!(rt, fence);
-    db::claims::add_usage(&mut tx, ticket.id, &usage).await?;
-    let comment = db::comments::insert(&mut tx, ticket.id, Author::Assistant, Some(name), &content).await?;
+    db::claims::add_usage(tx, ticket.id, &ticket_usage(&response.usage, 1)).await?;
+    let comment = db::comments::insert(tx, ticket.id, Author::Assistant, Some(name), &content).await?;
     let mut events = vec![
         NewEvent::new(
             kind::REQUEST_FINISHED,
@@ -659,60 +685,54 @@ async fn persist_response(
         ),
         NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })),
     ];
-    if !calls.is_empty() {
-        events.extend(calls.iter().map(|c| {
-            NewEvent::new(
-                kind::TOOL_STARTED,
-                Some(name),
-                json!({ "tool_name": c.name, "call_id": c.id, "input": c.shown_input }),
-            )
-        }));
-        db::events::append(&mut tx, ticket.id, &events).await?;
-        tx.commit().await?;
-        rt.hub.wake();
-        return Ok(Flow::Next(calls));
-    }
+    events.extend(calls.iter().map(|c| {
+        NewEvent::new(
+            kind::TOOL_STARTED,
+            Some(name),
+            json!({ "tool_name": c.name, "call_id": c.id, "input": c.shown_input }),
+        )
+    }));
+    Ok(events)
+}
 
-    // A reply without tool calls.
+/// A reply without tool calls: on a schema-bound ticket a directive and a counted retry; otherwise
+/// the agent is asking the humans something and the ticket waits for a comment.
+async fn settle_text_reply(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &Agent,
+    ticket: &Ticket,
+    response: &ModelResponse,
+) -> Result<Flow<()>, sqlx::Error> {
+    let name = agent.name.as_str();
+    let mut tx = fenced!(rt, fence);
+    let mut events = write_response(&mut tx, agent, ticket, response, &[]).await?;
     let end = if ticket.schema.is_some() {
-        // A schema-bound ticket must be closed with a result: tell the model, count the retry.
         let detail =
             "This ticket needs a result that matches its JSON Schema: call close_ticket with it (or handover_ticket).";
         match schema_retry(&mut tx, agent, ticket, detail, &mut events).await? {
             Some(fail_message) => {
                 db::events::append(&mut tx, ticket.id, &events).await?;
-                db::claims::finish(
-                    &mut tx,
-                    fence,
-                    &Finish::Failed {
-                        kind: "max_schema_retries".into(),
-                        message: fail_message,
-                    },
-                    name,
-                )
-                .await?;
+                let outcome = Finish::Failed {
+                    kind: "max_schema_retries".into(),
+                    message: fail_message,
+                };
+                db::claims::finish(&mut tx, fence, &outcome, name).await?;
                 Flow::End(RunEnd::Failed)
             }
             None => {
-                let directive = db::comments::insert(
-                    &mut tx,
-                    ticket.id,
-                    Author::System,
-                    None,
-                    &[ContentBlock::text(transcript::directive(detail))],
-                )
-                .await?;
+                let directive = [ContentBlock::text(transcript::directive(detail))];
+                let directive = db::comments::insert(&mut tx, ticket.id, Author::System, None, &directive).await?;
                 events.push(NewEvent::new(
                     kind::COMMENT_CREATED,
                     Some(name),
                     json!({ "comment": directive }),
                 ));
                 db::events::append(&mut tx, ticket.id, &events).await?;
-                Flow::Next(vec![])
+                Flow::Next(())
             }
         }
     } else {
-        // The agent is asking the humans something: wait for a comment.
         db::events::append(&mut tx, ticket.id, &events).await?;
         db::claims::release(&mut tx, fence, Release::Waiting, name).await?;
         Flow::End(RunEnd::Waiting)
@@ -751,25 +771,20 @@ async fn schema_retry(
     Ok(None)
 }
 
-/// Runs the calls concurrently (results keep call order), then stores every result in one user
-/// comment; a finisher closes the ticket in the same transaction.
-async fn run_tools(
+/// Runs the calls concurrently; outcomes keep call order. Cancel aborts them.
+async fn execute_tools(
     rt: &Runtime,
     fence: Fence,
     agent: &Agent,
     ticket: &Ticket,
-    calls: Vec<PreparedCall>,
+    calls: &[PreparedCall],
     signals: &Signals,
-) -> Result<Flow<()>, sqlx::Error> {
-    if calls.is_empty() {
-        return Ok(Flow::Next(()));
-    }
-    let name = agent.name.as_str();
+) -> Result<Flow<Vec<ToolOutcome>>, sqlx::Error> {
     let ctx = ToolContext {
         pool: &rt.pool,
         fence,
         ticket,
-        agent: name,
+        agent: &agent.name,
     };
     let runs = calls.iter().map(|call| async {
         match &call.input {
@@ -780,12 +795,27 @@ async fn run_tools(
             Ok(input) => tool_run::run_builtin(&ctx, &call.name, input).await,
         }
     });
-    let outcomes = tokio::select! {
+    tokio::select! {
         biased;
-        _ = signals.abort.cancelled() => return Ok(Flow::End(RunEnd::Aborted)),
-        outcomes = futures::future::join_all(runs) => outcomes,
-    };
+        _ = signals.abort.cancelled() => Ok(Flow::End(RunEnd::Aborted)),
+        outcomes = futures::future::join_all(runs) => Ok(Flow::Next(outcomes)),
+    }
+}
 
+/// Stores every result in one user comment after `events`, in the caller's fenced transaction,
+/// and commits; a finisher closes the ticket in the same transaction, as its last event.
+#[allow(clippy::too_many_arguments)]
+async fn store_results(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &Agent,
+    ticket: &Ticket,
+    calls: &[PreparedCall],
+    outcomes: Vec<ToolOutcome>,
+    mut events: Vec<NewEvent>,
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+) -> Result<Flow<()>, sqlx::Error> {
+    let name = agent.name.as_str();
     let mut outcomes = outcomes;
     let sizes: Vec<usize> = outcomes
         .iter()
@@ -796,7 +826,6 @@ async fn run_tools(
         .collect();
     let offloads = outputs::select_offloads(&sizes);
 
-    let mut tx = fenced!(rt, fence);
     for &i in &offloads {
         if let ToolOutcome::Output(text) = &mut outcomes[i] {
             // The whole output is kept for download; the model gets a stub with a preview.
@@ -805,7 +834,6 @@ async fn run_tools(
         }
     }
     let mut results = Vec::with_capacity(calls.len());
-    let mut events = Vec::with_capacity(calls.len() + 3);
     let mut closed_with: Option<Value> = None;
     let mut created_work = false;
     let mut schema_failure: Option<String> = None;

@@ -139,6 +139,41 @@ pub async fn append(
         .collect())
 }
 
+/// Appends events to a ticket the caller holds a claim on, in one statement (no transaction
+/// round trips): the fence check and the append are one atomic write. Returns false, writing
+/// nothing, when the claim was lost.
+pub async fn append_fenced<'e>(
+    db: impl PgExecutor<'e>,
+    ticket_id: Uuid,
+    generation: i64,
+    events: &[NewEvent],
+) -> Result<bool, sqlx::Error> {
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
+    let agents: Vec<Option<&str>> = events.iter().map(|e| e.agent.as_deref()).collect();
+    let data: Vec<Value> = events.iter().map(|e| e.data.clone()).collect();
+    let fenced: Option<i64> = sqlx::query_scalar(
+        "WITH t AS (
+            UPDATE tickets SET last_event_seq = last_event_seq + $3, updated_at = now()
+            WHERE id = $1 AND generation = $2 AND status = 'in_progress'
+            RETURNING key, last_event_seq - $3 AS base),
+         ins AS (
+            INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
+            SELECT $1, t.key, t.base + e.n, e.kind, e.agent, e.data
+            FROM t, unnest($4::text[], $5::text[], $6::jsonb[]) WITH ORDINALITY AS e(kind, agent, data, n)
+            RETURNING 1)
+         SELECT t.base FROM t",
+    )
+    .bind(ticket_id)
+    .bind(generation)
+    .bind(events.len() as i64)
+    .bind(&kinds)
+    .bind(&agents)
+    .bind(&data)
+    .fetch_optional(db)
+    .await?;
+    Ok(fenced.is_some())
+}
+
 /// Appends events to several tickets at once, in one statement. The caller must already hold
 /// every one of those tickets' row locks (as the claim does), so no lock order is at stake.
 pub async fn append_to_locked(conn: &mut PgConnection, events: &[(Uuid, NewEvent)]) -> Result<(), sqlx::Error> {

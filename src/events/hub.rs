@@ -20,6 +20,8 @@ const CHANNEL_CAPACITY: usize = 8192;
 const BATCH: i64 = 1000;
 /// Polling fallback for missed notifications (e.g. while the listener reconnects).
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// The shortest time between two reads of the log.
+const MIN_ROUND_INTERVAL: Duration = Duration::from_millis(5);
 /// Re-read soon when committed events wait behind an older open transaction.
 const HELD_BACK_RETRY: Duration = Duration::from_millis(10);
 
@@ -275,6 +277,9 @@ impl EventHub {
                 _ = self.inner.wake.notified() => {}
                 _ = tokio::time::sleep(next_wait) => {}
             }
+            // Under load, wake-ups arrive faster than reads are useful: gather a few milliseconds
+            // of commits into one round instead of reading the log per commit.
+            tokio::time::sleep(MIN_ROUND_INTERVAL).await;
         }
         listener.abort();
         notifier.abort();
