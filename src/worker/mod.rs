@@ -21,6 +21,8 @@ use crate::llm::Providers;
 
 /// Most tickets claimed by one statement.
 const MAX_CLAIM_BATCH: i64 = 64;
+/// How long a woken claim loop waits for more work to arrive before claiming.
+const CLAIM_GATHER: Duration = Duration::from_millis(5);
 /// Polling fallback for missed wake-ups.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
@@ -179,6 +181,8 @@ async fn claim_loop(shared: Arc<Shared>) {
             _ = shared.runtime.hub.work_notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
+        // Let a burst of new tickets gather so one claim statement takes many of them.
+        tokio::time::sleep(CLAIM_GATHER).await;
     }
 }
 
