@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use agentdesk::fake_llm::{FakeLlm, Reply};
 use serde_json::{json, Value};
+use support::{event_data, event_kinds, position, wait_status};
 use support::{StatusCode, TestApp};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -15,48 +16,6 @@ async fn start(configure: impl FnOnce(&mut agentdesk::config::Config)) -> (TestA
     let llm = FakeLlm::start().await;
     let app = TestApp::spawn_with_llm(&llm, configure).await;
     (app, llm)
-}
-
-/// Polls a ticket until it has `status`.
-async fn wait_status(app: &TestApp, key: &str, status: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let (code, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
-        assert_eq!(code, StatusCode::OK);
-        if ticket["status"] == status {
-            return ticket;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{key} never became {status}: {ticket}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The kinds of a ticket's persisted events, in seq order.
-async fn event_kinds(app: &TestApp, ticket_id: &str) -> Vec<String> {
-    sqlx::query_scalar("SELECT kind FROM events WHERE ticket_id = $1::uuid ORDER BY seq")
-        .bind(ticket_id)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap()
-}
-
-async fn event_data(app: &TestApp, ticket_id: &str, kind: &str) -> Vec<Value> {
-    sqlx::query_scalar("SELECT data FROM events WHERE ticket_id = $1::uuid AND kind = $2 ORDER BY seq")
-        .bind(ticket_id)
-        .bind(kind)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap()
-}
-
-fn position(kinds: &[String], kind: &str) -> usize {
-    kinds
-        .iter()
-        .position(|k| k == kind)
-        .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
 }
 
 #[tokio::test]

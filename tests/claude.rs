@@ -11,6 +11,7 @@ use agentdesk::llm::anthropic::Anthropic;
 use agentdesk::llm::openai::OpenAi;
 use agentdesk::llm::Providers;
 use serde_json::{json, Value};
+use support::{event_data, event_kinds, position, wait_status};
 use support::{StatusCode, TestApp};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -42,48 +43,6 @@ async fn set_default_agent(app: &TestApp, mut agent: Value) {
     agent["request_retry_delay_ms"] = json!(1);
     let (code, body) = app.put("/v1/agents/default", agent).await;
     assert_eq!(code, StatusCode::OK, "{body}");
-}
-
-/// Polls a ticket until it has `status`.
-async fn wait_status(app: &TestApp, key: &str, status: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let (code, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
-        assert_eq!(code, StatusCode::OK);
-        if ticket["status"] == status {
-            return ticket;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{key} never became {status}: {ticket}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The kinds of a ticket's persisted events, in seq order.
-async fn event_kinds(app: &TestApp, ticket_id: &str) -> Vec<String> {
-    sqlx::query_scalar("SELECT kind FROM events WHERE ticket_id = $1::uuid ORDER BY seq")
-        .bind(ticket_id)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap()
-}
-
-async fn event_data(app: &TestApp, ticket_id: &str, kind: &str) -> Vec<Value> {
-    sqlx::query_scalar("SELECT data FROM events WHERE ticket_id = $1::uuid AND kind = $2 ORDER BY seq")
-        .bind(ticket_id)
-        .bind(kind)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap()
-}
-
-fn position(kinds: &[String], kind: &str) -> usize {
-    kinds
-        .iter()
-        .position(|k| k == kind)
-        .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
 }
 
 fn positions(kinds: &[String], kind: &str) -> Vec<usize> {

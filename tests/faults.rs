@@ -10,24 +10,10 @@ use std::time::Duration;
 
 use agentdesk::fake_llm::{FakeLlm, Reply};
 use serde_json::{json, Value};
+use support::wait_status;
 use support::{StatusCode, TestApp};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-async fn wait_status(app: &TestApp, key: &str, status: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let (code, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
-        if code == StatusCode::OK && ticket["status"] == status {
-            return ticket;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{key} never became {status}: {ticket}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn kinds_of(pool: &sqlx::PgPool, key: &str) -> Vec<String> {
     sqlx::query_scalar(

@@ -561,3 +561,43 @@ async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseE
     state.closed.store(true, Ordering::SeqCst);
     // Dropping `tx` tells the client the stream is over.
 }
+
+/// Polls a ticket until it has `status` (20 s at most).
+pub async fn wait_status(app: &TestApp, key: &str, status: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
+        if code == StatusCode::OK && ticket["status"] == status {
+            return ticket;
+        }
+        assert!(Instant::now() < deadline, "{key} never became {status}: {ticket}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The kinds of a ticket's persisted events, in seq order.
+pub async fn event_kinds(app: &TestApp, ticket_id: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT kind FROM events WHERE ticket_id = $1::uuid ORDER BY seq")
+        .bind(ticket_id)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+}
+
+/// The `data` of a ticket's persisted events of one kind, in seq order.
+pub async fn event_data(app: &TestApp, ticket_id: &str, kind: &str) -> Vec<Value> {
+    sqlx::query_scalar("SELECT data FROM events WHERE ticket_id = $1::uuid AND kind = $2 ORDER BY seq")
+        .bind(ticket_id)
+        .bind(kind)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+}
+
+/// Where `kind` first stands in `kinds`.
+pub fn position(kinds: &[String], kind: &str) -> usize {
+    kinds
+        .iter()
+        .position(|k| k == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
+}
