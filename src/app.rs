@@ -85,7 +85,9 @@ impl App {
                 .with_context(|| format!("cannot listen on {}", config.addr))?;
             let addr = listener.local_addr()?;
             tracing::info!(%addr, "agentdesk API listening");
-            let router = http::router(state);
+            // As a make-service, a `Router` is deep-cloned for every connection (about 45 KB, most
+            // of it the docs page), which an open SSE connection keeps; `into_make_service` shares it.
+            let router = http::router(state).into_make_service();
             let stop = shutdown.clone();
             tasks.push(tokio::spawn(async move {
                 let served = axum::serve(listener, router)
