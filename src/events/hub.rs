@@ -57,7 +57,7 @@ fn sse_frame(cursor: Option<GlobalCursor>, event: &TicketEvent) -> (Bytes, Bytes
     use std::io::Write;
     let mut buf = Vec::with_capacity(256);
     if let Some(c) = cursor {
-        let _ = write!(buf, "id: {c}\n");
+        let _ = writeln!(buf, "id: {c}");
     }
     buf.extend_from_slice(b"data: ");
     let start = buf.len();
