@@ -134,15 +134,14 @@ impl SseConn {
 /// a full parse per receipt would make the bench, not the server, the bottleneck.
 fn parse_event(json: &[u8]) -> SseEvent {
     let text = std::str::from_utf8(json).unwrap_or("");
-    let field = |name: &str| -> Option<&str> {
-        let key = format!("\"{name}\":\"");
-        let start = text.find(&key)? + key.len();
+    let field = |key: &str| -> Option<&str> {
+        let start = text.find(key)? + key.len();
         let len = text[start..].find('"')?;
         Some(&text[start..start + len])
     };
     SseEvent {
-        kind: field("kind").unwrap_or("").to_string(),
-        at_us: field("at")
+        kind: field(r#""kind":""#).unwrap_or("").to_string(),
+        at_us: field(r#""at":""#)
             .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
             .map(|t| t.timestamp_micros()),
     }
