@@ -90,6 +90,11 @@ impl App {
             let router = http::router(state).into_make_service();
             let stop = shutdown.clone();
             tasks.push(tokio::spawn(async move {
+                use axum::serve::ListenerExt;
+                // Event frames are small writes that must leave at once, not wait for an ACK (Nagle).
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 let served = axum::serve(listener, router)
                     .with_graceful_shutdown(stop.cancelled_owned())
                     .await;
