@@ -427,9 +427,13 @@ async fn subscriber(
     };
     connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut latencies = Vec::new();
+    // Created once: a fresh `wait_for` per receipt would register with the watch channel's waiter
+    // list, shared by all 10 000 subscribers, every time.
+    let stopped = stop.wait_for(|s| *s);
+    tokio::pin!(stopped);
     loop {
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => return Ok(latencies),
+            _ = &mut stopped => return Ok(latencies),
             event = conn.next_event() => match event? {
                 None => return Ok(latencies),
                 Some(e) => {
