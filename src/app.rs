@@ -85,9 +85,16 @@ impl App {
                 .with_context(|| format!("cannot listen on {}", config.addr))?;
             let addr = listener.local_addr()?;
             tracing::info!(%addr, "agentdesk API listening");
-            let router = http::router(state);
+            // As a make-service, a `Router` is deep-cloned for every connection (about 45 KB, most
+            // of it the docs page), which an open SSE connection keeps; `into_make_service` shares it.
+            let router = http::router(state).into_make_service();
             let stop = shutdown.clone();
             tasks.push(tokio::spawn(async move {
+                use axum::serve::ListenerExt;
+                // Event frames are small writes that must leave at once, not wait for an ACK (Nagle).
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 let served = axum::serve(listener, router)
                     .with_graceful_shutdown(stop.cancelled_owned())
                     .await;

@@ -33,21 +33,42 @@ pub struct StreamItem {
     pub event: TicketEvent,
     pub ticket_labels: Vec<String>,
     pub ticket_agent: Option<String>,
-    /// The event as JSON text, for the SSE `data:` line.
+    /// The event as JSON text, for the SSE `data:` line (a slice of `frame`).
     pub json: Bytes,
+    /// The whole SSE frame of the global stream (`id: <cursor>` when persisted, then `data:`), built
+    /// once here so that every subscriber sends the same bytes without copying them.
+    pub frame: Bytes,
 }
 
 impl StreamItem {
     pub fn from_logged(e: LoggedEvent) -> StreamItem {
-        let json = Bytes::from(serde_json::to_vec(&e.event).unwrap_or_default());
+        let (frame, json) = sse_frame(Some(e.cursor), &e.event);
         StreamItem {
             cursor: Some(e.cursor),
             event: e.event,
             ticket_labels: e.ticket_labels,
             ticket_agent: e.ticket_agent,
             json,
+            frame,
         }
     }
+}
+
+/// `(frame, json)`: the frame `[id: <cursor>\n]data: <json>\n\n` and its JSON part.
+fn sse_frame(cursor: Option<GlobalCursor>, event: &TicketEvent) -> (Bytes, Bytes) {
+    use std::io::Write;
+    let mut buf = Vec::with_capacity(256);
+    if let Some(c) = cursor {
+        let _ = writeln!(buf, "id: {c}");
+    }
+    buf.extend_from_slice(b"data: ");
+    let start = buf.len();
+    let _ = serde_json::to_writer(&mut buf, event);
+    let end = buf.len();
+    buf.extend_from_slice(b"\n\n");
+    let frame = Bytes::from(buf);
+    let json = frame.slice(start..end);
+    (frame, json)
 }
 
 const DELTA_BATCH: Duration = Duration::from_millis(50);
@@ -197,13 +218,14 @@ impl EventHub {
     /// Publishes a live-only delta (`text.delta` / `thinking.delta`) to local subscribers.
     pub fn publish_delta(&self, event: TicketEvent, ticket_labels: Vec<String>, ticket_agent: Option<String>) {
         debug_assert!(event.kind == kind::TEXT_DELTA || event.kind == kind::THINKING_DELTA);
-        let json = Bytes::from(serde_json::to_vec(&event).unwrap_or_default());
+        let (frame, json) = sse_frame(None, &event);
         let item = Arc::new(StreamItem {
             cursor: None,
             event,
             ticket_labels,
             ticket_agent,
             json,
+            frame,
         });
         if let Some(forwarder) = self.inner.delta_forwarder.get() {
             let _ = forwarder.send(item.clone());

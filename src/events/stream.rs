@@ -5,14 +5,17 @@
 //! is buffered; live events at or below the replayed cursor are then dropped. A subscriber that
 //! falls behind the broadcast re-reads from the log.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
-use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use sqlx::PgPool;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -46,40 +49,112 @@ impl GlobalFilter {
     }
 }
 
-type Frames = ReceiverStream<Result<Bytes, Infallible>>;
-
-/// A subscriber's outgoing frames; `send` fails once the client is gone.
-struct Outbox {
-    tx: mpsc::Sender<Result<Bytes, Infallible>>,
-}
-
-impl Outbox {
-    async fn send(&self, frame: Bytes) -> Result<(), ()> {
-        self.tx.send(Ok(frame)).await.map_err(|_| ())
-    }
-
-    async fn event(&self, id: Option<&str>, json: &Bytes) -> Result<(), ()> {
-        let mut frame = BytesMut::with_capacity(json.len() + 48);
-        if let Some(id) = id {
-            frame.put_slice(b"id: ");
-            frame.put_slice(id.as_bytes());
-            frame.put_u8(b'\n');
-        }
-        frame.put_slice(b"data: ");
-        frame.put_slice(json);
-        frame.put_slice(b"\n\n");
-        self.send(frame.freeze()).await
-    }
-}
-
-fn start(ping: Duration) -> (Outbox, Frames, tokio::time::Interval) {
-    let (tx, rx) = mpsc::channel(256);
-    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + ping, ping);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    (Outbox { tx }, ReceiverStream::new(rx), interval)
-}
-
 const PING: &[u8] = b": ping\n\n";
+
+/// A ticket stream's frame: its `id:` is the ticket's `seq`, not the global cursor.
+fn seq_frame(seq: i64, json: &Bytes) -> Bytes {
+    let mut frame = BytesMut::with_capacity(json.len() + 32);
+    frame.put_slice(b"id: ");
+    frame.put_slice(seq.to_string().as_bytes());
+    frame.put_slice(b"\ndata: ");
+    frame.put_slice(json);
+    frame.put_slice(b"\n\n");
+    frame.freeze()
+}
+
+/// What a subscriber is doing next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Read the log after the cursor, a batch at a time.
+    Replay,
+    /// Follow the hub.
+    Live,
+    /// Send what is pending, then end.
+    Ending,
+}
+
+/// What woke a live subscriber.
+enum Wake {
+    Shutdown,
+    Message(Result<HubMessage, RecvError>),
+    Ping,
+}
+
+/// The state a subscriber keeps between frames. The SSE body polls it directly: there is no task
+/// and no channel per subscriber, an idle one is this struct plus the futures it waits on, and a
+/// client that goes away drops it at once. Database reads are boxed so their (large) futures exist
+/// only while they run.
+struct Subscriber<F> {
+    hub: EventHub,
+    live: broadcast::Receiver<HubMessage>,
+    pings: Interval,
+    shutdown: CancellationToken,
+    /// Frames read from the log, not sent yet.
+    pending: VecDeque<Bytes>,
+    phase: Phase,
+    /// Global cursor or ticket, and the filter: what differs between the two streams.
+    kind: F,
+}
+
+impl<F> Subscriber<F> {
+    /// `live` must be attached before the replay position is taken: whatever is broadcast
+    /// meanwhile is buffered, and live events at or below the replayed position are dropped.
+    fn new(
+        hub: EventHub,
+        live: broadcast::Receiver<HubMessage>,
+        phase: Phase,
+        ping: Duration,
+        shutdown: CancellationToken,
+        kind: F,
+    ) -> Self {
+        let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + ping, ping);
+        pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pending = VecDeque::new();
+        pending.push_back(Bytes::from(format!("retry: {RETRY_MS}\n\n")));
+        Subscriber {
+            hub,
+            live,
+            pings,
+            shutdown,
+            pending,
+            phase,
+            kind,
+        }
+    }
+
+    fn next_pending(&mut self) -> Option<Bytes> {
+        let frame = self.pending.pop_front()?;
+        if self.pending.is_empty() && self.pending.capacity() > 8 {
+            // A replay's queue should not stay allocated for the life of an idle stream.
+            self.pending = VecDeque::new();
+        }
+        Some(frame)
+    }
+
+    /// Waits for the next live message or ping; shutdown wins.
+    async fn wake(&mut self) -> Wake {
+        tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => Wake::Shutdown,
+            msg = self.live.recv() => Wake::Message(msg),
+            _ = self.pings.tick() => Wake::Ping,
+        }
+    }
+
+    /// Runs a (boxed) database read unless shutdown comes first; None means stop.
+    async fn read<T>(&self, read: Pin<Box<dyn Future<Output = Result<T, ()>> + Send + '_>>) -> Option<T> {
+        tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => None,
+            r = read => r.ok(),
+        }
+    }
+}
+
+struct Global {
+    cursor: GlobalCursor,
+    filter: GlobalFilter,
+}
 
 /// `GET /v1/events`: every persisted event after `after` (or from now) exactly once, then live.
 pub fn global(
@@ -89,62 +164,74 @@ pub fn global(
     ping: Duration,
     shutdown: CancellationToken,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> {
-    let (out, frames, mut pings) = start(ping);
-    tokio::spawn(async move {
-        let mut live = hub.subscribe();
-        let mut cursor = after.unwrap_or_else(|| hub.position());
-        let work = async {
-            out.send(Bytes::from(format!("retry: {RETRY_MS}\n\n"))).await?;
-            replay_global(&hub, &mut cursor, &filter, &out).await?;
-            loop {
-                tokio::select! {
-                    msg = live.recv() => match msg {
-                        Ok(HubMessage::Event(item)) => {
-                            let Some(c) = item.cursor else { continue };
-                            if c <= cursor { continue; }
-                            cursor = c;
-                            if filter.matches(&item) {
-                                out.event(Some(&c.to_string()), &item.json).await?;
-                            }
-                        }
-                        Ok(HubMessage::Delta(item)) => {
-                            if filter.matches(&item) { out.event(None, &item.json).await?; }
-                        }
-                        Err(RecvError::Lagged(_)) => replay_global(&hub, &mut cursor, &filter, &out).await?,
-                        Err(RecvError::Closed) => return Err::<(), ()>(()),
-                    },
-                    _ = pings.tick() => out.send(Bytes::from_static(PING)).await?,
-                }
-            }
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = work => {}
-        }
-    });
-    frames
+    let live = hub.subscribe();
+    // Without a cursor the stream starts with what the hub broadcasts from now on: there is
+    // nothing to read from the log, which spares a query per connecting subscriber.
+    let (cursor, phase) = match after {
+        Some(cursor) => (cursor, Phase::Replay),
+        None => (hub.position(), Phase::Live),
+    };
+    let sub = Subscriber::new(hub, live, phase, ping, shutdown, Global { cursor, filter });
+    futures::stream::unfold(sub, |mut sub| async move {
+        let frame = next_global(&mut sub).await?;
+        Some((Ok(frame), sub))
+    })
 }
 
-async fn replay_global(
-    hub: &EventHub,
-    cursor: &mut GlobalCursor,
-    filter: &GlobalFilter,
-    out: &Outbox,
-) -> Result<(), ()> {
+async fn next_global(sub: &mut Subscriber<Global>) -> Option<Bytes> {
     loop {
-        let batch = read_with_retry(|| db::events::read_global(hub.pool(), *cursor, REPLAY_BATCH)).await?;
-        let n = batch.len() as i64;
-        for logged in batch {
-            *cursor = logged.cursor;
-            let item = StreamItem::from_logged(logged);
-            if filter.matches(&item) {
-                out.event(Some(&cursor.to_string()), &item.json).await?;
-            }
+        if let Some(frame) = sub.next_pending() {
+            return Some(frame);
         }
-        if n < REPLAY_BATCH {
-            return Ok(());
+        match sub.phase {
+            Phase::Ending => return None,
+            Phase::Replay => {
+                let cursor = sub.kind.cursor;
+                let pool = sub.hub.pool().clone();
+                let batch = sub
+                    .read(Box::pin(async move {
+                        read_with_retry(|| db::events::read_global(&pool, cursor, REPLAY_BATCH)).await
+                    }))
+                    .await?;
+                if (batch.len() as i64) < REPLAY_BATCH {
+                    sub.phase = Phase::Live;
+                }
+                for logged in batch {
+                    sub.kind.cursor = logged.cursor;
+                    let item = StreamItem::from_logged(logged);
+                    if sub.kind.filter.matches(&item) {
+                        sub.pending.push_back(item.frame.clone());
+                    }
+                }
+            }
+            Phase::Live => match sub.wake().await {
+                Wake::Shutdown | Wake::Message(Err(RecvError::Closed)) => return None,
+                Wake::Ping => return Some(Bytes::from_static(PING)),
+                Wake::Message(Err(RecvError::Lagged(_))) => sub.phase = Phase::Replay,
+                Wake::Message(Ok(HubMessage::Event(item))) => {
+                    let Some(c) = item.cursor else { continue };
+                    if c <= sub.kind.cursor {
+                        continue;
+                    }
+                    sub.kind.cursor = c;
+                    if sub.kind.filter.matches(&item) {
+                        return Some(item.frame.clone());
+                    }
+                }
+                Wake::Message(Ok(HubMessage::Delta(item))) => {
+                    if sub.kind.filter.matches(&item) {
+                        return Some(item.frame.clone());
+                    }
+                }
+            },
         }
     }
+}
+
+struct Ticket {
+    ticket_id: Uuid,
+    /// The last `seq` sent.
+    last: i64,
 }
 
 /// `GET /v1/tickets/{ticket}/events`: the ticket's events after `after_seq`, then live; ends after
@@ -156,88 +243,111 @@ pub fn ticket(
     ping: Duration,
     shutdown: CancellationToken,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> {
-    let (out, frames, mut pings) = start(ping);
-    tokio::spawn(async move {
-        let mut live = hub.subscribe();
-        let mut last = after_seq;
-        let work = async {
-            out.send(Bytes::from(format!("retry: {RETRY_MS}\n\n"))).await?;
-            if replay_ticket(&hub, ticket_id, &mut last, &out).await? {
-                return Ok::<(), ()>(());
-            }
-            loop {
-                tokio::select! {
-                    msg = live.recv() => match msg {
-                        Ok(HubMessage::Event(item)) if item.event.ticket_id == ticket_id => {
-                            let seq = item.event.seq.unwrap_or(0);
-                            if seq <= last { continue; }
-                            if seq > last + 1 {
-                                // Never skip: fetch what lies between from the log.
-                                if replay_ticket(&hub, ticket_id, &mut last, &out).await? { return Ok(()); }
-                                continue;
-                            }
-                            last = seq;
-                            out.event(Some(&seq.to_string()), &item.json).await?;
-                            if kind::is_final(&item.event.kind) && is_latest(&hub, ticket_id, seq).await? {
-                                return Ok(());
-                            }
-                        }
-                        Ok(HubMessage::Delta(item)) if item.event.ticket_id == ticket_id => {
-                            out.event(None, &item.json).await?;
-                        }
-                        Ok(_) => {}
-                        Err(RecvError::Lagged(_)) => {
-                            if replay_ticket(&hub, ticket_id, &mut last, &out).await? { return Ok(()); }
-                        }
-                        Err(RecvError::Closed) => return Err(()),
-                    },
-                    _ = pings.tick() => out.send(Bytes::from_static(PING)).await?,
-                }
-            }
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = work => {}
-        }
-    });
-    frames
+    let live = hub.subscribe();
+    let sub = Subscriber::new(
+        hub,
+        live,
+        Phase::Replay,
+        ping,
+        shutdown,
+        Ticket {
+            ticket_id,
+            last: after_seq,
+        },
+    );
+    futures::stream::unfold(sub, |mut sub| async move {
+        let frame = next_ticket(&mut sub).await?;
+        Some((Ok(frame), sub))
+    })
 }
 
-/// Sends the logged events after `last`; true when the stream should end (a final event is latest).
-async fn replay_ticket(hub: &EventHub, ticket_id: Uuid, last: &mut i64, out: &Outbox) -> Result<bool, ()> {
+async fn next_ticket(sub: &mut Subscriber<Ticket>) -> Option<Bytes> {
+    let ticket_id = sub.kind.ticket_id;
     loop {
-        let batch = read_with_retry(|| db::events::read_ticket(hub.pool(), ticket_id, *last, REPLAY_BATCH)).await?;
-        let n = batch.len() as i64;
-        let mut final_seq = None;
-        for logged in batch {
-            let seq = logged.event.seq.unwrap_or(0);
-            *last = seq;
-            final_seq = kind::is_final(&logged.event.kind).then_some(seq);
-            let item = StreamItem::from_logged(logged);
-            out.event(Some(&seq.to_string()), &item.json).await?;
+        if let Some(frame) = sub.next_pending() {
+            return Some(frame);
         }
-        if n < REPLAY_BATCH {
-            return match final_seq {
-                Some(seq) => is_latest(hub, ticket_id, seq).await,
-                None if n == 0 && *last > 0 => resumed_at_final_event(hub, ticket_id, *last).await,
-                None => Ok(false),
-            };
+        match sub.phase {
+            Phase::Ending => return None,
+            Phase::Replay => {
+                let (last, pool) = (sub.kind.last, sub.hub.pool().clone());
+                let (frames, last, next) = sub.read(Box::pin(replay_ticket(pool, ticket_id, last))).await?;
+                sub.kind.last = last;
+                sub.pending.extend(frames);
+                sub.phase = next;
+            }
+            Phase::Live => match sub.wake().await {
+                Wake::Shutdown | Wake::Message(Err(RecvError::Closed)) => return None,
+                Wake::Ping => return Some(Bytes::from_static(PING)),
+                Wake::Message(Err(RecvError::Lagged(_))) => sub.phase = Phase::Replay,
+                Wake::Message(Ok(HubMessage::Event(item))) if item.event.ticket_id == ticket_id => {
+                    let seq = item.event.seq.unwrap_or(0);
+                    if seq <= sub.kind.last {
+                        continue;
+                    }
+                    if seq > sub.kind.last + 1 {
+                        // Never skip: fetch what lies between from the log.
+                        sub.phase = Phase::Replay;
+                        continue;
+                    }
+                    sub.kind.last = seq;
+                    if kind::is_final(&item.event.kind) {
+                        let pool = sub.hub.pool().clone();
+                        if sub.read(Box::pin(is_latest(pool, ticket_id, seq))).await? {
+                            sub.phase = Phase::Ending;
+                        }
+                    }
+                    return Some(seq_frame(seq, &item.json));
+                }
+                Wake::Message(Ok(HubMessage::Delta(item))) if item.event.ticket_id == ticket_id => {
+                    return Some(item.frame.clone());
+                }
+                Wake::Message(Ok(_)) => {}
+            },
         }
     }
+}
+
+/// One batch of the logged events after `last`: their frames, the new `last`, and what comes next
+/// (more replay, live, or the end when a final event is the ticket's latest).
+async fn replay_ticket(pool: PgPool, ticket_id: Uuid, last: i64) -> Result<(Vec<Bytes>, i64, Phase), ()> {
+    let batch = read_with_retry(|| db::events::read_ticket(&pool, ticket_id, last, REPLAY_BATCH)).await?;
+    let n = batch.len() as i64;
+    let mut last = last;
+    let mut final_seq = None;
+    let mut frames = Vec::with_capacity(batch.len());
+    for logged in batch {
+        let seq = logged.event.seq.unwrap_or(0);
+        last = seq;
+        final_seq = kind::is_final(&logged.event.kind).then_some(seq);
+        let item = StreamItem::from_logged(logged);
+        frames.push(seq_frame(seq, &item.json));
+    }
+    if n == REPLAY_BATCH {
+        return Ok((frames, last, Phase::Replay));
+    }
+    let end = match final_seq {
+        Some(seq) => is_latest(pool, ticket_id, seq).await?,
+        None if n == 0 && last > 0 => resumed_at_final_event(&pool, ticket_id, last).await?,
+        None => false,
+    };
+    Ok((frames, last, if end { Phase::Ending } else { Phase::Live }))
 }
 
 /// Whether the client resumed right after the ticket's latest event and that one is final: such
 /// a stream has nothing more to send, so it ends as it would have after sending that event.
-async fn resumed_at_final_event(hub: &EventHub, ticket_id: Uuid, last: i64) -> Result<bool, ()> {
-    let at_last = read_with_retry(|| db::events::read_ticket(hub.pool(), ticket_id, last - 1, 1)).await?;
+async fn resumed_at_final_event(pool: &PgPool, ticket_id: Uuid, last: i64) -> Result<bool, ()> {
+    let at_last = read_with_retry(|| db::events::read_ticket(pool, ticket_id, last - 1, 1)).await?;
     match at_last.first() {
-        Some(e) if e.event.seq == Some(last) && kind::is_final(&e.event.kind) => is_latest(hub, ticket_id, last).await,
+        Some(e) if e.event.seq == Some(last) && kind::is_final(&e.event.kind) => {
+            is_latest(pool.clone(), ticket_id, last).await
+        }
         _ => Ok(false),
     }
 }
 
-async fn is_latest(hub: &EventHub, ticket_id: Uuid, seq: i64) -> Result<bool, ()> {
-    let latest = read_with_retry(|| db::events::last_ticket_seq(hub.pool(), ticket_id)).await?;
+async fn is_latest(pool: PgPool, ticket_id: Uuid, seq: i64) -> Result<bool, ()> {
+    let latest = read_with_retry(|| db::events::last_ticket_seq(&pool, ticket_id)).await?;
     Ok(latest == seq)
 }
 

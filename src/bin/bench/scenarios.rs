@@ -230,7 +230,10 @@ async fn concurrency(opts: Opts, report: &mut Report) -> Result<()> {
 async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let wanted = opts.pick(500, 10_000);
     let fd_limit = harness::raise_fd_limit();
-    let (rate, seconds) = (opts.pick(2.0, 2.0), opts.pick(3.0, 10.0));
+    // One ticket a second makes about 10 persisted events a second (each one-step ticket logs
+    // about ten): 100 000 receipts a second at 10 000 subscribers, which the bench can read
+    // without taking the machine from the server it measures (its CPU share is reported).
+    let (rate, seconds) = (opts.pick(1.0, 1.0), opts.pick(3.0, 15.0));
     let spec = ServerSpec {
         mode: Mode::Serve,
         workers: 64,
@@ -320,6 +323,7 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     measure_tx.send_replace(true);
     let total = (rate * seconds) as usize;
     let started = Instant::now();
+    let cpu_start = (server::cpu_secs(pid), server::cpu_secs(std::process::id()));
     let mut watcher = fx.done_watcher().await?;
     for i in 0..total {
         tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
@@ -331,6 +335,10 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let _ = watcher.wait_for(total, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let measured_s = started.elapsed().as_secs_f64();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cpu_share = |start: f64, end: f64| ((end - start) / measured_s / cpus * 1000.0).round() / 1000.0;
+    let server_cpu = cpu_share(cpu_start.0, server::cpu_secs(pid));
+    let bench_cpu = cpu_share(cpu_start.1, server::cpu_secs(std::process::id()));
     stop_tx.send_replace(true);
     let (mut latencies, mut errors) = (Vec::new(), Vec::new());
     for t in tasks {
@@ -371,6 +379,14 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("max_ms", max);
     report.figure("receipts", lat_ms.len());
     report.figure("receipts_per_s", (lat_ms.len() as f64 / measured_s).round());
+    if open > 0 {
+        let events = lat_ms.len() as f64 / open as f64;
+        report.figure("events_per_subscriber", events.round());
+        report.figure("events_per_s", (events / measured_s * 10.0).round() / 10.0);
+    }
+    report.figure("measured_s", (measured_s * 10.0).round() / 10.0);
+    report.figure("agentdesk_cpu_share", server_cpu);
+    report.figure("bench_cpu_share", bench_cpu);
     report.figure("tickets", total);
     report.figure("ticket_rate_per_s", rate);
     report.figure("connect_s", (connect_s * 100.0).round() / 100.0);
@@ -387,6 +403,9 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     }
     report.note(
         "latency = receipt time minus the event's `at` (Postgres now() of the writing transaction, i.e. its start: an upper bound of commit→receipt), same machine clock; the bench's own reading of every socket is included",
+    );
+    report.note(
+        "cpu shares = utime+stime over the measured window / (window × CPUs), from /proc/<pid>/stat: agentdesk_cpu_share for the agentdesk child, bench_cpu_share for the bench process (subscribers, ticket creation, fake model)",
     );
     report.note("memory = the agentdesk child's VmRSS after connecting the idle subscribers minus before, divided by their count");
     Ok(())
@@ -408,9 +427,13 @@ async fn subscriber(
     };
     connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut latencies = Vec::new();
+    // Created once: a fresh `wait_for` per receipt would register with the watch channel's waiter
+    // list, shared by all 10 000 subscribers, every time.
+    let stopped = stop.wait_for(|s| *s);
+    tokio::pin!(stopped);
     loop {
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => return Ok(latencies),
+            _ = &mut stopped => return Ok(latencies),
             event = conn.next_event() => match event? {
                 None => return Ok(latencies),
                 Some(e) => {

@@ -133,16 +133,15 @@ impl SseConn {
 /// Pulls `kind` and `at` out of an event's JSON without parsing all of it: at 10 000 subscribers
 /// a full parse per receipt would make the bench, not the server, the bottleneck.
 fn parse_event(json: &[u8]) -> SseEvent {
-    let text = std::str::from_utf8(json).unwrap_or("");
-    let field = |name: &str| -> Option<&str> {
-        let key = format!("\"{name}\":\"");
-        let start = text.find(&key)? + key.len();
-        let len = text[start..].find('"')?;
-        Some(&text[start..start + len])
+    // The event's own fields come before its `data`, so the searches stop early.
+    let field = |key: &[u8]| -> Option<&str> {
+        let start = json.windows(key.len()).position(|w| w == key)? + key.len();
+        let len = json[start..].iter().position(|&b| b == b'"')?;
+        std::str::from_utf8(&json[start..start + len]).ok()
     };
     SseEvent {
-        kind: field("kind").unwrap_or("").to_string(),
-        at_us: field("at")
+        kind: field(br#""kind":""#).unwrap_or("").to_string(),
+        at_us: field(br#""at":""#)
             .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
             .map(|t| t.timestamp_micros()),
     }
