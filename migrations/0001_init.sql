@@ -16,6 +16,7 @@ CREATE TABLE agents (
     request_retry_delay_ms integer NOT NULL DEFAULT 500,
     temperature            double precision,
     max_tokens             integer,
+    thinking_budget        integer,
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz NOT NULL DEFAULT now()
 );

@@ -173,6 +173,7 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         request_retry_delay_ms: 500,
         temperature: None,
         max_tokens: None,
+        thinking_budget: None,
         created_at: now,
         updated_at: now,
     };

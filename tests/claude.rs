@@ -669,3 +669,25 @@ async fn a_summary_that_still_does_not_fit_fails_the_ticket_without_a_model_requ
     assert_eq!(llm.request_count(), 1);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_agent_with_a_thinking_budget_asks_claude_for_extended_thinking() {
+    let (app, llm) = start().await;
+    let (code, body) = app.put("/v1/agents/default", json!({ "thinking_budget": 100 })).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    set_default_agent(&app, json!({ "thinking_budget": 2048, "temperature": 0.5 })).await;
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })).with_thinking("Let me see.", "sig-t"));
+    let ticket = app.create_ticket(json!({ "task": "think first" })).await;
+    wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    let body = &llm.requests()[0].body;
+    assert_eq!(body["thinking"], json!({ "type": "enabled", "budget_tokens": 2048 }));
+    assert!(
+        body["max_tokens"].as_u64().unwrap() > 2048,
+        "room for the answer beyond the budget"
+    );
+    assert!(
+        body.get("temperature").is_none(),
+        "thinking requires the default temperature"
+    );
+    app.shutdown().await;
+}

@@ -454,6 +454,7 @@ fn conversation() -> ModelRequest {
         }],
         temperature: Some(0.2),
         max_tokens: None,
+        thinking_budget: None,
     }
 }
 

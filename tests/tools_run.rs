@@ -37,6 +37,7 @@ async fn pool() -> PgPool {
         request_retry_delay_ms: 500,
         temperature: None,
         max_tokens: None,
+        thinking_budget: None,
         created_at: now,
         updated_at: now,
     };

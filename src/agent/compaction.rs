@@ -103,6 +103,7 @@ pub fn summariser_request(model: &str, comments: &[Comment], window: u64) -> Mod
         tools: vec![],
         temperature: None,
         max_tokens: Some(4_096),
+        thinking_budget: None,
     }
 }
 

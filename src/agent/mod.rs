@@ -278,6 +278,7 @@ fn build_request(agent: &Agent, ticket: &Ticket, comments: &[crate::domain::Comm
         tools: tool_specs(agent),
         temperature: agent.temperature,
         max_tokens: agent.max_tokens.map(|m| m as u32),
+        thinking_budget: agent.thinking_budget.map(|b| b as u32),
     }
 }
 

@@ -6,7 +6,7 @@ use crate::domain::Agent;
 
 const AGENT_COLUMNS: &str = "name, role, provider, model, labels, tools, context_window, max_turns, \
      max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries, request_retry_delay_ms, \
-     temperature, max_tokens, created_at, updated_at";
+     temperature, max_tokens, thinking_budget, created_at, updated_at";
 
 #[derive(sqlx::FromRow)]
 struct AgentRow {
@@ -25,6 +25,7 @@ struct AgentRow {
     request_retry_delay_ms: i32,
     temperature: Option<f64>,
     max_tokens: Option<i32>,
+    thinking_budget: Option<i32>,
     created_at: chrono::DateTime<chrono::Utc>,
     updated_at: chrono::DateTime<chrono::Utc>,
 }
@@ -47,6 +48,7 @@ impl From<AgentRow> for Agent {
             request_retry_delay_ms: r.request_retry_delay_ms,
             temperature: r.temperature,
             max_tokens: r.max_tokens,
+            thinking_budget: r.thinking_budget,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -58,8 +60,8 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
     let sql = format!(
         "INSERT INTO agents (name, role, provider, model, labels, tools, context_window, max_turns,
             max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries,
-            request_retry_delay_ms, temperature, max_tokens)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+            request_retry_delay_ms, temperature, max_tokens, thinking_budget)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
          ON CONFLICT (name) DO UPDATE SET
             role = EXCLUDED.role, provider = EXCLUDED.provider, model = EXCLUDED.model,
             labels = EXCLUDED.labels, tools = EXCLUDED.tools, context_window = EXCLUDED.context_window,
@@ -67,7 +69,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
             max_output_tokens = EXCLUDED.max_output_tokens, max_schema_retries = EXCLUDED.max_schema_retries,
             max_request_retries = EXCLUDED.max_request_retries,
             request_retry_delay_ms = EXCLUDED.request_retry_delay_ms, temperature = EXCLUDED.temperature,
-            max_tokens = EXCLUDED.max_tokens, updated_at = now()
+            max_tokens = EXCLUDED.max_tokens, thinking_budget = EXCLUDED.thinking_budget, updated_at = now()
          RETURNING {AGENT_COLUMNS}, (xmax = 0) AS created"
     );
     let row = sqlx::query(&sql)
@@ -86,6 +88,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
         .bind(a.request_retry_delay_ms)
         .bind(a.temperature)
         .bind(a.max_tokens)
+        .bind(a.thinking_budget)
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row};

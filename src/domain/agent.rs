@@ -24,6 +24,8 @@ pub struct Agent {
     pub request_retry_delay_ms: i32,
     pub temperature: Option<f64>,
     pub max_tokens: Option<i32>,
+    /// Extended thinking budget in tokens (Anthropic); null is off.
+    pub thinking_budget: Option<i32>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

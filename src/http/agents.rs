@@ -38,6 +38,8 @@ pub struct PutAgent {
     pub request_retry_delay_ms: Option<i32>,
     pub temperature: Option<f64>,
     pub max_tokens: Option<i32>,
+    /// Extended thinking budget in tokens (Anthropic, at least 1024); null is off.
+    pub thinking_budget: Option<i32>,
 }
 
 fn non_negative<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T>) -> ApiResult<Option<T>> {
@@ -136,6 +138,14 @@ pub async fn put_agent(
         request_retry_delay_ms: non_negative("request_retry_delay_ms", req.request_retry_delay_ms)?.unwrap_or(500),
         temperature: req.temperature,
         max_tokens: positive("max_tokens", req.max_tokens)?,
+        thinking_budget: match req.thinking_budget {
+            Some(b) if b < 1024 => {
+                return Err(ApiError::Validation(
+                    "thinking_budget must be at least 1024 tokens".into(),
+                ))
+            }
+            b => b,
+        },
         created_at: now,
         updated_at: now,
     };

@@ -105,7 +105,13 @@ pub fn request_body(req: &ModelRequest) -> Value {
         body.insert("system".into(), json!(req.system));
     }
     body.insert("messages".into(), Value::Array(messages));
-    body.insert("max_tokens".into(), json!(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
+    let mut max_tokens = req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    if let Some(budget) = req.thinking_budget {
+        // The API wants room for the answer beyond the thinking budget.
+        max_tokens = max_tokens.max(budget.saturating_add(1024));
+        body.insert("thinking".into(), json!({ "type": "enabled", "budget_tokens": budget }));
+    }
+    body.insert("max_tokens".into(), json!(max_tokens));
     body.insert("stream".into(), json!(true));
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
@@ -121,7 +127,8 @@ pub fn request_body(req: &ModelRequest) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
-    if let Some(t) = req.temperature {
+    // Thinking requires the default temperature.
+    if let Some(t) = req.temperature.filter(|_| req.thinking_budget.is_none()) {
         body.insert("temperature".into(), json!(t));
     }
     Value::Object(body)

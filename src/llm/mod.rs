@@ -44,6 +44,8 @@ pub struct ModelRequest {
     pub tools: Vec<ToolSpec>,
     pub temperature: Option<f64>,
     pub max_tokens: Option<u32>,
+    /// Extended thinking (Anthropic): the token budget for the model's reasoning; None is off.
+    pub thinking_budget: Option<u32>,
 }
 
 /// An incremental piece of model output, forwarded to the caller as soon as it arrives.
