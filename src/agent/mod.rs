@@ -166,14 +166,7 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>
 
     let provider = match rt.providers.get(agent.provider.as_deref()) {
         Ok(p) => p,
-        Err(err) => {
-            let event = NewEvent::new(
-                kind::REQUEST_FAILED,
-                Some(agent_name),
-                json!({ "kind": err.kind.as_str(), "message": err.message }),
-            );
-            return fail(rt, fence, agent_name, err.kind.as_str(), &err.message, vec![event]).await;
-        }
+        Err(err) => return fail_request(rt, fence, agent_name, err.kind.as_str(), &err.message).await,
     };
 
     let window = agent
@@ -300,12 +293,7 @@ async fn overflow_failure(
     } else {
         err.message.clone()
     };
-    let event = NewEvent::new(
-        kind::REQUEST_FAILED,
-        Some(agent),
-        json!({ "kind": err.kind.as_str(), "message": message }),
-    );
-    fail(rt, fence, agent, err.kind.as_str(), &message, vec![event]).await
+    fail_request(rt, fence, agent, err.kind.as_str(), &message).await
 }
 
 /// Summarises the transcript and replaces it. Next(true) when compacted, Next(false) when a
@@ -454,15 +442,31 @@ fn policy_violation(agent: &Agent, ticket: &Ticket) -> Option<(&'static str, i64
     None
 }
 
+/// A model request that cannot succeed: `request.failed`, then the ticket fails with its kind.
+async fn fail_request<T>(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &str,
+    error_kind: &str,
+    message: &str,
+) -> Result<Flow<T>, sqlx::Error> {
+    let event = NewEvent::new(
+        kind::REQUEST_FAILED,
+        Some(agent),
+        json!({ "kind": error_kind, "message": message }),
+    );
+    fail(rt, fence, agent, error_kind, message, vec![event]).await
+}
+
 /// Ends the ticket `failed`, after `events`, in one fenced transaction.
-async fn fail(
+async fn fail<T>(
     rt: &Runtime,
     fence: Fence,
     agent: &str,
     error_kind: &str,
     message: &str,
     events: Vec<NewEvent>,
-) -> Result<Flow<()>, sqlx::Error> {
+) -> Result<Flow<T>, sqlx::Error> {
     let mut tx = fenced!(rt, fence);
     db::events::append(&mut tx, fence.ticket_id, &events).await?;
     let outcome = Finish::Failed {
@@ -580,15 +584,7 @@ async fn call_model(
         } else {
             err.message.clone()
         };
-        let event = NewEvent::new(
-            kind::REQUEST_FAILED,
-            Some(name),
-            json!({ "kind": err.kind.as_str(), "message": message }),
-        );
-        return match fail(rt, fence, name, err.kind.as_str(), &message, vec![event]).await? {
-            Flow::End(end) => Ok(Flow::End(end)),
-            Flow::Next(()) => Ok(Flow::End(RunEnd::Failed)),
-        };
+        return fail_request(rt, fence, name, err.kind.as_str(), &message).await;
     }
 }
 
