@@ -116,7 +116,7 @@ pub async fn release(rt: &Runtime, fence: Fence, how: Release, agent: &str) -> R
 async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>, sqlx::Error> {
     let fence = claim.fence();
     let agent_name = claim.agent.as_str();
-    let Some((ticket, seeded, _, generation)) = db::claims::loop_state(&rt.pool, fence.ticket_id).await? else {
+    let Some((ticket, seeded, generation)) = db::claims::loop_state(&rt.pool, fence.ticket_id).await? else {
         return Ok(Flow::End(RunEnd::Aborted));
     };
     if generation != fence.generation || ticket.status != Status::InProgress {

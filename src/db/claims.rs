@@ -347,11 +347,11 @@ pub async fn bump_schema_retries(conn: &mut PgConnection, ticket_id: Uuid, reset
     .await
 }
 
-/// What the loop needs of a ticket besides `Ticket`: whether the task is in the transcript yet and
-/// how many schema retries were spent.
-pub async fn loop_state(pool: &PgPool, ticket_id: Uuid) -> Result<Option<(Ticket, bool, i32, i64)>, sqlx::Error> {
+/// What the loop needs of a ticket besides `Ticket`: whether the task is in the transcript yet, and
+/// the generation (to see that the claim still holds).
+pub async fn loop_state(pool: &PgPool, ticket_id: Uuid) -> Result<Option<(Ticket, bool, i64)>, sqlx::Error> {
     let row = sqlx::query(&format!(
-        "SELECT {TICKET_COLUMNS}, t.seeded, t.schema_retries, t.generation FROM tickets t WHERE t.id = $1"
+        "SELECT {TICKET_COLUMNS}, t.seeded, t.generation FROM tickets t WHERE t.id = $1"
     ))
     .bind(ticket_id)
     .fetch_optional(pool)
@@ -361,7 +361,6 @@ pub async fn loop_state(pool: &PgPool, ticket_id: Uuid) -> Result<Option<(Ticket
     Ok(Some((
         TicketRow::from_row(&row)?.into(),
         row.try_get("seeded")?,
-        row.try_get("schema_retries")?,
         row.try_get("generation")?,
     )))
 }
