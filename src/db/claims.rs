@@ -115,7 +115,7 @@ pub async fn claim_batch(
             )
         })
         .collect();
-    super::events::append_to_locked(&mut tx, &started).await?;
+    super::events::append_many(&mut tx, &started).await?;
     tx.commit().await?;
     Ok(claims)
 }

@@ -90,53 +90,11 @@ impl From<EventRow> for LoggedEvent {
     }
 }
 
-/// `(ticket key, seq, kind, agent, data, at)` of an appended event.
-type AppendedRow = (String, i64, String, Option<String>, Value, DateTime<Utc>);
-
 /// Appends events to a ticket's log inside the caller's transaction. If the transaction rolls
 /// back, the events vanish with the change they describe. After the commit, call `EventHub::wake`.
-pub async fn append(
-    conn: &mut PgConnection,
-    ticket_id: Uuid,
-    events: &[NewEvent],
-) -> Result<Vec<TicketEvent>, sqlx::Error> {
-    if events.is_empty() {
-        return Ok(vec![]);
-    }
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
-    let agents: Vec<Option<&str>> = events.iter().map(|e| e.agent.as_deref()).collect();
-    let data: Vec<Value> = events.iter().map(|e| e.data.clone()).collect();
-    // The UPDATE takes (or re-enters) the ticket's row lock: seqs are handed out in lock order.
-    let rows: Vec<AppendedRow> = sqlx::query_as(
-        "WITH t AS (
-            UPDATE tickets SET last_event_seq = last_event_seq + $2
-            WHERE id = $1 RETURNING key, last_event_seq - $2 AS base),
-         ins AS (
-            INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-            SELECT $1, t.key, t.base + e.n, e.kind, e.agent, e.data
-            FROM t, unnest($3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS e(kind, agent, data, n)
-            RETURNING ticket_key, seq, kind, agent, data, at)
-         SELECT * FROM ins ORDER BY seq",
-    )
-    .bind(ticket_id)
-    .bind(events.len() as i64)
-    .bind(&kinds)
-    .bind(&agents)
-    .bind(&data)
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(ticket_key, seq, kind, agent, data, at)| TicketEvent {
-            ticket_id,
-            ticket_key,
-            seq: Some(seq),
-            kind,
-            agent,
-            at,
-            data,
-        })
-        .collect())
+pub async fn append(conn: &mut PgConnection, ticket_id: Uuid, events: &[NewEvent]) -> Result<(), sqlx::Error> {
+    let events: Vec<(Uuid, NewEvent)> = events.iter().map(|e| (ticket_id, e.clone())).collect();
+    append_many(conn, &events).await
 }
 
 /// Appends events to a ticket the caller holds a claim on, in one statement (no transaction
@@ -174,9 +132,11 @@ pub async fn append_fenced<'e>(
     Ok(fenced.is_some())
 }
 
-/// Appends events to several tickets at once, in one statement. The caller must already hold
-/// every one of those tickets' row locks (as the claim does), so no lock order is at stake.
-pub async fn append_to_locked(conn: &mut PgConnection, events: &[(Uuid, NewEvent)]) -> Result<(), sqlx::Error> {
+/// Appends events to one or more tickets in one statement. Each event gets its ticket's next
+/// `seq` under the ticket's row lock, which the statement takes (or re-enters), so a ticket's
+/// events commit in `seq` order without gaps. For several tickets, the caller must already hold
+/// their row locks (as the claim does), so that no lock order is at stake.
+pub async fn append_many(conn: &mut PgConnection, events: &[(Uuid, NewEvent)]) -> Result<(), sqlx::Error> {
     if events.is_empty() {
         return Ok(());
     }
