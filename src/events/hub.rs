@@ -126,9 +126,37 @@ fn delta_payloads(items: &[Arc<StreamItem>]) -> Vec<String> {
     payloads
 }
 
+/// The persisted events of one read of the log, in cursor order, sent to subscribers as one
+/// message: a subscriber wakes once per batch, not once per event.
+#[derive(Debug)]
+pub struct EventBatch {
+    pub items: Vec<StreamItem>,
+    /// Every item's `frame`, joined: what an unfiltered global stream sends for the whole batch,
+    /// in one write and without copying per subscriber.
+    pub frames: Bytes,
+}
+
+impl EventBatch {
+    fn new(items: Vec<StreamItem>) -> EventBatch {
+        let mut frames = bytes::BytesMut::with_capacity(items.iter().map(|i| i.frame.len()).sum());
+        for item in &items {
+            frames.extend_from_slice(&item.frame);
+        }
+        EventBatch {
+            items,
+            frames: frames.freeze(),
+        }
+    }
+
+    /// The cursor of the first item (None for an empty batch, which is never sent).
+    pub fn first_cursor(&self) -> Option<GlobalCursor> {
+        self.items.first().and_then(|i| i.cursor)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum HubMessage {
-    Event(Arc<StreamItem>),
+    Events(Arc<EventBatch>),
     Delta(Arc<StreamItem>),
 }
 
@@ -314,12 +342,13 @@ impl EventHub {
         loop {
             let batch = db::events::read_global_below(&self.inner.pool, *cursor, BATCH, &horizon).await?;
             let full = batch.len() as i64 == BATCH;
-            for event in batch {
-                *cursor = event.cursor;
+            if let Some(last) = batch.last() {
+                *cursor = last.cursor;
+                let items = batch.into_iter().map(StreamItem::from_logged).collect();
                 let _ = self
                     .inner
                     .sender
-                    .send(HubMessage::Event(Arc::new(StreamItem::from_logged(event))));
+                    .send(HubMessage::Events(Arc::new(EventBatch::new(items))));
             }
             *self.inner.position.lock().unwrap_or_else(|e| e.into_inner()) = *cursor;
             if !full {

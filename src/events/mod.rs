@@ -5,4 +5,4 @@
 pub mod hub;
 pub mod stream;
 
-pub use hub::{EventHub, HubMessage, StreamItem};
+pub use hub::{EventBatch, EventHub, HubMessage, StreamItem};

@@ -14,7 +14,10 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
 use sqlx::PgPool;
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast::{
+    self,
+    error::{RecvError, TryRecvError},
+};
 use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -25,6 +28,8 @@ use crate::db::events::GlobalCursor;
 use crate::domain::event::kind;
 
 const REPLAY_BATCH: i64 = 500;
+/// A live stream gathers messages that are already waiting into one chunk up to this size.
+const MAX_CHUNK: usize = 64 * 1024;
 /// Client reconnection delay suggested to EventSource clients.
 const RETRY_MS: u64 = 2000;
 
@@ -38,6 +43,11 @@ pub struct GlobalFilter {
 }
 
 impl GlobalFilter {
+    /// True when the filter lets everything through.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.agents.is_empty() && self.kinds.is_empty()
+    }
+
     pub fn matches(&self, item: &StreamItem) -> bool {
         (self.labels.is_empty() || item.ticket_labels.iter().any(|l| self.labels.contains(l)))
             && (self.agents.is_empty() || item.ticket_agent.as_ref().is_some_and(|a| self.agents.contains(a)))
@@ -122,13 +132,35 @@ impl<F> Subscriber<F> {
         }
     }
 
+    /// Everything pending as one chunk: a burst of events goes out in one write.
     fn next_pending(&mut self) -> Option<Bytes> {
-        let frame = self.pending.pop_front()?;
-        if self.pending.is_empty() && self.pending.capacity() > 8 {
+        let first = self.pending.pop_front()?;
+        let chunk = if self.pending.is_empty() {
+            first
+        } else {
+            let size = first.len() + self.pending.iter().map(Bytes::len).sum::<usize>();
+            let mut joined = BytesMut::with_capacity(size);
+            joined.put_slice(&first);
+            for frame in self.pending.drain(..) {
+                joined.put_slice(&frame);
+            }
+            joined.freeze()
+        };
+        if self.pending.capacity() > 8 {
             // A replay's queue should not stay allocated for the life of an idle stream.
             self.pending = VecDeque::new();
         }
-        Some(frame)
+        Some(chunk)
+    }
+
+    /// A live message already waiting, without waiting for one.
+    fn ready_message(&mut self) -> Option<Result<HubMessage, RecvError>> {
+        match self.live.try_recv() {
+            Ok(msg) => Some(Ok(msg)),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
+            Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
+        }
     }
 
     /// Waits for the next live message or ping; shutdown wins.
@@ -204,26 +236,57 @@ async fn next_global(sub: &mut Subscriber<Global>) -> Option<Bytes> {
                     }
                 }
             }
-            Phase::Live => match sub.wake().await {
-                Wake::Shutdown | Wake::Message(Err(RecvError::Closed)) => return None,
-                Wake::Ping => return Some(Bytes::from_static(PING)),
-                Wake::Message(Err(RecvError::Lagged(_))) => sub.phase = Phase::Replay,
-                Wake::Message(Ok(HubMessage::Event(item))) => {
-                    let Some(c) = item.cursor else { continue };
-                    if c <= sub.kind.cursor {
-                        continue;
-                    }
-                    sub.kind.cursor = c;
-                    if sub.kind.filter.matches(&item) {
-                        return Some(item.frame.clone());
+            Phase::Live => {
+                match sub.wake().await {
+                    Wake::Shutdown => return None,
+                    Wake::Ping => return Some(Bytes::from_static(PING)),
+                    Wake::Message(msg) => take_global(sub, msg),
+                }
+                while sub.phase == Phase::Live && pending_size(&sub.pending) < MAX_CHUNK {
+                    match sub.ready_message() {
+                        Some(msg) => take_global(sub, msg),
+                        None => break,
                     }
                 }
-                Wake::Message(Ok(HubMessage::Delta(item))) => {
-                    if sub.kind.filter.matches(&item) {
-                        return Some(item.frame.clone());
-                    }
+            }
+        }
+    }
+}
+
+fn pending_size(pending: &VecDeque<Bytes>) -> usize {
+    pending.iter().map(Bytes::len).sum()
+}
+
+/// Queues what a hub message holds for this global stream.
+fn take_global(sub: &mut Subscriber<Global>, msg: Result<HubMessage, RecvError>) {
+    match msg {
+        Err(RecvError::Closed) => sub.phase = Phase::Ending,
+        Err(RecvError::Lagged(_)) => sub.phase = Phase::Replay,
+        Ok(HubMessage::Events(batch)) => {
+            let (Some(first), Some(last)) = (batch.first_cursor(), batch.items.last().and_then(|i| i.cursor)) else {
+                return;
+            };
+            if first > sub.kind.cursor && sub.kind.filter.is_empty() {
+                // The common case: the whole batch is new and wanted, and its frames are shared.
+                sub.kind.cursor = last;
+                sub.pending.push_back(batch.frames.clone());
+                return;
+            }
+            for item in &batch.items {
+                let Some(c) = item.cursor else { continue };
+                if c <= sub.kind.cursor {
+                    continue;
                 }
-            },
+                sub.kind.cursor = c;
+                if sub.kind.filter.matches(item) {
+                    sub.pending.push_back(item.frame.clone());
+                }
+            }
+        }
+        Ok(HubMessage::Delta(item)) => {
+            if sub.kind.filter.matches(&item) {
+                sub.pending.push_back(item.frame.clone());
+            }
         }
     }
 }
@@ -276,36 +339,56 @@ async fn next_ticket(sub: &mut Subscriber<Ticket>) -> Option<Bytes> {
                 sub.pending.extend(frames);
                 sub.phase = next;
             }
-            Phase::Live => match sub.wake().await {
-                Wake::Shutdown | Wake::Message(Err(RecvError::Closed)) => return None,
-                Wake::Ping => return Some(Bytes::from_static(PING)),
-                Wake::Message(Err(RecvError::Lagged(_))) => sub.phase = Phase::Replay,
-                Wake::Message(Ok(HubMessage::Event(item))) if item.event.ticket_id == ticket_id => {
-                    let seq = item.event.seq.unwrap_or(0);
-                    if seq <= sub.kind.last {
-                        continue;
-                    }
-                    if seq > sub.kind.last + 1 {
-                        // Never skip: fetch what lies between from the log.
-                        sub.phase = Phase::Replay;
-                        continue;
-                    }
-                    sub.kind.last = seq;
-                    if kind::is_final(&item.event.kind) {
-                        let pool = sub.hub.pool().clone();
-                        if sub.read(Box::pin(is_latest(pool, ticket_id, seq))).await? {
-                            sub.phase = Phase::Ending;
-                        }
-                    }
-                    return Some(seq_frame(seq, &item.json));
+            Phase::Live => {
+                match sub.wake().await {
+                    Wake::Shutdown => return None,
+                    Wake::Ping => return Some(Bytes::from_static(PING)),
+                    Wake::Message(msg) => take_ticket(sub, msg).await?,
                 }
-                Wake::Message(Ok(HubMessage::Delta(item))) if item.event.ticket_id == ticket_id => {
-                    return Some(item.frame.clone());
+                while sub.phase == Phase::Live && pending_size(&sub.pending) < MAX_CHUNK {
+                    match sub.ready_message() {
+                        Some(msg) => take_ticket(sub, msg).await?,
+                        None => break,
+                    }
                 }
-                Wake::Message(Ok(_)) => {}
-            },
+            }
         }
     }
+}
+
+/// Queues what a hub message holds for this ticket's stream; None when the stream must stop
+/// (its database read gave up).
+async fn take_ticket(sub: &mut Subscriber<Ticket>, msg: Result<HubMessage, RecvError>) -> Option<()> {
+    let ticket_id = sub.kind.ticket_id;
+    match msg {
+        Err(RecvError::Closed) => sub.phase = Phase::Ending,
+        Err(RecvError::Lagged(_)) => sub.phase = Phase::Replay,
+        Ok(HubMessage::Events(batch)) => {
+            for item in batch.items.iter().filter(|i| i.event.ticket_id == ticket_id) {
+                let seq = item.event.seq.unwrap_or(0);
+                if seq <= sub.kind.last {
+                    continue;
+                }
+                if seq > sub.kind.last + 1 {
+                    // Never skip: fetch what lies between (and the rest) from the log.
+                    sub.phase = Phase::Replay;
+                    break;
+                }
+                sub.kind.last = seq;
+                sub.pending.push_back(seq_frame(seq, &item.json));
+                if kind::is_final(&item.event.kind) {
+                    let pool = sub.hub.pool().clone();
+                    if sub.read(Box::pin(is_latest(pool, ticket_id, seq))).await? {
+                        sub.phase = Phase::Ending;
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(HubMessage::Delta(item)) if item.event.ticket_id == ticket_id => sub.pending.push_back(item.frame.clone()),
+        Ok(HubMessage::Delta(_)) => {}
+    }
+    Some(())
 }
 
 /// One batch of the logged events after `last`: their frames, the new `last`, and what comes next

@@ -286,14 +286,17 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
                     (stop.clone(), measure.clone(), handshakes.clone(), connected.clone());
                 subs.push(subscriber(addr, stop, measure, handshakes, connected));
             }
-            let (mut latencies, mut errors) = (Vec::new(), Vec::new());
+            let (mut latencies, mut errors, mut chunks) = (Vec::new(), Vec::new(), 0);
             while let Some(r) = subs.next().await {
                 match r {
-                    Ok(mut l) => latencies.append(&mut l),
+                    Ok((mut l, c)) => {
+                        latencies.append(&mut l);
+                        chunks += c;
+                    }
                     Err(e) => errors.push(format!("{e:#}")),
                 }
             }
-            (latencies, errors)
+            (latencies, errors, chunks)
         }));
     }
     // Wait until every subscriber is connected, or no progress for 10 s.
@@ -342,13 +345,14 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let server_cpu = cpu_share(cpu_start.0, server::cpu_secs(pid));
     let bench_cpu = cpu_share(cpu_start.1, server::cpu_secs(std::process::id()));
     stop_tx.send_replace(true);
-    let (mut latencies, mut errors) = (Vec::new(), Vec::new());
+    let (mut latencies, mut errors, mut chunks) = (Vec::new(), Vec::new(), 0);
     for t in tasks {
-        let (mut l, mut e) = tokio::time::timeout(Duration::from_secs(30), t)
+        let (mut l, mut e, c) = tokio::time::timeout(Duration::from_secs(30), t)
             .await
             .context("subscribers did not stop within 30 s")??;
         latencies.append(&mut l);
         errors.append(&mut e);
+        chunks += c;
     }
     progress.say("subscribers stopped");
     let hwm_mb = server::status_kb(pid, "VmHWM").unwrap_or(0) as f64 / 1024.0;
@@ -381,6 +385,11 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("max_ms", max);
     report.figure("receipts", lat_ms.len());
     report.figure("receipts_per_s", (lat_ms.len() as f64 / measured_s).round());
+    if !lat_ms.is_empty() {
+        // Server writes (HTTP chunks) per event received: below 1 when bursts share a write.
+        let per_event = chunks as f64 / lat_ms.len() as f64;
+        report.figure("chunks_per_event", (per_event * 1000.0).round() / 1000.0);
+    }
     if open > 0 {
         let events = lat_ms.len() as f64 / open as f64;
         report.figure("events_per_subscriber", events.round());
@@ -420,7 +429,7 @@ async fn subscriber(
     measure: watch::Receiver<bool>,
     handshakes: Arc<Semaphore>,
     connected: Arc<std::sync::atomic::AtomicUsize>,
-) -> Result<Vec<i64>> {
+) -> Result<(Vec<i64>, usize)> {
     let mut conn = {
         let _permit = handshakes.acquire().await?;
         tokio::time::timeout(Duration::from_secs(10), SseConn::connect(addr, "/v1/events"))
@@ -435,9 +444,9 @@ async fn subscriber(
     tokio::pin!(stopped);
     loop {
         tokio::select! {
-            _ = &mut stopped => return Ok(latencies),
+            _ = &mut stopped => return Ok((latencies, conn.chunks)),
             event = conn.next_event() => match event? {
-                None => return Ok(latencies),
+                None => return Ok((latencies, conn.chunks)),
                 Some(e) => {
                     if *measure.borrow() {
                         if let Some(at) = e.at_us {

@@ -21,6 +21,8 @@ pub struct SseConn {
     /// Bytes left in the current chunk.
     chunk_left: usize,
     line: Vec<u8>,
+    /// HTTP chunks read so far: how many writes the server made for the events received.
+    pub chunks: usize,
 }
 
 impl SseConn {
@@ -31,7 +33,7 @@ impl SseConn {
             .with_context(|| format!("connecting to {addr}"))?;
         let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
         stream.write_all(request.as_bytes()).await?;
-        let mut reader = BufReader::with_capacity(2048, stream);
+        let mut reader = BufReader::with_capacity(16 * 1024, stream);
         let mut head = String::new();
         reader.read_line(&mut head).await?;
         if !head.starts_with("HTTP/1.1 200") {
@@ -57,6 +59,7 @@ impl SseConn {
             chunked,
             chunk_left: 0,
             line: Vec::with_capacity(256),
+            chunks: 0,
         })
     }
 
@@ -85,6 +88,7 @@ impl SseConn {
                 return Ok(0);
             }
             self.chunk_left = size;
+            self.chunks += 1;
         }
         let available = self.reader.fill_buf().await?.len();
         Ok(available.min(self.chunk_left))
