@@ -116,7 +116,7 @@ async fn apply(pool: &PgPool, claim: &Claim, finisher: &Finisher) -> String {
     let (out, result) = apply_finisher(&mut tx, claim.fence(), &claim.ticket, AGENT, finisher)
         .await
         .expect("apply");
-    db::claims::finish(&mut tx, claim.fence(), &db::claims::Finish::Done(result), AGENT)
+    db::claims::finish(&mut tx, claim.fence(), &db::claims::Finish::Done(result), AGENT, vec![])
         .await
         .expect("finish");
     tx.commit().await.expect("commit");

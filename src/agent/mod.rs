@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db;
 use crate::db::claims::{Claim, Fence, Finish, Release};
+use crate::db::comments::NewComment;
 use crate::domain::event::kind;
 use crate::domain::{Agent, Author, ContentBlock, NewEvent, Status, Ticket, TicketEvent, TicketUsage};
 use crate::events::EventHub;
@@ -72,10 +73,14 @@ macro_rules! next {
     };
 }
 
-/// Opens the claim's fenced transaction, or ends the run when the claim is gone.
+/// Opens the claim's fenced transaction (adding usage to the ticket's counters, if given), or
+/// ends the run when the claim is gone.
 macro_rules! fenced {
     ($rt:expr, $fence:expr) => {
-        match db::claims::fence(&$rt.pool, $fence).await? {
+        fenced!($rt, $fence, &TicketUsage::default())
+    };
+    ($rt:expr, $fence:expr, $usage:expr) => {
+        match db::claims::fence_adding(&$rt.pool, $fence, $usage).await? {
             Some(tx) => tx,
             None => return Ok(Flow::End(RunEnd::Aborted)),
         }
@@ -86,6 +91,8 @@ macro_rules! fenced {
 /// run it again with the same claim (everything is rebuilt from the database).
 pub async fn run_ticket(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<RunEnd, sqlx::Error> {
     let fence = claim.fence();
+    // The first step works from the ticket as the claim returned it, sparing a read.
+    let mut first = true;
     loop {
         if signals.abort.is_cancelled() {
             return Ok(RunEnd::Aborted);
@@ -93,7 +100,7 @@ pub async fn run_ticket(rt: &Runtime, claim: &Claim, signals: &Signals) -> Resul
         if signals.stop.is_cancelled() {
             return release(rt, fence, Release::Shutdown, &claim.agent).await;
         }
-        if let Flow::End(end) = step(rt, claim, signals).await? {
+        if let Flow::End(end) = step(rt, claim, signals, std::mem::take(&mut first)).await? {
             return Ok(end);
         }
     }
@@ -113,10 +120,15 @@ pub async fn release(rt: &Runtime, fence: Fence, how: Release, agent: &str) -> R
     })
 }
 
-async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>, sqlx::Error> {
+async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Result<Flow<()>, sqlx::Error> {
     let fence = claim.fence();
     let agent_name = claim.agent.as_str();
-    let Some((ticket, seeded, generation)) = db::claims::loop_state(&rt.pool, fence.ticket_id).await? else {
+    let state = if first {
+        Some((claim.ticket.clone(), claim.generation))
+    } else {
+        db::claims::loop_state(&rt.pool, fence.ticket_id).await?
+    };
+    let Some((ticket, generation)) = state else {
         return Ok(Flow::End(RunEnd::Aborted));
     };
     if generation != fence.generation || ticket.status != Status::InProgress {
@@ -126,33 +138,6 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>
         let message = format!("agent {agent_name:?} no longer exists");
         return fail(rt, fence, agent_name, "agent_missing", &message, vec![]).await;
     };
-
-    if !seeded {
-        // The task becomes the transcript's first user comment, so it is compacted and shown like
-        // everything else.
-        let mut tx = fenced!(rt, fence);
-        let comment = db::comments::insert(
-            &mut tx,
-            ticket.id,
-            Author::User,
-            None,
-            &[ContentBlock::text(transcript::task_text(&ticket))],
-        )
-        .await?;
-        db::claims::mark_seeded(&mut tx, ticket.id).await?;
-        db::events::append(
-            &mut tx,
-            ticket.id,
-            &[NewEvent::new(
-                kind::COMMENT_CREATED,
-                Some(agent_name),
-                json!({ "comment": comment }),
-            )],
-        )
-        .await?;
-        tx.commit().await?;
-        rt.hub.wake();
-    }
 
     if let Some((policy, limit)) = policy_violation(&agent, &ticket) {
         let event = NewEvent::new(
@@ -240,27 +225,32 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<Flow<()>
         }
     };
     let calls = prepare_calls(&agent, &response);
+    let record = record_response(&agent, &response, &calls);
     if calls.is_empty() {
-        return settle_text_reply(rt, fence, &agent, &ticket, &response).await;
+        return settle_text_reply(rt, fence, &agent, &ticket, record).await;
     }
+    let tool_usage = TicketUsage {
+        tool_calls: calls.len() as i64,
+        ..TicketUsage::default()
+    };
     if calls.iter().all(PreparedCall::writes_nothing) {
         // Nothing these calls do writes (finishers apply at commit): run them first, then store
         // the response, the results and the outcome in one transaction. A crash before the commit
         // leaves no trace, exactly like a crash during the model call.
         let outcomes = next!(execute_tools(rt, fence, &agent, &ticket, &calls, signals).await?);
-        let mut tx = fenced!(rt, fence);
-        let events = write_response(&mut tx, &agent, &ticket, &response, &calls).await?;
-        return store_results(rt, fence, &agent, &ticket, &calls, outcomes, events, tx).await;
+        let usage = record.usage.plus(&tool_usage);
+        let tx = fenced!(rt, fence, &usage);
+        return store_results(rt, fence, &agent, &ticket, &calls, outcomes, Some(record), tx).await;
     }
     // Tools with side effects: the response and `tool.started` are stored before they run.
-    let mut tx = fenced!(rt, fence);
-    let events = write_response(&mut tx, &agent, &ticket, &response, &calls).await?;
+    let mut tx = fenced!(rt, fence, &record.usage);
+    let events = write_response(&mut tx, &ticket, &agent.name, record).await?;
     db::events::append(&mut tx, ticket.id, &events).await?;
     tx.commit().await?;
     rt.hub.wake();
     let outcomes = next!(execute_tools(rt, fence, &agent, &ticket, &calls, signals).await?);
-    let tx = fenced!(rt, fence);
-    store_results(rt, fence, &agent, &ticket, &calls, outcomes, vec![], tx).await
+    let tx = fenced!(rt, fence, &tool_usage);
+    store_results(rt, fence, &agent, &ticket, &calls, outcomes, None, tx).await
 }
 
 fn build_request(agent: &Agent, ticket: &Ticket, comments: &[crate::domain::Comment]) -> ModelRequest {
@@ -341,10 +331,8 @@ async fn compact(
         ),
         Err(err) => (None, Err(format!("{}: {}", err.kind.as_str(), err.message))),
     };
-    let mut tx = fenced!(rt, fence);
-    if let Some(usage) = usage {
-        db::claims::add_usage(&mut tx, ticket.id, &ticket_usage(&usage, 1)).await?;
-    }
+    let usage = usage.map(|u| ticket_usage(&u, 1)).unwrap_or_default();
+    let mut tx = fenced!(rt, fence, &usage);
     let flow = match outcome {
         Ok(summary) => {
             // Only what the summariser saw is replaced: a comment written meanwhile stays.
@@ -361,24 +349,20 @@ async fn compact(
             Flow::Next(true)
         }
         Err(message) => {
-            db::events::append(
-                &mut tx,
-                ticket.id,
-                &[NewEvent::new(
-                    kind::COMPACTION_FAILED,
-                    Some(name),
-                    json!({ "reason": reason.as_str(), "message": message }),
-                )],
-            )
-            .await?;
+            let failed = NewEvent::new(
+                kind::COMPACTION_FAILED,
+                Some(name),
+                json!({ "reason": reason.as_str(), "message": message }),
+            );
             if reason == Reason::Proactive {
+                db::events::append(&mut tx, ticket.id, &[failed]).await?;
                 Flow::Next(false)
             } else {
                 let outcome = Finish::Failed {
                     kind: "compaction_failed".into(),
                     message: format!("compaction failed: {message}"),
                 };
-                db::claims::finish(&mut tx, fence, &outcome, name).await?;
+                db::claims::finish(&mut tx, fence, &outcome, name, vec![failed]).await?;
                 Flow::End(RunEnd::Failed)
             }
         }
@@ -468,12 +452,11 @@ async fn fail<T>(
     events: Vec<NewEvent>,
 ) -> Result<Flow<T>, sqlx::Error> {
     let mut tx = fenced!(rt, fence);
-    db::events::append(&mut tx, fence.ticket_id, &events).await?;
     let outcome = Finish::Failed {
         kind: error_kind.to_owned(),
         message: message.to_owned(),
     };
-    db::claims::finish(&mut tx, fence, &outcome, agent).await?;
+    db::claims::finish(&mut tx, fence, &outcome, agent, events).await?;
     tx.commit().await?;
     rt.hub.wake();
     Ok(Flow::End(RunEnd::Failed))
@@ -645,16 +628,28 @@ fn prepare_calls(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
         .collect()
 }
 
-/// Stores a response in the caller's fenced transaction: its usage and the assistant comment.
-/// Returns the events describing it (`request.finished`, `comment.created`, `tool.started` …),
-/// for the caller to append.
-async fn write_response(
-    tx: &mut sqlx::PgConnection,
-    agent: &Agent,
-    ticket: &Ticket,
-    response: &ModelResponse,
-    calls: &[PreparedCall],
-) -> Result<Vec<NewEvent>, sqlx::Error> {
+/// A model response as it is stored: the usage it adds, the assistant comment's content, and
+/// the events that go around that comment in the log.
+struct ResponseRecord {
+    usage: TicketUsage,
+    content: Vec<ContentBlock>,
+    /// `request.finished`, logged before the comment.
+    finished: NewEvent,
+    /// `tool.started` of each call, logged after it.
+    tool_started: Vec<NewEvent>,
+}
+
+impl ResponseRecord {
+    /// The events in log order, once the comment is stored.
+    fn events(self, comment: &crate::domain::Comment, agent: &str) -> Vec<NewEvent> {
+        let created = NewEvent::new(kind::COMMENT_CREATED, Some(agent), json!({ "comment": comment }));
+        let mut events = vec![self.finished, created];
+        events.extend(self.tool_started);
+        events
+    }
+}
+
+fn record_response(agent: &Agent, response: &ModelResponse, calls: &[PreparedCall]) -> ResponseRecord {
     let name = agent.name.as_str();
     let mut content: Vec<ContentBlock> = response.thinking.clone();
     if !response.text.is_empty() {
@@ -672,24 +667,37 @@ async fn write_response(
     } else {
         response.model.clone()
     };
-    db::claims::add_usage(tx, ticket.id, &ticket_usage(&response.usage, 1)).await?;
-    let comment = db::comments::insert(tx, ticket.id, Author::Assistant, Some(name), &content).await?;
-    let mut events = vec![
-        NewEvent::new(
+    ResponseRecord {
+        usage: ticket_usage(&response.usage, 1),
+        content,
+        finished: NewEvent::new(
             kind::REQUEST_FINISHED,
             Some(name),
             json!({ "model": model, "usage": response.usage, "stop_reason": response.stop_reason.as_str() }),
         ),
-        NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })),
-    ];
-    events.extend(calls.iter().map(|c| {
-        NewEvent::new(
-            kind::TOOL_STARTED,
-            Some(name),
-            json!({ "tool_name": c.name, "call_id": c.id, "input": c.shown_input }),
-        )
-    }));
-    Ok(events)
+        tool_started: calls
+            .iter()
+            .map(|c| {
+                NewEvent::new(
+                    kind::TOOL_STARTED,
+                    Some(name),
+                    json!({ "tool_name": c.name, "call_id": c.id, "input": c.shown_input }),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// Stores the assistant comment in the caller's fenced transaction (whose fence added the
+/// usage) and returns the events describing the response, for the caller to append.
+async fn write_response(
+    tx: &mut sqlx::PgConnection,
+    ticket: &Ticket,
+    agent: &str,
+    record: ResponseRecord,
+) -> Result<Vec<NewEvent>, sqlx::Error> {
+    let comment = db::comments::insert(tx, ticket.id, Author::Assistant, Some(agent), &record.content).await?;
+    Ok(record.events(&comment, agent))
 }
 
 /// A reply without tool calls: on a schema-bound ticket a directive and a counted retry; otherwise
@@ -699,22 +707,21 @@ async fn settle_text_reply(
     fence: Fence,
     agent: &Agent,
     ticket: &Ticket,
-    response: &ModelResponse,
+    record: ResponseRecord,
 ) -> Result<Flow<()>, sqlx::Error> {
     let name = agent.name.as_str();
-    let mut tx = fenced!(rt, fence);
-    let mut events = write_response(&mut tx, agent, ticket, response, &[]).await?;
+    let mut tx = fenced!(rt, fence, &record.usage);
+    let mut events = write_response(&mut tx, ticket, name, record).await?;
     let end = if ticket.schema.is_some() {
         let detail =
             "This ticket needs a result that matches its JSON Schema: call close_ticket with it (or handover_ticket).";
         match schema_retry(&mut tx, agent, ticket, detail, &mut events).await? {
             Some(fail_message) => {
-                db::events::append(&mut tx, ticket.id, &events).await?;
                 let outcome = Finish::Failed {
                     kind: "max_schema_retries".into(),
                     message: fail_message,
                 };
-                db::claims::finish(&mut tx, fence, &outcome, name).await?;
+                db::claims::finish(&mut tx, fence, &outcome, name, events).await?;
                 Flow::End(RunEnd::Failed)
             }
             None => {
@@ -799,8 +806,10 @@ async fn execute_tools(
     }
 }
 
-/// Stores every result in one user comment after `events`, in the caller's fenced transaction,
-/// and commits; a finisher closes the ticket in the same transaction, as its last event.
+/// Stores every result in one user comment, in the caller's fenced transaction (whose fence added
+/// the usage), and commits; a finisher closes the ticket in the same transaction, as its last
+/// event. With `response`, the response that made the calls is stored first, in the same
+/// statements.
 #[allow(clippy::too_many_arguments)]
 async fn store_results(
     rt: &Runtime,
@@ -809,9 +818,10 @@ async fn store_results(
     ticket: &Ticket,
     calls: &[PreparedCall],
     outcomes: Vec<ToolOutcome>,
-    mut events: Vec<NewEvent>,
+    response: Option<ResponseRecord>,
     mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
 ) -> Result<Flow<()>, sqlx::Error> {
+    let mut events = vec![];
     let name = agent.name.as_str();
     let mut outcomes = outcomes;
     let sizes: Vec<usize> = outcomes
@@ -879,12 +889,6 @@ async fn store_results(
             ToolOutcome::Finish(_) => unreachable!("finishers were applied above"),
         }
     }
-    let usage = TicketUsage {
-        tool_calls: calls.len() as i64,
-        ..TicketUsage::default()
-    };
-    db::claims::add_usage(&mut tx, ticket.id, &usage).await?;
-
     let mut failed_message = None;
     if closed_with.is_none() {
         if let Some(detail) = &schema_failure {
@@ -894,30 +898,50 @@ async fn store_results(
             }
         }
     }
-    let comment = db::comments::insert(&mut tx, ticket.id, Author::User, None, &results).await?;
-    events.push(NewEvent::new(
+    let results_comment = NewComment {
+        ticket_id: ticket.id,
+        author: Author::User,
+        agent: None,
+        content: &results,
+    };
+    let (mut logged, comment) = match response {
+        Some(response) => {
+            let assistant = NewComment {
+                ticket_id: ticket.id,
+                author: Author::Assistant,
+                agent: Some(name),
+                content: &response.content,
+            };
+            let mut stored = db::comments::insert_many(&mut tx, &[assistant, results_comment]).await?;
+            let (Some(results), Some(assistant)) = (stored.pop(), stored.pop()) else {
+                return Err(sqlx::Error::RowNotFound);
+            };
+            (response.events(&assistant, name), results)
+        }
+        None => (
+            vec![],
+            db::comments::insert_many(&mut tx, &[results_comment]).await?.remove(0),
+        ),
+    };
+    logged.append(&mut events);
+    logged.push(NewEvent::new(
         kind::COMMENT_CREATED,
         Some(name),
         json!({ "comment": comment }),
     ));
-    db::events::append(&mut tx, ticket.id, &events).await?;
     // The ticket's own final event comes last, after the results that led to it.
     let flow = if let Some(result) = closed_with {
-        db::claims::finish(&mut tx, fence, &Finish::Done(result), name).await?;
+        db::claims::finish(&mut tx, fence, &Finish::Done(result), name, logged).await?;
         Flow::End(RunEnd::Done)
     } else if let Some(message) = failed_message {
-        db::claims::finish(
-            &mut tx,
-            fence,
-            &Finish::Failed {
-                kind: "max_schema_retries".into(),
-                message,
-            },
-            name,
-        )
-        .await?;
+        let outcome = Finish::Failed {
+            kind: "max_schema_retries".into(),
+            message,
+        };
+        db::claims::finish(&mut tx, fence, &outcome, name, logged).await?;
         Flow::End(RunEnd::Failed)
     } else {
+        db::events::append(&mut tx, ticket.id, &logged).await?;
         Flow::Next(())
     };
     tx.commit().await?;

@@ -11,9 +11,11 @@ use serde_json::json;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
+use super::comments::NewComment;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
+use crate::agent::transcript::task_text;
 use crate::domain::event::kind;
-use crate::domain::{NewEvent, Ticket};
+use crate::domain::{Author, ContentBlock, NewEvent, Ticket, TicketUsage};
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
 #[derive(Clone, Debug)]
@@ -43,7 +45,10 @@ fn secs(d: Duration) -> f64 {
 }
 
 /// Claims up to `limit` claimable tickets in one statement, by priority then age, routed by the
-/// agents' labels, and logs `ticket.started` for each in the same transaction.
+/// agents' labels, and logs `ticket.started` for each in the same transaction. A ticket claimed
+/// for the first time also gets its task written as the transcript's first user comment (so it
+/// is compacted and shown like everything else), in the same transaction and statements as the
+/// rest of the batch.
 ///
 /// Routing (as agentwerk): a ticket labelled with an agent's name goes only to that agent; an agent
 /// with no labels takes unlabelled tickets; otherwise any agent sharing a label. The claiming
@@ -57,7 +62,7 @@ pub async fn claim_batch(
     let mut tx = pool.begin().await?;
     let sql = format!(
         "WITH candidates AS MATERIALIZED (
-            SELECT t.id, a.name AS agent_name
+            SELECT t.id, a.name AS agent_name, t.seeded
             FROM tickets t
             CROSS JOIN LATERAL (
                 SELECT a.name FROM agents a
@@ -82,10 +87,11 @@ pub async fn claim_batch(
                 claimed_at = now(),
                 started_at = COALESCE(t.started_at, now()),
                 finished_at = NULL,
+                seeded = true,
                 updated_at = now()
             FROM candidates c WHERE t.id = c.id
-            RETURNING t.*)
-         SELECT {TICKET_COLUMNS}, t.generation FROM claimed t"
+            RETURNING t.*, c.seeded AS was_seeded)
+         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded FROM claimed t"
     );
     let rows = sqlx::query(&sql)
         .bind(limit)
@@ -94,18 +100,37 @@ pub async fn claim_batch(
         .fetch_all(&mut *tx)
         .await?;
     let mut claims = Vec::with_capacity(rows.len());
+    let mut unseeded = vec![];
     for row in &rows {
         use sqlx::{FromRow, Row};
         let generation: i64 = row.try_get("generation")?;
         let ticket: Ticket = TicketRow::from_row(row)?.into();
         let agent = ticket.agent.clone().unwrap_or_default();
+        if !row.try_get::<bool, _>("was_seeded")? {
+            unseeded.push(claims.len());
+        }
         claims.push(Claim {
             ticket,
             generation,
             agent,
         });
     }
-    let started: Vec<(Uuid, NewEvent)> = claims
+    let tasks: Vec<[ContentBlock; 1]> = unseeded
+        .iter()
+        .map(|&i| [ContentBlock::text(task_text(&claims[i].ticket))])
+        .collect();
+    let new_comments: Vec<NewComment> = unseeded
+        .iter()
+        .zip(&tasks)
+        .map(|(&i, task)| NewComment {
+            ticket_id: claims[i].ticket.id,
+            author: Author::User,
+            agent: None,
+            content: task,
+        })
+        .collect();
+    let task_comments = super::comments::insert_many(&mut tx, &new_comments).await?;
+    let mut events: Vec<(Uuid, NewEvent)> = claims
         .iter()
         .map(|claim| {
             let data = json!({ "agent": claim.agent, "attempt": claim.ticket.attempts });
@@ -115,7 +140,12 @@ pub async fn claim_batch(
             )
         })
         .collect();
-    super::events::append_many(&mut tx, &started).await?;
+    for (&i, comment) in unseeded.iter().zip(task_comments) {
+        let claim = &claims[i];
+        let event = NewEvent::new(kind::COMMENT_CREATED, Some(&claim.agent), json!({ "comment": comment }));
+        events.push((claim.ticket.id, event));
+    }
+    super::events::append_many(&mut tx, &events).await?;
     tx.commit().await?;
     Ok(claims)
 }
@@ -123,8 +153,18 @@ pub async fn claim_batch(
 /// Opens a transaction holding the claim's row lock, or None when the claim was lost. Every
 /// write of a worker goes through here, so a worker that lost its claim changes nothing.
 pub async fn fence(pool: &PgPool, fence: Fence) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
+    fence_adding(pool, fence, &TicketUsage::default()).await
+}
+
+/// `fence`, adding `usage` to the ticket's counters in the same statement (they commit, or roll
+/// back, with the rest of the transaction).
+pub async fn fence_adding(
+    pool: &PgPool,
+    fence: Fence,
+    usage: &TicketUsage,
+) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    if holds(&mut tx, fence).await? {
+    if holds_adding(&mut tx, fence, usage).await? {
         Ok(Some(tx))
     } else {
         tx.rollback().await?;
@@ -134,11 +174,25 @@ pub async fn fence(pool: &PgPool, fence: Fence) -> Result<Option<Transaction<'st
 
 /// Within a transaction: whether the claim is still held, locking its row until the commit.
 pub async fn holds(conn: &mut PgConnection, fence: Fence) -> Result<bool, sqlx::Error> {
+    holds_adding(conn, fence, &TicketUsage::default()).await
+}
+
+async fn holds_adding(conn: &mut PgConnection, fence: Fence, usage: &TicketUsage) -> Result<bool, sqlx::Error> {
     let held = sqlx::query(
-        "UPDATE tickets SET updated_at = now() WHERE id = $1 AND generation = $2 AND status = 'in_progress'",
+        "UPDATE tickets SET updated_at = now(),
+            input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,
+            cache_read_tokens = cache_read_tokens + $5, cache_creation_tokens = cache_creation_tokens + $6,
+            requests = requests + $7, tool_calls = tool_calls + $8
+         WHERE id = $1 AND generation = $2 AND status = 'in_progress'",
     )
     .bind(fence.ticket_id)
     .bind(fence.generation)
+    .bind(usage.input_tokens)
+    .bind(usage.output_tokens)
+    .bind(usage.cache_read_tokens)
+    .bind(usage.cache_creation_tokens)
+    .bind(usage.requests)
+    .bind(usage.tool_calls)
     .execute(conn)
     .await?;
     Ok(held.rows_affected() == 1)
@@ -259,8 +313,15 @@ pub async fn release(conn: &mut PgConnection, fence: Fence, how: Release, agent:
     Ok(())
 }
 
-/// Ends a claim as `done` or `failed` (inside a fenced transaction).
-pub async fn finish(conn: &mut PgConnection, fence: Fence, outcome: &Finish, agent: &str) -> Result<(), sqlx::Error> {
+/// Ends a claim as `done` or `failed` (inside a fenced transaction), appending `events` and then
+/// the ticket's final event in one statement.
+pub async fn finish(
+    conn: &mut PgConnection,
+    fence: Fence,
+    outcome: &Finish,
+    agent: &str,
+    mut events: Vec<NewEvent>,
+) -> Result<(), sqlx::Error> {
     let (status, result, error, event) = match outcome {
         Finish::Done(result) => (
             "done",
@@ -292,7 +353,8 @@ pub async fn finish(conn: &mut PgConnection, fence: Fence, outcome: &Finish, age
     .bind(error)
     .execute(&mut *conn)
     .await?;
-    super::events::append(conn, fence.ticket_id, &[event]).await?;
+    events.push(event);
+    super::events::append(conn, fence.ticket_id, &events).await?;
     Ok(())
 }
 
@@ -300,39 +362,6 @@ pub async fn finish(conn: &mut PgConnection, fence: Fence, outcome: &Finish, age
 pub enum Finish {
     Done(serde_json::Value),
     Failed { kind: String, message: String },
-}
-
-/// Adds one model request's usage to the ticket (inside a fenced transaction).
-pub async fn add_usage(
-    conn: &mut PgConnection,
-    ticket_id: Uuid,
-    usage: &crate::domain::TicketUsage,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE tickets SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
-            cache_read_tokens = cache_read_tokens + $4, cache_creation_tokens = cache_creation_tokens + $5,
-            requests = requests + $6, tool_calls = tool_calls + $7
-         WHERE id = $1",
-    )
-    .bind(ticket_id)
-    .bind(usage.input_tokens)
-    .bind(usage.output_tokens)
-    .bind(usage.cache_read_tokens)
-    .bind(usage.cache_creation_tokens)
-    .bind(usage.requests)
-    .bind(usage.tool_calls)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Marks the task as written into the transcript.
-pub async fn mark_seeded(conn: &mut PgConnection, ticket_id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE tickets SET seeded = true WHERE id = $1")
-        .bind(ticket_id)
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 /// Counts a schema retry and returns the new count.
@@ -347,20 +376,16 @@ pub async fn bump_schema_retries(conn: &mut PgConnection, ticket_id: Uuid, reset
     .await
 }
 
-/// What the loop needs of a ticket besides `Ticket`: whether the task is in the transcript yet, and
-/// the generation (to see that the claim still holds).
-pub async fn loop_state(pool: &PgPool, ticket_id: Uuid) -> Result<Option<(Ticket, bool, i64)>, sqlx::Error> {
+/// What the loop needs of a ticket besides `Ticket`: the generation (to see that the claim still
+/// holds).
+pub async fn loop_state(pool: &PgPool, ticket_id: Uuid) -> Result<Option<(Ticket, i64)>, sqlx::Error> {
     let row = sqlx::query(&format!(
-        "SELECT {TICKET_COLUMNS}, t.seeded, t.generation FROM tickets t WHERE t.id = $1"
+        "SELECT {TICKET_COLUMNS}, t.generation FROM tickets t WHERE t.id = $1"
     ))
     .bind(ticket_id)
     .fetch_optional(pool)
     .await?;
     let Some(row) = row else { return Ok(None) };
     use sqlx::{FromRow, Row};
-    Ok(Some((
-        TicketRow::from_row(&row)?.into(),
-        row.try_get("seeded")?,
-        row.try_get("generation")?,
-    )))
+    Ok(Some((TicketRow::from_row(&row)?.into(), row.try_get("generation")?)))
 }

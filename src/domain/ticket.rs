@@ -64,6 +64,20 @@ pub struct TicketUsage {
     pub tool_calls: i64,
 }
 
+impl TicketUsage {
+    /// Both counts summed.
+    pub fn plus(&self, other: &TicketUsage) -> TicketUsage {
+        TicketUsage {
+            input_tokens: self.input_tokens + other.input_tokens,
+            output_tokens: self.output_tokens + other.output_tokens,
+            cache_read_tokens: self.cache_read_tokens + other.cache_read_tokens,
+            cache_creation_tokens: self.cache_creation_tokens + other.cache_creation_tokens,
+            requests: self.requests + other.requests,
+            tool_calls: self.tool_calls + other.tool_calls,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TicketError {
     /// Machine-readable cause, e.g. `rate_limited`, `max_turns`, `lease_lost`.
