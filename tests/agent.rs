@@ -485,3 +485,50 @@ async fn deltas_of_a_worker_only_process_reach_the_clients_of_an_api_process() {
     worker.shutdown().await;
     api.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_lease_renewal_skips_a_locked_ticket_and_never_takes_a_claim_made_meanwhile_for_lost() {
+    // A renewal is held up by a lock on one running ticket while new tickets are claimed: those
+    // claims are not part of that renewal and must not be taken for lost when it returns.
+    let (app, llm) = start(|c| {
+        c.lease = Duration::from_secs(2);
+        c.workers = 16;
+    })
+    .await;
+    llm.set_responder(|body| {
+        let slow = body.to_string().contains("slow");
+        let delay = Duration::from_millis(if slow { 2500 } else { 30 });
+        Reply::tool_call("close_ticket", json!({ "result": "ok" })).first_byte_delay(delay)
+    });
+    let slow = app.create_ticket(json!({ "task": "slow" })).await;
+    let slow_key = slow["key"].as_str().unwrap().to_owned();
+    assert!(llm.wait_for_requests(1, WAIT).await);
+
+    // Hold the slow ticket's row across a renewal (one runs every lease/3), claiming meanwhile.
+    let mut lock = app.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM tickets WHERE key = $1 FOR UPDATE")
+        .bind(&slow_key)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_millis(1000);
+    let mut keys = vec![];
+    while std::time::Instant::now() < until {
+        let ticket = app.create_ticket(json!({ "task": "quick" })).await;
+        keys.push(ticket["key"].as_str().unwrap().to_owned());
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    lock.rollback().await.unwrap();
+
+    keys.push(slow_key);
+    for key in &keys {
+        let done = wait_status(&app, key, "done").await;
+        assert_eq!(done["attempts"], 1, "{key} lost a claim it held");
+    }
+    let requeued: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE kind = 'ticket.requeued'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(requeued, 0, "no ticket was re-queued");
+    app.shutdown().await;
+}

@@ -41,6 +41,15 @@ fn main() -> ExitCode {
             }
         };
     }
+    if args.first().map(String::as_str) == Some(bench::floor::FLOOR_ROLE) {
+        return match bench::floor::floor_role(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fan-out floor: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let child = args.iter().any(|a| a == "--child");
     let names: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
@@ -125,7 +134,11 @@ async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> boo
         let machine = harness::machine(db.as_deref()).await;
         let command = format!("cargo run --release --bin agentdesk-bench -- {}", args.join(" "));
         let path = harness::output_root().join("BENCHMARKS.md");
-        match std::fs::write(&path, benchmarks_md(&reports, &machine, &command)) {
+        let analysis = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| kept_analysis(&text).map(str::to_owned))
+            .unwrap_or_default();
+        match std::fs::write(&path, benchmarks_md(&reports, &machine, &command, &analysis)) {
             Ok(()) => println!("wrote {}", path.display()),
             Err(e) => eprintln!("cannot write {}: {e}", path.display()),
         }
@@ -133,7 +146,17 @@ async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> boo
     reports.iter().all(Report::passed)
 }
 
-fn benchmarks_md(reports: &[Report], machine: &serde_json::Value, command: &str) -> String {
+const ANALYSIS_START: &str = "<!-- analysis: written by hand, kept when the bench rewrites this file -->";
+const ANALYSIS_END: &str = "<!-- end of analysis -->";
+
+/// The hand-written analysis of an earlier BENCHMARKS.md, markers included.
+fn kept_analysis(text: &str) -> Option<&str> {
+    let start = text.find(ANALYSIS_START)?;
+    let end = text[start..].find(ANALYSIS_END)? + start + ANALYSIS_END.len();
+    Some(&text[start..end])
+}
+
+fn benchmarks_md(reports: &[Report], machine: &serde_json::Value, command: &str, analysis: &str) -> String {
     let m = |k: &str| {
         machine[k]
             .as_str()
@@ -195,6 +218,10 @@ fn benchmarks_md(reports: &[Report], machine: &serde_json::Value, command: &str)
         }
         out.push('\n');
     }
+    if !analysis.is_empty() {
+        out.push_str(analysis);
+        out.push_str("\n\n");
+    }
     out.push_str(SCENARIOS_MD);
     out.push_str(REPRODUCE_MD);
     out
@@ -209,8 +236,10 @@ of the same server. Bar: agentdesk / pgbench ≥ 0.6.
 - **concurrency**: 2000 tickets in flight at once (`AGENTDESK_WORKERS=2000`); every model request takes \
 2 s (40 tokens at 20 tokens/s, then `close_ticket`). Bars: all finish; peak RSS of the agentdesk \
 process < 300 MB; at most 20 database connections.
-- **sse_fanout**: 10 000 subscribers on `/v1/events` while tickets run. Bars: p99 from the event's \
-`at` to its receipt < 100 ms; < 20 KB of agentdesk RSS per idle subscriber.
+- **sse_fanout**: 10 000 subscribers on `/v1/events` while one-step tickets run, one a second. Bars: \
+p99 from the event's `at` to its receipt < 100 ms; < 20 KB of agentdesk RSS per idle subscriber. \
+Baseline: the fan-out floor, a bare TCP server writing one chunk of ten events a second to the same \
+number of subscribers, read by the same client code.
 - **api_latency**: `POST /v1/tickets` at a fixed 500 requests/s for 10 s, open loop, latency from each \
 planned send time (no coordinated omission), workers idle. Bar: p99 < 10 ms. Baseline: `GET /healthz` \
 on the same schedule.
@@ -232,3 +261,20 @@ With no `DATABASE_URL` the bench starts a private PostgreSQL from the installed 
 the tests do; with it, it creates scratch databases on that server. `pgbench` must be installed (it \
 comes with the PostgreSQL client). Raw figures are in `bench-results/<scenario>.json`, the service's \
 log of each scenario in `bench-results/<scenario>.agentdesk.log`.\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rewrite_keeps_the_hand_written_analysis() {
+        let old =
+            format!("# Benchmarks\n\nold table\n\n{ANALYSIS_START}\nwhy it is so\n{ANALYSIS_END}\n\n## Scenarios\n");
+        let kept = kept_analysis(&old).unwrap();
+        assert_eq!(kept, format!("{ANALYSIS_START}\nwhy it is so\n{ANALYSIS_END}"));
+        let new = benchmarks_md(&[], &serde_json::json!({}), "cmd", kept);
+        assert!(new.contains("why it is so"));
+        assert_eq!(kept_analysis(&new), Some(kept));
+        assert_eq!(kept_analysis("no markers"), None);
+    }
+}

@@ -200,23 +200,46 @@ async fn holds_adding(conn: &mut PgConnection, fence: Fence, usage: &TicketUsage
 
 /// Renews the leases of every ticket this process runs, in one statement; returns the ids still
 /// held. A running ticket missing from the answer has been lost and its loop must stop.
+///
+/// A row locked right now (its worker is writing, or the API is editing it) is skipped rather
+/// than waited for: waiting would hold the locks of the rows already renewed and stall their
+/// workers behind it. A skipped ticket is checked with a plain read and renewed next time.
 pub async fn renew_leases(pool: &PgPool, held: &[Fence], lease: Duration) -> Result<Vec<Uuid>, sqlx::Error> {
     if held.is_empty() {
         return Ok(vec![]);
     }
     let ids: Vec<Uuid> = held.iter().map(|f| f.ticket_id).collect();
     let generations: Vec<i64> = held.iter().map(|f| f.generation).collect();
-    sqlx::query_scalar(
-        "UPDATE tickets t SET lease_expires_at = now() + make_interval(secs => $3)
-         FROM unnest($1::uuid[], $2::bigint[]) AS h(id, generation)
-         WHERE t.id = h.id AND t.generation = h.generation AND t.status = 'in_progress'
+    let mut kept: Vec<Uuid> = sqlx::query_scalar(
+        "WITH h AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS h(id, generation)),
+         free AS (
+            SELECT t.id FROM tickets t JOIN h ON h.id = t.id
+            WHERE t.generation = h.generation AND t.status = 'in_progress'
+            FOR UPDATE OF t SKIP LOCKED)
+         UPDATE tickets t SET lease_expires_at = now() + make_interval(secs => $3)
+         FROM free WHERE t.id = free.id
          RETURNING t.id",
     )
     .bind(&ids)
     .bind(&generations)
     .bind(secs(lease))
     .fetch_all(pool)
-    .await
+    .await?;
+    if kept.len() < held.len() {
+        let skipped: Vec<&Fence> = held.iter().filter(|f| !kept.contains(&f.ticket_id)).collect();
+        let ids: Vec<Uuid> = skipped.iter().map(|f| f.ticket_id).collect();
+        let generations: Vec<i64> = skipped.iter().map(|f| f.generation).collect();
+        let still: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT t.id FROM tickets t JOIN unnest($1::uuid[], $2::bigint[]) AS h(id, generation) ON h.id = t.id
+             WHERE t.generation = h.generation AND t.status = 'in_progress'",
+        )
+        .bind(&ids)
+        .bind(&generations)
+        .fetch_all(pool)
+        .await?;
+        kept.extend(still);
+    }
+    Ok(kept)
 }
 
 /// Re-queues tickets whose lease expired (their worker died or hung), counting the lost claim as

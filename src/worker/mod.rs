@@ -257,27 +257,50 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
         match db::claims::renew_leases(&shared.runtime.pool, &held, lease).await {
             Ok(kept) => {
                 last_success = tokio::time::Instant::now();
-                if kept.len() < held.len() {
-                    abort_where(&shared, |fence| !kept.contains(&fence.ticket_id));
-                }
+                abort(&shared, &lost_claims(&held, &kept));
             }
             Err(err) => {
                 tracing::warn!(error = %err, "cannot renew leases");
                 if last_success.elapsed() >= lease {
-                    abort_where(&shared, |_| true);
+                    abort(&shared, &held);
                 }
             }
         }
     }
 }
 
-fn abort_where(shared: &Shared, lost: impl Fn(&Fence) -> bool) {
+/// The claims of a renewal that it did not renew. Only claims that were part of the renewal can
+/// be lost: a ticket claimed while the renewal ran is missing from its answer, yet held.
+fn lost_claims(renewed: &[Fence], kept: &[Uuid]) -> Vec<Fence> {
+    let kept: std::collections::HashSet<&Uuid> = kept.iter().collect();
+    renewed
+        .iter()
+        .filter(|f| !kept.contains(&f.ticket_id))
+        .copied()
+        .collect()
+}
+
+/// Stops the loops of these claims (a loop of the same ticket under a newer claim goes on).
+fn abort(shared: &Shared, lost: &[Fence]) {
+    if lost.is_empty() {
+        return;
+    }
     if let Ok(running) = shared.running.lock() {
-        for (fence, r) in running.iter().filter(|(fence, _)| lost(fence)) {
-            tracing::info!(ticket = %fence.ticket_id, "claim lost or cancelled: stopping its loop");
-            r.signals.abort.cancel();
+        for fence in lost {
+            if let Some(r) = running.get(fence) {
+                tracing::info!(ticket = %fence.ticket_id, "claim lost or cancelled: stopping its loop");
+                r.signals.abort.cancel();
+            }
         }
     }
+}
+
+fn abort_where(shared: &Shared, lost: impl Fn(&Fence) -> bool) {
+    let fences: Vec<Fence> = match shared.running.lock() {
+        Ok(running) => running.keys().filter(|f| lost(f)).copied().collect(),
+        Err(_) => return,
+    };
+    abort(shared, &fences);
 }
 
 /// Re-queues tickets whose lease expired, so no ticket stays `in_progress` without a live worker
@@ -339,5 +362,27 @@ async fn listen_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 Ok(None) | Err(_) => break,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fence(n: u128, generation: i64) -> Fence {
+        Fence {
+            ticket_id: Uuid::from_u128(n),
+            generation,
+        }
+    }
+
+    #[test]
+    fn only_renewed_claims_missing_from_the_answer_are_lost() {
+        let renewed = [fence(1, 1), fence(2, 1), fence(3, 4)];
+        let kept = [Uuid::from_u128(1), Uuid::from_u128(3)];
+        assert_eq!(lost_claims(&renewed, &kept), vec![fence(2, 1)]);
+        // A claim made while the renewal ran is not in it, and so never lost by it.
+        assert!(!lost_claims(&renewed, &kept).contains(&fence(9, 1)));
+        assert!(lost_claims(&[], &kept).is_empty());
     }
 }

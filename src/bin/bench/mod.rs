@@ -1,5 +1,6 @@
 //! Parts of the benchmark program.
 
+pub mod floor;
 pub mod harness;
 pub mod pgbench;
 pub mod report;

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 
+use super::floor::Floor;
 use super::harness::{self, Fixture, Progress, Sampler};
 use super::pgbench;
 use super::report::{median, percentile, Bar, Check, Report};
@@ -261,60 +262,10 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = server::rss_mb(pid);
 
-    // Connect the subscribers from a few tasks, a bounded number of handshakes at a time.
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (measure_tx, measure_rx) = watch::channel(false);
-    let handshakes = Arc::new(Semaphore::new(256));
-    let connected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let groups = 4;
-    let mut tasks = vec![];
     let connect_started = Instant::now();
-    for g in 0..groups {
-        let count = wanted / groups + usize::from(g < wanted % groups);
-        let (addr, stop, measure, handshakes, connected) = (
-            fx.addr,
-            stop_rx.clone(),
-            measure_rx.clone(),
-            handshakes.clone(),
-            connected.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            use futures::stream::{FuturesUnordered, StreamExt};
-            let mut subs = FuturesUnordered::new();
-            for _ in 0..count {
-                let (stop, measure, handshakes, connected) =
-                    (stop.clone(), measure.clone(), handshakes.clone(), connected.clone());
-                subs.push(subscriber(addr, stop, measure, handshakes, connected));
-            }
-            let (mut latencies, mut errors, mut chunks) = (Vec::new(), Vec::new(), 0);
-            while let Some(r) = subs.next().await {
-                match r {
-                    Ok((mut l, c)) => {
-                        latencies.append(&mut l);
-                        chunks += c;
-                    }
-                    Err(e) => errors.push(format!("{e:#}")),
-                }
-            }
-            (latencies, errors, chunks)
-        }));
-    }
-    // Wait until every subscriber is connected, or no progress for 10 s.
-    let (mut last, mut last_change) = (0, Instant::now());
-    loop {
-        let n = connected.load(std::sync::atomic::Ordering::Relaxed);
-        if n >= wanted || tasks.iter().all(|t| t.is_finished()) {
-            break;
-        }
-        if n != last {
-            (last, last_change) = (n, Instant::now());
-        } else if last_change.elapsed() > Duration::from_secs(10) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let fleet = Fleet::connect(fx.addr, wanted).await;
     let connect_s = connect_started.elapsed().as_secs_f64();
-    let open = connected.load(std::sync::atomic::Ordering::Relaxed);
+    let open = fleet.open();
     progress.say(format!("{open} of {wanted} subscribers connected"));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_idle = server::rss_mb(pid);
@@ -325,7 +276,7 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     };
 
     // Tickets at a steady rate; every subscriber measures each event it receives.
-    measure_tx.send_replace(true);
+    fleet.start_measuring();
     let total = (rate * seconds) as usize;
     let started = Instant::now();
     let cpu_start = (server::cpu_secs(pid), server::cpu_secs(std::process::id()));
@@ -344,21 +295,30 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let cpu_share = |start: f64, end: f64| ((end - start) / measured_s / cpus * 1000.0).round() / 1000.0;
     let server_cpu = cpu_share(cpu_start.0, server::cpu_secs(pid));
     let bench_cpu = cpu_share(cpu_start.1, server::cpu_secs(std::process::id()));
-    stop_tx.send_replace(true);
-    let (mut latencies, mut errors, mut chunks) = (Vec::new(), Vec::new(), 0);
-    for t in tasks {
-        let (mut l, mut e, c) = tokio::time::timeout(Duration::from_secs(30), t)
-            .await
-            .context("subscribers did not stop within 30 s")??;
-        latencies.append(&mut l);
-        errors.append(&mut e);
-        chunks += c;
-    }
+    let (latencies, errors, chunks) = fleet.stop().await?;
     progress.say("subscribers stopped");
     let hwm_mb = server::status_kb(pid, "VmHWM").unwrap_or(0) as f64 / 1024.0;
     report.note(format!("agentdesk: {}", fx.server.describe()));
     fx.shutdown().await;
     progress.say("agentdesk stopped");
+
+    // The floor, with the same subscribers: one chunk of ten events a second to every connection
+    // (agentdesk's one-step tickets log about ten events each, in one to two chunks).
+    let floor = Floor::start(rate, 10).await?;
+    let floor_fleet = Fleet::connect(floor.addr, wanted).await;
+    progress.say(format!(
+        "{} subscribers connected to the fan-out floor",
+        floor_fleet.open()
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    floor_fleet.start_measuring();
+    let floor_cpu_start = server::cpu_secs(floor.pid());
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    let floor_cpu = (server::cpu_secs(floor.pid()) - floor_cpu_start) / seconds / cpus;
+    let (floor_latencies, floor_errors, _) = floor_fleet.stop().await?;
+    drop(floor);
+    progress.say("fan-out floor stopped");
+    let floor_ms: Vec<f64> = floor_latencies.iter().map(|us| *us as f64 / 1000.0).collect();
 
     let lat_ms: Vec<f64> = latencies.iter().map(|us| *us as f64 / 1000.0).collect();
     let (p50, p99, max) = (
@@ -373,7 +333,10 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
         Bar::AtLeast,
         wanted as f64,
     ));
-    report.check(Check::new("p99 commit→receipt", p99, "ms", Bar::Below, 100.0));
+    report.check(
+        Check::new("p99 commit→receipt", p99, "ms", Bar::Below, 100.0)
+            .baseline("fan-out floor p99", percentile(&floor_ms, 99.0)),
+    );
     report.check(Check::new(
         "memory per idle subscriber",
         per_sub_kb,
@@ -405,6 +368,11 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("rss_idle_subscribers_mb", rss_idle);
     report.figure("peak_rss_mb", hwm_mb);
     report.figure("fd_limit", fd_limit);
+    report.figure("floor_p50_ms", percentile(&floor_ms, 50.0));
+    report.figure("floor_max_ms", percentile(&floor_ms, 100.0));
+    report.figure("floor_receipts", floor_ms.len());
+    report.figure("floor_cpu_share", (floor_cpu * 1000.0).round() / 1000.0);
+    report.figure("floor_subscriber_errors", floor_errors.len());
     report.figure("subscriber_errors", errors.len());
     if let Some(e) = errors.first() {
         report.note(format!("first subscriber error: {e}"));
@@ -419,7 +387,106 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
         "cpu shares = utime+stime over the measured window / (window × CPUs), from /proc/<pid>/stat: agentdesk_cpu_share for the agentdesk child, bench_cpu_share for the bench process (subscribers, ticket creation, fake model)",
     );
     report.note("memory = the agentdesk child's VmRSS after connecting the idle subscribers minus before, divided by their count");
+    report.note(
+        "baseline = the fan-out floor: a bare tokio TCP server (child process `agentdesk-bench __fanout_floor`) writing one chunk of ten event frames a second, stamped when written, to the same number of subscribers read by the same client code; no HTTP framework, database or filtering, so its p99 is what the TCP writes and reads alone cost on this machine",
+    );
     Ok(())
+}
+
+/// SSE subscribers on `/v1/events`, connected from a few tasks, a bounded number of handshakes
+/// at a time; each records the latency of every event it receives once measuring starts.
+/// What a group of subscribers saw: latencies in µs, errors, and HTTP chunks read.
+type Seen = (Vec<i64>, Vec<String>, usize);
+
+struct Fleet {
+    tasks: Vec<tokio::task::JoinHandle<Seen>>,
+    stop: watch::Sender<bool>,
+    measure: watch::Sender<bool>,
+    connected: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Fleet {
+    /// Connects `wanted` subscribers; returns once all are connected or none connected for 10 s.
+    async fn connect(addr: std::net::SocketAddr, wanted: usize) -> Fleet {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (measure_tx, measure_rx) = watch::channel(false);
+        let handshakes = Arc::new(Semaphore::new(256));
+        let connected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let groups = 4;
+        let mut tasks = vec![];
+        for g in 0..groups {
+            let count = wanted / groups + usize::from(g < wanted % groups);
+            let (stop, measure, handshakes, connected) = (
+                stop_rx.clone(),
+                measure_rx.clone(),
+                handshakes.clone(),
+                connected.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                use futures::stream::{FuturesUnordered, StreamExt};
+                let mut subs = FuturesUnordered::new();
+                for _ in 0..count {
+                    let (stop, measure, handshakes, connected) =
+                        (stop.clone(), measure.clone(), handshakes.clone(), connected.clone());
+                    subs.push(subscriber(addr, stop, measure, handshakes, connected));
+                }
+                let (mut latencies, mut errors, mut chunks) = (Vec::new(), Vec::new(), 0);
+                while let Some(r) = subs.next().await {
+                    match r {
+                        Ok((mut l, c)) => {
+                            latencies.append(&mut l);
+                            chunks += c;
+                        }
+                        Err(e) => errors.push(format!("{e:#}")),
+                    }
+                }
+                (latencies, errors, chunks)
+            }));
+        }
+        let fleet = Fleet {
+            tasks,
+            stop: stop_tx,
+            measure: measure_tx,
+            connected,
+        };
+        let (mut last, mut last_change) = (0, Instant::now());
+        loop {
+            let n = fleet.open();
+            if n >= wanted || fleet.tasks.iter().all(|t| t.is_finished()) {
+                break;
+            }
+            if n != last {
+                (last, last_change) = (n, Instant::now());
+            } else if last_change.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        fleet
+    }
+
+    fn open(&self) -> usize {
+        self.connected.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn start_measuring(&self) {
+        self.measure.send_replace(true);
+    }
+
+    /// Stops every subscriber: (latencies in µs, errors, HTTP chunks read).
+    async fn stop(self) -> Result<Seen> {
+        self.stop.send_replace(true);
+        let (mut latencies, mut errors, mut chunks) = (Vec::new(), Vec::new(), 0);
+        for t in self.tasks {
+            let (mut l, mut e, c) = tokio::time::timeout(Duration::from_secs(30), t)
+                .await
+                .context("subscribers did not stop within 30 s")??;
+            latencies.append(&mut l);
+            errors.append(&mut e);
+            chunks += c;
+        }
+        Ok((latencies, errors, chunks))
+    }
 }
 
 /// One subscriber: connect, then (once measuring) record each event's latency until stopped.
