@@ -78,6 +78,7 @@ impl App {
                 hub: hub.clone(),
                 config: config.clone(),
                 providers: providers.clone(),
+                intake: crate::intake::Intake::start(pool.clone(), hub.clone()),
                 shutdown: shutdown.clone(),
             };
             let listener = tokio::net::TcpListener::bind(config.addr)

@@ -11,6 +11,7 @@ pub mod embedded_pg;
 pub mod events;
 pub mod fake_llm;
 pub mod http;
+pub mod intake;
 pub mod llm;
 pub mod testing;
 pub mod tools;

@@ -1461,3 +1461,34 @@ async fn a_nul_character_is_422_in_a_body_400_in_a_query_and_404_in_a_path_and_c
     assert_eq!(app.get(&format!("/v1/tickets/{key}")).await.1, t);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn concurrent_creates_share_commits_yet_each_gets_its_own_ticket_and_event() {
+    let app = std::sync::Arc::new(TestApp::spawn().await);
+    let creates = (0..60).map(|i| {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let body = json!({ "task": format!("task {i}"), "labels": [format!("l{i}")], "priority": i % 3 });
+            (i, app.create_ticket(body).await)
+        })
+    });
+    let mut keys = HashSet::new();
+    for create in futures::future::join_all(creates).await {
+        let (i, ticket) = create.unwrap();
+        assert_eq!(
+            ticket["task"],
+            format!("task {i}"),
+            "each create answers with its own ticket"
+        );
+        assert_eq!(ticket["labels"], json!([format!("l{i}")]));
+        assert_eq!(ticket["priority"], i % 3);
+        assert!(
+            keys.insert(ticket["key"].as_str().unwrap().to_owned()),
+            "keys are distinct"
+        );
+        let events = event_kinds(&app, ticket["id"].as_str().unwrap()).await;
+        assert_eq!(events.len(), 1);
+        assert_eq!((events[0].0, events[0].1.as_str()), (1, "ticket.created"));
+        assert_eq!(events[0].2["ticket"]["task"], format!("task {i}"));
+    }
+}

@@ -32,7 +32,13 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Er
         // No ping before every use (it would double the round trips): a connection that died
         // with a Postgres restart fails its next query and is dropped; callers retry.
         .test_before_acquire(false)
-        .connect_with(options.application_name("agentdesk"))
+        // Generic plans: the statements are few and shaped alike every time, and planning the
+        // event and comment appends (CTEs over arrays) anew for each call cost more than running them.
+        .connect_with(
+            options
+                .application_name("agentdesk")
+                .options([("plan_cache_mode", "force_generic_plan")]),
+        )
         .await
 }
 

@@ -80,6 +80,7 @@ impl From<TicketRow> for Ticket {
     }
 }
 
+#[derive(Clone, Debug)]
 pub struct NewTicket {
     pub task: Value,
     pub labels: Vec<String>,
@@ -117,6 +118,52 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
         .fetch_one(conn)
         .await?;
     Ok(row.into())
+}
+
+/// Inserts several tickets without idempotency keys in one statement; returned in the order
+/// given, with keys increasing in that order.
+pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<Vec<Ticket>, sqlx::Error> {
+    if new.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids: Vec<Uuid> = new.iter().map(|_| Uuid::now_v7()).collect();
+    let tasks: Vec<&Value> = new.iter().map(|n| &n.task).collect();
+    // Label lists differ in length, which a two-dimensional array cannot hold: they go as JSON.
+    let labels: Vec<Value> = new.iter().map(|n| serde_json::json!(n.labels)).collect();
+    let priorities: Vec<i32> = new.iter().map(|n| n.priority).collect();
+    let schemas: Vec<Option<&Value>> = new.iter().map(|n| n.schema.as_ref()).collect();
+    let parents: Vec<Option<Uuid>> = new.iter().map(|n| n.parent_id).collect();
+    let metadata: Vec<&Value> = new.iter().map(|n| &n.metadata).collect();
+    let max_attempts: Vec<i32> = new.iter().map(|n| n.max_attempts).collect();
+    let reporters: Vec<&str> = new.iter().map(|n| n.reporter.as_str()).collect();
+    let sql = format!(
+        "WITH t AS (
+            INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts, reporter)
+            SELECT n.id, n.task, ARRAY(SELECT jsonb_array_elements_text(n.labels)), n.priority, n.schema,
+                   n.parent_id, n.metadata, n.max_attempts, n.reporter
+            FROM unnest($1::uuid[], $2::jsonb[], $3::jsonb[], $4::int4[], $5::jsonb[], $6::uuid[], $7::jsonb[],
+                        $8::int4[], $9::text[])
+                 WITH ORDINALITY AS n(id, task, labels, priority, schema, parent_id, metadata, max_attempts,
+                                      reporter, ord)
+            ORDER BY n.ord
+            RETURNING *)
+         SELECT {TICKET_COLUMNS} FROM t"
+    );
+    let rows: Vec<TicketRow> = sqlx::query_as(&sql)
+        .bind(&ids)
+        .bind(&tasks)
+        .bind(&labels)
+        .bind(&priorities)
+        .bind(&schemas)
+        .bind(&parents)
+        .bind(&metadata)
+        .bind(&max_attempts)
+        .bind(&reporters)
+        .fetch_all(conn)
+        .await?;
+    let mut tickets: Vec<Ticket> = rows.into_iter().map(Ticket::from).collect();
+    tickets.sort_by_key(|t| ids.iter().position(|id| *id == t.id));
+    Ok(tickets)
 }
 
 /// Serialises creates that share an idempotency key until the first one commits.

@@ -38,6 +38,8 @@ pub struct AppState {
     pub hub: EventHub,
     pub config: Arc<Config>,
     pub providers: Arc<Providers>,
+    /// Group-commits plain creates.
+    pub intake: crate::intake::Intake,
     /// Cancelled on shutdown: ends SSE streams so graceful shutdown does not hang on them.
     pub shutdown: CancellationToken,
 }

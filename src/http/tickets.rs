@@ -137,6 +137,22 @@ pub async fn create_ticket(
         return Err(ApiError::Validation("max_attempts must be between 1 and 100".into()));
     }
 
+    if idempotency_key.is_none() && req.parent.is_none() {
+        // The common create shares a transaction with the creates arriving alongside it.
+        let new = NewTicket {
+            task: req.task,
+            labels,
+            priority: req.priority,
+            schema: req.schema,
+            parent_id: None,
+            metadata,
+            max_attempts,
+            reporter: "user".into(),
+            idempotency: None,
+        };
+        let ticket = state.intake.create(new).await?;
+        return Ok((StatusCode::CREATED, Json(ticket)).into_response());
+    }
     let mut tx = state.pool.begin().await?;
     let parent_id = match &req.parent {
         None => None,

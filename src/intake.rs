@@ -1,0 +1,95 @@
+//! Group commit of new tickets: creates that arrive together share one transaction (two
+//! statements and one commit for the whole group), so a burst of clients costs the database about
+//! what one client does. A create is answered only after its group commits, so every
+//! acknowledged ticket and its `ticket.created` event are durable.
+
+use sqlx::PgPool;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::db::tickets::NewTicket;
+use crate::desk::DeskError;
+use crate::domain::event::kind;
+use crate::domain::{NewEvent, Ticket};
+use crate::events::EventHub;
+
+/// The most tickets one transaction takes.
+const MAX_GROUP: usize = 128;
+
+struct Job {
+    new: NewTicket,
+    reply: oneshot::Sender<Result<Ticket, DeskError>>,
+}
+
+/// Hands new tickets to the writer task; cloned into every request.
+#[derive(Clone)]
+pub struct Intake {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Intake {
+    /// Starts the writer. It ends once every `Intake` is dropped and the queue is drained.
+    pub fn start(pool: PgPool, hub: EventHub) -> Intake {
+        let (jobs, rx) = mpsc::channel(4 * MAX_GROUP);
+        tokio::spawn(writer(pool, hub, rx));
+        Intake { jobs }
+    }
+
+    /// Creates a ticket without an idempotency key and wakes the workers.
+    pub async fn create(&self, new: NewTicket) -> Result<Ticket, DeskError> {
+        let (reply, answer) = oneshot::channel();
+        let closed = || DeskError::Db(sqlx::Error::PoolClosed);
+        self.jobs.send(Job { new, reply }).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+}
+
+async fn writer(pool: PgPool, hub: EventHub, mut rx: mpsc::Receiver<Job>) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    // Whatever queued while the previous group committed forms the next one.
+    while rx.recv_many(&mut group, MAX_GROUP).await > 0 {
+        let jobs = std::mem::take(&mut group);
+        let new: Vec<NewTicket> = jobs.iter().map(|j| j.new.clone()).collect();
+        match write_group(&pool, &new).await {
+            Ok(tickets) => {
+                hub.wake();
+                hub.work_available();
+                for (job, ticket) in jobs.into_iter().zip(tickets) {
+                    let _ = job.reply.send(Ok(ticket));
+                }
+            }
+            // One at a time, so that each create gets its own answer (and one bad row cannot
+            // fail the others).
+            Err(_) => {
+                for job in jobs {
+                    let result = write_group(&pool, std::slice::from_ref(&job.new)).await;
+                    if result.is_ok() {
+                        hub.wake();
+                        hub.work_available();
+                    }
+                    let _ = job.reply.send(result.map(|mut t| t.remove(0)));
+                }
+            }
+        }
+    }
+}
+
+/// The tickets and their `ticket.created` events, in one transaction.
+async fn write_group(pool: &PgPool, new: &[NewTicket]) -> Result<Vec<Ticket>, DeskError> {
+    let mut tx = pool.begin().await?;
+    let tickets = crate::db::tickets::insert_many(&mut tx, new).await?;
+    if tickets.len() != new.len() {
+        return Err(DeskError::Db(sqlx::Error::RowNotFound));
+    }
+    let events: Vec<_> = tickets
+        .iter()
+        .map(|t| {
+            (
+                t.id,
+                NewEvent::new(kind::TICKET_CREATED, None, serde_json::json!({ "ticket": t })),
+            )
+        })
+        .collect();
+    crate::db::events::append_many(&mut tx, &events).await?;
+    tx.commit().await?;
+    Ok(tickets)
+}
