@@ -362,22 +362,35 @@ pub async fn finish(
             )
         }
     };
+    events.push(event);
+    // The outcome and the events in one statement: one new version of the ticket's row.
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
+    let agents: Vec<Option<&str>> = events.iter().map(|e| e.agent.as_deref()).collect();
+    let data: Vec<&serde_json::Value> = events.iter().map(|e| &e.data).collect();
     sqlx::query(
-        "UPDATE tickets SET status = $3, result = COALESCE($4, result), error = $5,
-            lease_expires_at = NULL, worker_id = NULL,
-            work_ms = work_ms + COALESCE((extract(epoch FROM now() - claimed_at) * 1000)::bigint, 0),
-            claimed_at = NULL, finished_at = now(), updated_at = now()
-         WHERE id = $1 AND generation = $2",
+        "WITH e AS (
+            SELECT * FROM unnest($6::text[], $7::text[], $8::jsonb[]) WITH ORDINALITY AS e(kind, agent, data, ord)),
+         t AS (
+            UPDATE tickets SET status = $3, result = COALESCE($4, result), error = $5,
+                lease_expires_at = NULL, worker_id = NULL,
+                work_ms = work_ms + COALESCE((extract(epoch FROM now() - claimed_at) * 1000)::bigint, 0),
+                claimed_at = NULL, finished_at = now(), updated_at = now(),
+                last_event_seq = last_event_seq + cardinality($6::text[])
+             WHERE id = $1 AND generation = $2
+             RETURNING id, key, last_event_seq - cardinality($6::text[]) AS base)
+         INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
+         SELECT t.id, t.key, t.base + e.ord, e.kind, e.agent, e.data FROM e, t",
     )
     .bind(fence.ticket_id)
     .bind(fence.generation)
     .bind(status)
     .bind(result)
     .bind(error)
+    .bind(&kinds)
+    .bind(&agents)
+    .bind(&data)
     .execute(&mut *conn)
     .await?;
-    events.push(event);
-    super::events::append(conn, fence.ticket_id, &events).await?;
     Ok(())
 }
 

@@ -248,15 +248,22 @@ pub async fn read_global_below(
 /// Whether committed events after `after` are still held back by an older running transaction
 /// (then the reader should look again soon, as no NOTIFY may follow).
 pub async fn held_back(pool: &PgPool, after: GlobalCursor, horizon: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM events e
-            WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid >= $3::text::xid8)",
-    )
-    .bind(after.txid.to_string())
-    .bind(after.id)
-    .bind(horizon)
-    .fetch_one(pool)
-    .await
+    // "After the cursor and at or above the horizon", written so that the index scan starts where
+    // the answer is: when the horizon is past the cursor's transaction, every event at or above
+    // it is after the cursor; otherwise every event after the cursor is at or above it.
+    let past_cursor = horizon.parse::<u64>().is_ok_and(|h| h > after.txid);
+    if past_cursor {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM events e WHERE e.txid >= $1::text::xid8)")
+            .bind(horizon)
+            .fetch_one(pool)
+            .await
+    } else {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM events e WHERE (e.txid, e.id) > ($1::text::xid8, $2))")
+            .bind(after.txid.to_string())
+            .bind(after.id)
+            .fetch_one(pool)
+            .await
+    }
 }
 
 /// The cursor just past every event readable now: a stream "from now" starts here.
