@@ -7,7 +7,7 @@ use agentdesk::db;
 use agentdesk::db::claims::Claim;
 use agentdesk::db::tickets::NewTicket;
 use agentdesk::desk;
-use agentdesk::domain::{Agent, Status, Ticket, TicketRef};
+use agentdesk::domain::{Agent, NewEvent, Status, Ticket, TicketRef};
 use agentdesk::tools::run::{apply_finisher, run_builtin, Finisher, ToolContext, ToolOutcome};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -593,4 +593,55 @@ async fn unknown_tools_fail() {
     let claim = claimed(&pool, None).await;
     let outcome = run_builtin(&ctx(&pool, &claim), "delete_everything", &json!({})).await;
     assert_eq!(failed_kind(&outcome), "unknown_tool");
+}
+
+#[tokio::test]
+async fn a_grouped_append_writes_only_for_the_claims_that_still_hold() {
+    let pool = pool().await;
+    let held = claimed(&pool, None).await;
+    let lost = claimed(&pool, None).await;
+    let event = |kind| NewEvent::new(kind, Some(AGENT), json!({}));
+    let stale = db::claims::Fence {
+        generation: lost.generation - 1,
+        ..lost.fence()
+    };
+    let appended = db::events::append_fenced_many(
+        &pool,
+        &[
+            (held.fence(), vec![event("request.started"), event("request.retried")]),
+            (stale, vec![event("request.started")]),
+        ],
+    )
+    .await
+    .expect("append");
+    assert_eq!(appended, vec![held.ticket.id]);
+    let seqs: Vec<(i64, String)> = sqlx::query_as("SELECT seq, kind FROM events WHERE ticket_id = $1 ORDER BY seq")
+        .bind(held.ticket.id)
+        .fetch_all(&pool)
+        .await
+        .expect("events");
+    let kinds: Vec<&str> = seqs.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ticket.created",
+            "ticket.started",
+            "comment.created",
+            "request.started",
+            "request.retried"
+        ]
+    );
+    assert!(
+        seqs.iter().enumerate().all(|(i, (seq, _))| *seq == i as i64 + 1),
+        "gapless: {seqs:?}"
+    );
+    let lost_kinds: Vec<String> = event_kinds(&pool, &lost.ticket)
+        .await
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        !lost_kinds.contains(&"request.started".to_string()),
+        "a stale claim writes nothing"
+    );
 }

@@ -6,6 +6,7 @@
 //! a short transaction opened by `db::claims::fence`, so a worker that lost its claim writes
 //! nothing; no connection is held while the model or a tool runs.
 
+pub mod appender;
 pub mod compaction;
 pub mod outputs;
 pub mod transcript;
@@ -32,6 +33,8 @@ use compaction::Reason;
 /// What the loop needs from the process.
 pub struct Runtime {
     pub pool: PgPool,
+    /// Group-commits the loops' event-only writes.
+    pub appender: appender::EventAppender,
     pub hub: EventHub,
     pub providers: Arc<Providers>,
     /// A model stream silent this long is a stall.
@@ -463,7 +466,7 @@ async fn fail<T>(
 }
 
 async fn append_events(rt: &Runtime, fence: Fence, events: &[NewEvent]) -> Result<Flow<()>, sqlx::Error> {
-    if !db::events::append_fenced(&rt.pool, fence.ticket_id, fence.generation, events).await? {
+    if !rt.appender.append(fence, events.to_vec()).await? {
         return Ok(Flow::End(RunEnd::Aborted));
     }
     rt.hub.wake();

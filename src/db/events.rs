@@ -17,6 +17,8 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
+use super::claims::Fence;
+
 use crate::domain::{NewEvent, TicketEvent};
 
 /// Position in the global event stream. Opaque to clients.
@@ -130,6 +132,49 @@ pub async fn append_fenced<'e>(
     .fetch_optional(db)
     .await?;
     Ok(fenced.is_some())
+}
+
+/// `append_fenced` for several claims in one statement (one commit for all): returns the tickets
+/// whose claim held, whose events were appended. The statement may lock several tickets' rows;
+/// its only caller is a single writer task, and no other statement waits for one of these rows
+/// while holding another, so no lock order is at stake.
+pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, Vec<NewEvent>)]) -> Result<Vec<Uuid>, sqlx::Error> {
+    let rows = appends
+        .iter()
+        .flat_map(|(fence, events)| events.iter().map(move |e| (fence, e)));
+    let (mut ids, mut generations, mut kinds, mut agents, mut data) = (vec![], vec![], vec![], vec![], vec![]);
+    for (fence, event) in rows {
+        ids.push(fence.ticket_id);
+        generations.push(fence.generation);
+        kinds.push(event.kind);
+        agents.push(event.agent.as_deref());
+        data.push(&event.data);
+    }
+    sqlx::query_scalar(
+        "WITH e AS (
+            SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::jsonb[])
+                WITH ORDINALITY AS e(ticket_id, generation, kind, agent, data, ord)),
+         counts AS (SELECT ticket_id, generation, count(*) AS n FROM e GROUP BY ticket_id, generation),
+         t AS (
+            UPDATE tickets SET last_event_seq = last_event_seq + counts.n, updated_at = now() FROM counts
+            WHERE tickets.id = counts.ticket_id AND tickets.generation = counts.generation
+              AND tickets.status = 'in_progress'
+            RETURNING tickets.id, tickets.generation, tickets.key, tickets.last_event_seq - counts.n AS base),
+         ins AS (
+            INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
+            SELECT e.ticket_id, t.key, t.base + row_number() OVER (PARTITION BY e.ticket_id ORDER BY e.ord),
+                   e.kind, e.agent, e.data
+            FROM e JOIN t ON t.id = e.ticket_id AND t.generation = e.generation
+            RETURNING 1)
+         SELECT id FROM t",
+    )
+    .bind(&ids)
+    .bind(&generations)
+    .bind(&kinds)
+    .bind(&agents)
+    .bind(&data)
+    .fetch_all(pool)
+    .await
 }
 
 /// Appends events to one or more tickets in one statement. Each event gets its ticket's next

@@ -60,6 +60,7 @@ impl WorkerPool {
             &Uuid::now_v7().simple().to_string()[20..]
         );
         let runtime = Runtime {
+            appender: crate::agent::appender::EventAppender::start(pool.clone()),
             pool,
             hub,
             providers,
