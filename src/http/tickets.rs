@@ -137,8 +137,9 @@ pub async fn create_ticket(
         return Err(ApiError::Validation("max_attempts must be between 1 and 100".into()));
     }
 
-    if idempotency_key.is_none() && req.parent.is_none() {
-        // The common create shares a transaction with the creates arriving alongside it.
+    let in_flight = state.intake.enter();
+    if idempotency_key.is_none() && req.parent.is_none() && in_flight.crowded() {
+        // Under load, a plain create shares a transaction with the creates arriving alongside it.
         let new = NewTicket {
             task: req.task,
             labels,
