@@ -226,7 +226,8 @@ pub async fn renew_leases(pool: &PgPool, held: &[Fence], lease: Duration) -> Res
     .fetch_all(pool)
     .await?;
     if kept.len() < held.len() {
-        let skipped: Vec<&Fence> = held.iter().filter(|f| !kept.contains(&f.ticket_id)).collect();
+        let renewed: std::collections::HashSet<Uuid> = kept.iter().copied().collect();
+        let skipped: Vec<&Fence> = held.iter().filter(|f| !renewed.contains(&f.ticket_id)).collect();
         let ids: Vec<Uuid> = skipped.iter().map(|f| f.ticket_id).collect();
         let generations: Vec<i64> = skipped.iter().map(|f| f.generation).collect();
         let still: Vec<Uuid> = sqlx::query_scalar(
