@@ -921,10 +921,10 @@ async fn store_results(
             };
             (response.events(&assistant, name), results)
         }
-        None => (
-            vec![],
-            db::comments::insert_many(&mut tx, &[results_comment]).await?.remove(0),
-        ),
+        None => {
+            let stored = db::comments::insert_many(&mut tx, &[results_comment]).await?;
+            (vec![], stored.into_iter().next().ok_or(sqlx::Error::RowNotFound)?)
+        }
     };
     logged.append(&mut events);
     logged.push(NewEvent::new(

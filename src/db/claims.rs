@@ -365,9 +365,7 @@ pub async fn finish(
     };
     events.push(event);
     // The outcome and the events in one statement: one new version of the ticket's row.
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
-    let agents: Vec<Option<&str>> = events.iter().map(|e| e.agent.as_deref()).collect();
-    let data: Vec<&serde_json::Value> = events.iter().map(|e| &e.data).collect();
+    let columns = super::events::EventColumns::of(&events);
     sqlx::query(
         "WITH e AS (
             SELECT * FROM unnest($6::text[], $7::text[], $8::jsonb[]) WITH ORDINALITY AS e(kind, agent, data, ord)),
@@ -387,9 +385,9 @@ pub async fn finish(
     .bind(status)
     .bind(result)
     .bind(error)
-    .bind(&kinds)
-    .bind(&agents)
-    .bind(&data)
+    .bind(&columns.kinds)
+    .bind(&columns.agents)
+    .bind(&columns.data)
     .execute(&mut *conn)
     .await?;
     Ok(())

@@ -99,6 +99,25 @@ pub async fn append(conn: &mut PgConnection, ticket_id: Uuid, events: &[NewEvent
     append_many(conn, &events).await
 }
 
+/// Events as the arrays the append statements unnest (`kind`, `agent`, `data`), borrowed.
+pub(crate) struct EventColumns<'a> {
+    pub kinds: Vec<&'static str>,
+    pub agents: Vec<Option<&'a str>>,
+    pub data: Vec<&'a Value>,
+}
+
+impl<'a> EventColumns<'a> {
+    pub(crate) fn of(events: impl IntoIterator<Item = &'a NewEvent>) -> EventColumns<'a> {
+        let (mut kinds, mut agents, mut data) = (vec![], vec![], vec![]);
+        for e in events {
+            kinds.push(e.kind);
+            agents.push(e.agent.as_deref());
+            data.push(&e.data);
+        }
+        EventColumns { kinds, agents, data }
+    }
+}
+
 /// Appends events to a ticket the caller holds a claim on, in one statement (no transaction
 /// round trips): the fence check and the append are one atomic write. Returns false, writing
 /// nothing, when the claim was lost.
@@ -108,9 +127,7 @@ pub async fn append_fenced<'e>(
     generation: i64,
     events: &[NewEvent],
 ) -> Result<bool, sqlx::Error> {
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
-    let agents: Vec<Option<&str>> = events.iter().map(|e| e.agent.as_deref()).collect();
-    let data: Vec<Value> = events.iter().map(|e| e.data.clone()).collect();
+    let columns = EventColumns::of(events);
     let fenced: Option<i64> = sqlx::query_scalar(
         "WITH t AS (
             UPDATE tickets SET last_event_seq = last_event_seq + $3, updated_at = now()
@@ -126,9 +143,9 @@ pub async fn append_fenced<'e>(
     .bind(ticket_id)
     .bind(generation)
     .bind(events.len() as i64)
-    .bind(&kinds)
-    .bind(&agents)
-    .bind(&data)
+    .bind(&columns.kinds)
+    .bind(&columns.agents)
+    .bind(&columns.data)
     .fetch_optional(db)
     .await?;
     Ok(fenced.is_some())
@@ -139,17 +156,11 @@ pub async fn append_fenced<'e>(
 /// its only caller is a single writer task, and no other statement waits for one of these rows
 /// while holding another, so no lock order is at stake.
 pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, Vec<NewEvent>)]) -> Result<Vec<Uuid>, sqlx::Error> {
-    let rows = appends
+    let fences = appends
         .iter()
-        .flat_map(|(fence, events)| events.iter().map(move |e| (fence, e)));
-    let (mut ids, mut generations, mut kinds, mut agents, mut data) = (vec![], vec![], vec![], vec![], vec![]);
-    for (fence, event) in rows {
-        ids.push(fence.ticket_id);
-        generations.push(fence.generation);
-        kinds.push(event.kind);
-        agents.push(event.agent.as_deref());
-        data.push(&event.data);
-    }
+        .flat_map(|(fence, events)| events.iter().map(move |_| fence));
+    let (ids, generations): (Vec<Uuid>, Vec<i64>) = fences.map(|f| (f.ticket_id, f.generation)).unzip();
+    let columns = EventColumns::of(appends.iter().flat_map(|(_, events)| events));
     sqlx::query_scalar(
         "WITH e AS (
             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::jsonb[])
@@ -170,9 +181,9 @@ pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, Vec<NewEvent>)
     )
     .bind(&ids)
     .bind(&generations)
-    .bind(&kinds)
-    .bind(&agents)
-    .bind(&data)
+    .bind(&columns.kinds)
+    .bind(&columns.agents)
+    .bind(&columns.data)
     .fetch_all(pool)
     .await
 }
@@ -186,9 +197,7 @@ pub async fn append_many(conn: &mut PgConnection, events: &[(Uuid, NewEvent)]) -
         return Ok(());
     }
     let ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
-    let kinds: Vec<&str> = events.iter().map(|(_, e)| e.kind).collect();
-    let agents: Vec<Option<&str>> = events.iter().map(|(_, e)| e.agent.as_deref()).collect();
-    let data: Vec<Value> = events.iter().map(|(_, e)| e.data.clone()).collect();
+    let columns = EventColumns::of(events.iter().map(|(_, e)| e));
     sqlx::query(
         "WITH e AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[])
@@ -204,9 +213,9 @@ pub async fn append_many(conn: &mut PgConnection, events: &[(Uuid, NewEvent)]) -
          FROM e JOIN t ON t.id = e.ticket_id",
     )
     .bind(&ids)
-    .bind(&kinds)
-    .bind(&agents)
-    .bind(&data)
+    .bind(&columns.kinds)
+    .bind(&columns.agents)
+    .bind(&columns.data)
     .execute(&mut *conn)
     .await?;
     Ok(())
