@@ -585,3 +585,45 @@ async fn a_long_transaction_in_another_database_does_not_hold_the_global_stream_
     sqlx::query("ROLLBACK").execute(&mut elsewhere).await.unwrap();
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn events_held_back_by_an_older_transaction_arrive_promptly_once_it_rolls_back_without_a_notify() {
+    let app = TestApp::spawn().await;
+    let mut stream = app.sse("/v1/events", None).await;
+    settle().await;
+
+    // The hub reads at the create's wake-up and then, without a look-again, only at its 500 ms
+    // fallback poll: the 100 + 200 ms below end before that poll.
+    for round in 0..3 {
+        // An older writing transaction of the same database: every event after it waits behind it.
+        let mut older = sqlx::postgres::PgConnection::connect(&app.database_url).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut older).await.unwrap();
+        sqlx::query("SELECT pg_current_xact_id()")
+            .execute(&mut older)
+            .await
+            .unwrap();
+
+        let ticket = app
+            .create_ticket(json!({ "task": format!("waits behind an older transaction {round}") }))
+            .await;
+        let early = stream
+            .collect_until(|e| e.kind() == "ticket.created", Duration::from_millis(300))
+            .await;
+        assert!(
+            early.is_empty(),
+            "held back while the older transaction may still write: {early:?}"
+        );
+
+        // A rollback sends no NOTIFY: only the hub's look-again (every 10 ms while events are held
+        // back) finds the event this soon.
+        sqlx::query("ROLLBACK").execute(&mut older).await.unwrap();
+        let late = stream
+            .collect_until(|e| e.kind() == "ticket.created", Duration::from_millis(200))
+            .await;
+        assert!(
+            late.iter().any(|e| e.data["ticket_id"] == ticket["id"]),
+            "round {round}: the held-back event arrived within 200 ms of the rollback: {late:?}"
+        );
+    }
+    app.shutdown().await;
+}
