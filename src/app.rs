@@ -66,7 +66,10 @@ impl App {
         let config = Arc::new(config);
         let shutdown = CancellationToken::new();
         let hub = EventHub::new(pool.clone()).await?;
-        let mut tasks = vec![tokio::spawn(hub.clone().run(shutdown.clone()))];
+        let mut tasks = vec![
+            tokio::spawn(hub.clone().run(shutdown.clone())),
+            tokio::spawn(db::statistics::run(pool.clone(), shutdown.clone())),
+        ];
         if !mode.runs_api() {
             // Nobody here watches deltas: send them to the API processes.
             tasks.push(hub.forward_deltas(shutdown.clone()));

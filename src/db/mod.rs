@@ -6,6 +6,7 @@ pub mod claims;
 pub mod comments;
 pub mod events;
 pub mod outputs;
+pub mod statistics;
 pub mod stats;
 pub mod tickets;
 

@@ -1,0 +1,79 @@
+//! Keeps the planner's picture of the tables close to their size while they grow fast.
+//!
+//! Connections keep generic plans (see `connect`), and Postgres re-plans a statement only when
+//! its tables' statistics change. A plan made while `tickets` held a few hundred rows joins by
+//! scanning the whole table; on a new desk taking work, the table grows tenfold long before
+//! autovacuum (which looks once a minute) analyses it, and every append would read every ticket
+//! until then. So each process looks every second and analyses a table that has grown since
+//! its last analysis by half: a handful of times while a desk fills, never once it is steady.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+/// The table that statements join to by key (appends, claims, renewals). The others are read
+/// only along an index's order (the event cursor, a ticket's comments), which no size changes.
+const TABLES: [&str; 1] = ["tickets"];
+const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// Below this many rows a whole-table scan costs next to nothing, whatever the plan.
+const SMALL: f64 = 500.0;
+
+/// Whether a table with `live` rows, analysed when it had `analysed` (negative: never), should be
+/// analysed again.
+fn has_outgrown(live: f64, analysed: f64) -> bool {
+    live >= SMALL && live >= 1.5 * analysed.max(0.0)
+}
+
+/// Analyses the tables that have outgrown their statistics; returns their names.
+pub async fn refresh_if_outgrown(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    let rows: Vec<(String, f64, i64)> = sqlx::query_as(
+        "SELECT c.relname::text, c.reltuples::float8, s.n_live_tup
+         FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+         WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY($1)",
+    )
+    .bind(&TABLES[..])
+    .fetch_all(pool)
+    .await?;
+    let mut analysed = Vec::new();
+    for (table, reltuples, live) in rows {
+        if has_outgrown(live as f64, reltuples) && TABLES.contains(&table.as_str()) {
+            // Statistics only: takes no lock that writers wait for.
+            sqlx::query(&format!("ANALYZE {table}")).execute(pool).await?;
+            analysed.push(table);
+        }
+    }
+    Ok(analysed)
+}
+
+/// Runs `refresh_if_outgrown` every second until shutdown.
+pub async fn run(pool: PgPool, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(CHECK_INTERVAL) => {}
+        }
+        match refresh_if_outgrown(&pool).await {
+            Ok(tables) if !tables.is_empty() => {
+                tracing::debug!(?tables, "analysed tables that had outgrown their statistics")
+            }
+            Ok(_) => {}
+            // Autovacuum still analyses them later; a down database is reported elsewhere.
+            Err(err) => tracing::debug!(error = %err, "could not refresh table statistics"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_outgrown;
+
+    #[test]
+    fn a_table_is_analysed_when_it_has_grown_by_half_and_is_no_longer_small() {
+        assert!(!has_outgrown(100.0, -1.0), "small tables are left alone");
+        assert!(has_outgrown(500.0, -1.0), "never analysed and no longer small");
+        assert!(has_outgrown(1500.0, 900.0));
+        assert!(!has_outgrown(1200.0, 900.0), "grown, not by half");
+        assert!(!has_outgrown(100_000.0, 90_000.0), "steady");
+    }
+}
