@@ -458,6 +458,43 @@ async fn a_zombie_workers_late_writes_change_nothing() {
 }
 
 #[tokio::test]
+async fn a_zombie_workers_late_tool_results_and_close_change_nothing() {
+    let (app, llm) = start(|c| c.lease = Duration::from_secs(30)).await;
+    // The zombie's reply is a finisher: its results, its usage and its close are one write,
+    // which the claim check inside that write must refuse whole.
+    llm.push(
+        Reply::tool_call("close_ticket", json!({ "result": "ZOMBIE result" })).first_byte_delay(Duration::from_secs(2)),
+    );
+    llm.push(Reply::tool_call(
+        "close_ticket",
+        json!({ "result": "from the second claim" }),
+    ));
+    let ticket = app.create_ticket(json!({ "task": "t" })).await;
+    let key = ticket["key"].as_str().unwrap();
+    assert!(llm.wait_for_requests(1, WAIT).await);
+    sqlx::query("UPDATE tickets SET lease_expires_at = now() - interval '1 second' WHERE key = $1")
+        .bind(key)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(agentdesk::db::claims::reap_expired(&app.pool, 10).await.unwrap(), 1);
+    let done = wait_status(&app, key, "done").await;
+    assert_eq!(done["result"], "from the second claim");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let done = app.get(&format!("/v1/tickets/{key}")).await.1;
+    assert_eq!(done["result"], "from the second claim");
+    assert_eq!(done["usage"]["requests"], 1, "the zombie's request added no usage");
+    let comments = app.list_all(&format!("/v1/tickets/{key}/comments")).await;
+    assert!(
+        !serde_json::to_string(&comments).unwrap().contains("ZOMBIE"),
+        "the zombie's call and result were not stored"
+    );
+    let kinds = event_kinds(&app, ticket["id"].as_str().unwrap()).await;
+    assert_eq!(kinds.iter().filter(|k| *k == "ticket.done").count(), 1);
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn deltas_of_a_worker_only_process_reach_the_clients_of_an_api_process() {
     let llm = FakeLlm::start().await;
     let api = TestApp::spawn_full(agentdesk::app::Mode::Api, agentdesk::llm::Providers::default(), |_| {}).await;

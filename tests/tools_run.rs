@@ -73,7 +73,14 @@ async fn claimed(pool: &PgPool, schema: Option<Value>) -> Claim {
         .await
         .expect("claim");
     assert_eq!(claims.len(), 1);
-    claims.remove(0)
+    let claim = claims.remove(0);
+    // The claim carries the agent's definition, so the first step need not read it again.
+    let definition = claim.definition.as_ref().expect("the claim read the agent");
+    assert_eq!(
+        (definition.name.as_str(), definition.role.as_str()),
+        (AGENT, "You work tickets.")
+    );
+    claim
 }
 
 fn ctx<'a>(pool: &'a PgPool, claim: &'a Claim) -> ToolContext<'a> {

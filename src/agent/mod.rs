@@ -22,7 +22,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db;
 use crate::db::claims::{Claim, Fence, Finish, Release};
-use crate::db::comments::NewComment;
 use crate::domain::event::kind;
 use crate::domain::{Agent, Author, ContentBlock, NewEvent, Status, Ticket, TicketEvent, TicketUsage};
 use crate::events::EventHub;
@@ -137,7 +136,11 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
     if generation != fence.generation || ticket.status != Status::InProgress {
         return Ok(Flow::End(RunEnd::Aborted));
     }
-    let Some(agent) = db::agents::get(&rt.pool, agent_name).await? else {
+    let definition = match &claim.definition {
+        Some(agent) if first => Some(agent.clone()),
+        _ => db::agents::get(&rt.pool, agent_name).await?,
+    };
+    let Some(agent) = definition else {
         let message = format!("agent {agent_name:?} no longer exists");
         return fail(rt, fence, agent_name, "agent_missing", &message, vec![]).await;
     };
@@ -242,8 +245,7 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
         // leaves no trace, exactly like a crash during the model call.
         let outcomes = next!(execute_tools(rt, fence, &agent, &ticket, &calls, signals).await?);
         let usage = record.usage.plus(&tool_usage);
-        let tx = fenced!(rt, fence, &usage);
-        return store_results(rt, fence, &agent, &ticket, &calls, outcomes, Some(record), tx).await;
+        return store_results(rt, fence, &agent, &ticket, &calls, outcomes, Some(record), &usage).await;
     }
     // Tools with side effects: the response and `tool.started` are stored before they run.
     let mut tx = fenced!(rt, fence, &record.usage);
@@ -252,8 +254,7 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
     tx.commit().await?;
     rt.hub.wake();
     let outcomes = next!(execute_tools(rt, fence, &agent, &ticket, &calls, signals).await?);
-    let tx = fenced!(rt, fence, &tool_usage);
-    store_results(rt, fence, &agent, &ticket, &calls, outcomes, None, tx).await
+    store_results(rt, fence, &agent, &ticket, &calls, outcomes, None, &tool_usage).await
 }
 
 fn build_request(agent: &Agent, ticket: &Ticket, comments: &[crate::domain::Comment]) -> ModelRequest {
@@ -809,10 +810,11 @@ async fn execute_tools(
     }
 }
 
-/// Stores every result in one user comment, in the caller's fenced transaction (whose fence added
-/// the usage), and commits; a finisher closes the ticket in the same transaction, as its last
-/// event. With `response`, the response that made the calls is stored first, in the same
-/// statements.
+/// Stores every result in one user comment and commits; a finisher closes the ticket in the same
+/// transaction, as its last event. With `response`, the response that made the calls is stored
+/// first, in the same statement. The claim is checked (and `usage` added) by the comments' own
+/// statement: the writes before it (a handover's new ticket, stored outputs, a schema retry's
+/// count) are in the same transaction and roll back with it when the claim turns out lost.
 #[allow(clippy::too_many_arguments)]
 async fn store_results(
     rt: &Runtime,
@@ -822,8 +824,9 @@ async fn store_results(
     calls: &[PreparedCall],
     outcomes: Vec<ToolOutcome>,
     response: Option<ResponseRecord>,
-    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    usage: &TicketUsage,
 ) -> Result<Flow<()>, sqlx::Error> {
+    let mut tx = rt.pool.begin().await?;
     let mut events = vec![];
     let name = agent.name.as_str();
     let mut outcomes = outcomes;
@@ -901,28 +904,24 @@ async fn store_results(
             }
         }
     }
-    let results_comment = NewComment {
-        ticket_id: ticket.id,
-        author: Author::User,
-        agent: None,
-        content: &results,
-    };
+    let results_comment = (Author::User, None, &results[..]);
     let (mut logged, comment) = match response {
         Some(response) => {
-            let assistant = NewComment {
-                ticket_id: ticket.id,
-                author: Author::Assistant,
-                agent: Some(name),
-                content: &response.content,
+            let assistant = (Author::Assistant, Some(name), &response.content[..]);
+            let Some(mut stored) =
+                db::comments::insert_fenced(&mut tx, fence, usage, &[assistant, results_comment]).await?
+            else {
+                return Ok(Flow::End(RunEnd::Aborted));
             };
-            let mut stored = db::comments::insert_many(&mut tx, &[assistant, results_comment]).await?;
             let (Some(results), Some(assistant)) = (stored.pop(), stored.pop()) else {
                 return Err(sqlx::Error::RowNotFound);
             };
             (response.events(&assistant, name), results)
         }
         None => {
-            let stored = db::comments::insert_many(&mut tx, &[results_comment]).await?;
+            let Some(stored) = db::comments::insert_fenced(&mut tx, fence, usage, &[results_comment]).await? else {
+                return Ok(Flow::End(RunEnd::Aborted));
+            };
             (vec![], stored.into_iter().next().ok_or(sqlx::Error::RowNotFound)?)
         }
     };

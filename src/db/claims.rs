@@ -15,7 +15,7 @@ use super::comments::NewComment;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::agent::transcript::task_text;
 use crate::domain::event::kind;
-use crate::domain::{Author, ContentBlock, NewEvent, Ticket, TicketUsage};
+use crate::domain::{Agent, Author, ContentBlock, NewEvent, Ticket, TicketUsage};
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
 #[derive(Clone, Debug)]
@@ -23,6 +23,9 @@ pub struct Claim {
     pub ticket: Ticket,
     pub generation: i64,
     pub agent: String,
+    /// The agent's definition as the claim read it (None if it has been deleted since): the
+    /// first step runs with it instead of reading it again.
+    pub definition: Option<Agent>,
 }
 
 impl Claim {
@@ -89,9 +92,13 @@ pub async fn claim_batch(
                 finished_at = NULL,
                 seeded = true,
                 updated_at = now()
-            FROM candidates c WHERE t.id = c.id
+            -- By key through the primary index: joined on `t.id = c.id` alone, a plan that
+            -- guessed many candidates would read the whole table to hash it.
+            FROM candidates c WHERE t.id = ANY(ARRAY(SELECT id FROM candidates)) AND t.id = c.id
             RETURNING t.*, c.seeded AS was_seeded)
-         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded FROM claimed t"
+         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded,
+                (SELECT to_jsonb(a) FROM agents a WHERE a.name = t.agent) AS definition
+         FROM claimed t"
     );
     let rows = sqlx::query(&sql)
         .bind(limit)
@@ -109,10 +116,17 @@ pub async fn claim_batch(
         if !row.try_get::<bool, _>("was_seeded")? {
             unseeded.push(claims.len());
         }
+        // Unreadable, it is read again by name in the first step.
+        let definition = row
+            .try_get::<Option<sqlx::types::Json<Agent>>, _>("definition")
+            .ok()
+            .flatten()
+            .map(|json| json.0);
         claims.push(Claim {
             ticket,
             generation,
             agent,
+            definition,
         });
     }
     let tasks: Vec<[ContentBlock; 1]> = unseeded
