@@ -7,6 +7,7 @@
 //! until then. So each process looks every second and analyses a table that has grown since
 //! its last analysis by half: a handful of times while a desk fills, never once it is steady.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -25,35 +26,48 @@ fn has_outgrown(live: f64, analysed: f64) -> bool {
     live >= SMALL && live >= 1.5 * analysed.max(0.0)
 }
 
-/// Analyses the tables that have outgrown their statistics; returns their names.
-pub async fn refresh_if_outgrown(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
-    let rows: Vec<(String, f64, i64)> = sqlx::query_as(
-        "SELECT c.relname::text, c.reltuples::float8, s.n_live_tup
-         FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
-         WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY($1)",
-    )
-    .bind(&TABLES[..])
-    .fetch_all(pool)
-    .await?;
-    let mut analysed = Vec::new();
-    for (table, reltuples, live) in rows {
-        if has_outgrown(live as f64, reltuples) && TABLES.contains(&table.as_str()) {
-            // Statistics only: takes no lock that writers wait for.
-            sqlx::query(&format!("ANALYZE {table}")).execute(pool).await?;
-            analysed.push(table);
+/// Analyses the tables that have outgrown their statistics. Remembers the size at which it last
+/// analysed each, so that an `ANALYZE` which changes nothing (a role that does not own the table
+/// gets only a warning) is not repeated every second.
+#[derive(Default)]
+pub struct Refresher {
+    analysed_at: HashMap<String, f64>,
+}
+
+impl Refresher {
+    /// One look at the tables; returns the names of those it analysed.
+    pub async fn refresh_if_outgrown(&mut self, pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+        let rows: Vec<(String, f64, i64)> = sqlx::query_as(
+            "SELECT c.relname::text, c.reltuples::float8, s.n_live_tup
+             FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+             WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY($1)",
+        )
+        .bind(&TABLES[..])
+        .fetch_all(pool)
+        .await?;
+        let mut analysed = Vec::new();
+        for (table, reltuples, live) in rows {
+            let known = self.analysed_at.get(&table).copied().unwrap_or(0.0).max(reltuples);
+            if has_outgrown(live as f64, known) && TABLES.contains(&table.as_str()) {
+                // Statistics only: takes no lock that writers wait for.
+                sqlx::query(&format!("ANALYZE {table}")).execute(pool).await?;
+                self.analysed_at.insert(table.clone(), live as f64);
+                analysed.push(table);
+            }
         }
+        Ok(analysed)
     }
-    Ok(analysed)
 }
 
 /// Runs `refresh_if_outgrown` every second until shutdown.
 pub async fn run(pool: PgPool, shutdown: CancellationToken) {
+    let mut refresher = Refresher::default();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(CHECK_INTERVAL) => {}
         }
-        match refresh_if_outgrown(&pool).await {
+        match refresher.refresh_if_outgrown(&pool).await {
             Ok(tables) if !tables.is_empty() => {
                 tracing::debug!(?tables, "analysed tables that had outgrown their statistics")
             }
