@@ -421,6 +421,16 @@ async fn max_turns_fails_the_ticket_with_a_policy_violation() {
     app.shutdown().await;
 }
 
+/// What the reaper does when a worker stops renewing: expire the lease and re-queue the ticket.
+async fn expire_and_reap(app: &TestApp, key: &str) {
+    sqlx::query("UPDATE tickets SET lease_expires_at = now() - interval '1 second' WHERE key = $1")
+        .bind(key)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(agentdesk::db::claims::reap_expired(&app.pool, 10).await.unwrap(), 1);
+}
+
 #[tokio::test]
 async fn a_zombie_workers_late_writes_change_nothing() {
     let (app, llm) = start(|c| c.lease = Duration::from_secs(30)).await;
@@ -433,13 +443,7 @@ async fn a_zombie_workers_late_writes_change_nothing() {
     let ticket = app.create_ticket(json!({ "task": "t" })).await;
     let key = ticket["key"].as_str().unwrap();
     assert!(llm.wait_for_requests(1, WAIT).await);
-    // What the reaper does when a worker stops renewing: expire the lease and re-queue the ticket.
-    sqlx::query("UPDATE tickets SET lease_expires_at = now() - interval '1 second' WHERE key = $1")
-        .bind(key)
-        .execute(&app.pool)
-        .await
-        .unwrap();
-    assert_eq!(agentdesk::db::claims::reap_expired(&app.pool, 10).await.unwrap(), 1);
+    expire_and_reap(&app, key).await;
     let done = wait_status(&app, key, "done").await;
     assert_eq!(done["result"], "from the second claim");
     assert_eq!(done["attempts"], 2, "the lost claim counts as an attempt");
@@ -472,12 +476,7 @@ async fn a_zombie_workers_late_tool_results_and_close_change_nothing() {
     let ticket = app.create_ticket(json!({ "task": "t" })).await;
     let key = ticket["key"].as_str().unwrap();
     assert!(llm.wait_for_requests(1, WAIT).await);
-    sqlx::query("UPDATE tickets SET lease_expires_at = now() - interval '1 second' WHERE key = $1")
-        .bind(key)
-        .execute(&app.pool)
-        .await
-        .unwrap();
-    assert_eq!(agentdesk::db::claims::reap_expired(&app.pool, 10).await.unwrap(), 1);
+    expire_and_reap(&app, key).await;
     let done = wait_status(&app, key, "done").await;
     assert_eq!(done["result"], "from the second claim");
     tokio::time::sleep(Duration::from_secs(2)).await;

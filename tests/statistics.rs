@@ -18,6 +18,19 @@ async fn insert_tickets(url: &str, n: i64) {
     conn.close().await.unwrap();
 }
 
+/// Looks until the refresher analyses something (the row counts reach the statistics views
+/// within moments of the writer's exit); returns what it analysed.
+async fn first_analysis(refresher: &mut db::statistics::Refresher, pool: &sqlx::PgPool) -> Vec<String> {
+    for _ in 0..50 {
+        let analysed = refresher.refresh_if_outgrown(pool).await.unwrap();
+        if !analysed.is_empty() {
+            return analysed;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    vec![]
+}
+
 #[tokio::test]
 async fn a_tickets_table_that_outgrew_its_statistics_is_analysed_once_then_left_alone() {
     let url = agentdesk::testing::fresh_database().await.unwrap();
@@ -31,14 +44,7 @@ async fn a_tickets_table_that_outgrew_its_statistics_is_analysed_once_then_left_
 
     insert_tickets(&url, 2000).await;
 
-    let mut analysed = Vec::new();
-    for _ in 0..50 {
-        analysed = refresher.refresh_if_outgrown(&pool).await.unwrap();
-        if !analysed.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let analysed = first_analysis(&mut refresher, &pool).await;
     assert_eq!(analysed, ["tickets"]);
     let reltuples: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'tickets'")
         .fetch_one(&pool)
@@ -75,14 +81,7 @@ async fn a_role_that_cannot_analyse_the_table_does_not_try_again_every_second() 
         .await
         .unwrap();
     let mut refresher = db::statistics::Refresher::default();
-    let mut analysed = Vec::new();
-    for _ in 0..50 {
-        analysed = refresher.refresh_if_outgrown(&pool).await.unwrap();
-        if !analysed.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let analysed = first_analysis(&mut refresher, &pool).await;
     assert_eq!(analysed, ["tickets"], "it tried once (Postgres only warns)");
     let reltuples: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'tickets'")
         .fetch_one(&pool)
