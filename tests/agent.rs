@@ -18,6 +18,21 @@ async fn start(configure: impl FnOnce(&mut agentdesk::config::Config)) -> (TestA
     (app, llm)
 }
 
+/// Every `comment.created` event of a ticket carries its comment exactly as the API lists it
+/// (a step's comments and their events are written in one statement, `seq` spliced in there).
+async fn assert_events_carry_the_listed_comments(app: &TestApp, ticket: &Value) {
+    let logged: Vec<Value> = event_data(app, ticket["id"].as_str().unwrap(), "comment.created")
+        .await
+        .into_iter()
+        .map(|data| data["comment"].clone())
+        .collect();
+    let listed = app
+        .list_all(&format!("/v1/tickets/{}/comments", ticket["key"].as_str().unwrap()))
+        .await;
+    assert!(!listed.is_empty());
+    assert_eq!(logged, listed);
+}
+
 #[tokio::test]
 async fn a_one_step_ticket_is_done_with_its_result_usage_and_events_in_order() {
     let (app, llm) = start(|_| {}).await;
@@ -55,6 +70,7 @@ async fn a_one_step_ticket_is_done_with_its_result_usage_and_events_in_order() {
     );
     let started = event_data(&app, done["id"].as_str().unwrap(), "ticket.started").await;
     assert_eq!(started[0], json!({ "agent": "default", "attempt": 1 }));
+    assert_events_carry_the_listed_comments(&app, &done).await;
 
     // The request carried the task, the role as system prompt, the tools and usage streaming.
     let request = &llm.requests()[0].body;
@@ -225,6 +241,7 @@ async fn parallel_tool_calls_run_and_their_results_return_in_call_order() {
         .collect();
     assert_eq!(ids, call_ids);
     assert_eq!(done["usage"]["tool_calls"], 4);
+    assert_events_carry_the_listed_comments(&app, &done).await;
     app.shutdown().await;
 }
 

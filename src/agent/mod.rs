@@ -810,11 +810,11 @@ async fn execute_tools(
     }
 }
 
-/// Stores every result in one user comment and commits; a finisher closes the ticket in the same
-/// transaction, as its last event. With `response`, the response that made the calls is stored
-/// first, in the same statement. The claim is checked (and `usage` added) by the comments' own
-/// statement: the writes before it (a handover's new ticket, stored outputs, a schema retry's
-/// count) are in the same transaction and roll back with it when the claim turns out lost.
+/// Stores every result in one user comment; a finisher closes the ticket as its last event. With
+/// `response`, the response that made the calls is stored first. Everything is one statement
+/// (`claims::store_step`) that checks the claim and adds `usage`; alone, it is its own
+/// transaction. Writes that must come first (a handover's new ticket, stored outputs, a schema
+/// retry's count) open a transaction around it, and roll back with it if the claim turns out lost.
 #[allow(clippy::too_many_arguments)]
 async fn store_results(
     rt: &Runtime,
@@ -826,7 +826,7 @@ async fn store_results(
     response: Option<ResponseRecord>,
     usage: &TicketUsage,
 ) -> Result<Flow<()>, sqlx::Error> {
-    let mut tx = rt.pool.begin().await?;
+    let mut tx: Option<sqlx::Transaction<'static, sqlx::Postgres>> = None;
     let mut events = vec![];
     let name = agent.name.as_str();
     let mut outcomes = outcomes;
@@ -842,7 +842,8 @@ async fn store_results(
     for &i in &offloads {
         if let ToolOutcome::Output(text) = &mut outcomes[i] {
             // The whole output is kept for download; the model gets a stub with a preview.
-            db::outputs::store(&mut tx, ticket.id, &calls[i].id, &calls[i].name, text).await?;
+            let conn = open_transaction(rt, &mut tx).await?;
+            db::outputs::store(conn, ticket.id, &calls[i].id, &calls[i].name, text).await?;
             *text = outputs::stub(&ticket.key, &calls[i].id, text);
         }
     }
@@ -856,9 +857,15 @@ async fn store_results(
                 kind: "conflict",
                 message: "This ticket was already closed by an earlier call in the same reply.".into(),
             },
+            ToolOutcome::Finish(tool_run::Finisher::Close { result }) => {
+                let output = tool_run::closed_output(ticket);
+                closed_with = Some(result);
+                ToolOutcome::Output(output)
+            }
             ToolOutcome::Finish(finisher) => {
                 created_work |= matches!(finisher, tool_run::Finisher::Handover { .. });
-                let (output, result) = tool_run::apply_finisher(&mut tx, fence, ticket, name, &finisher).await?;
+                let conn = open_transaction(rt, &mut tx).await?;
+                let (output, result) = tool_run::apply_finisher(conn, fence, ticket, name, &finisher).await?;
                 closed_with = Some(result);
                 ToolOutcome::Output(output)
             }
@@ -898,58 +905,85 @@ async fn store_results(
     let mut failed_message = None;
     if closed_with.is_none() {
         if let Some(detail) = &schema_failure {
-            match schema_retry(&mut tx, agent, ticket, detail, &mut events).await? {
+            let conn = open_transaction(rt, &mut tx).await?;
+            match schema_retry(conn, agent, ticket, detail, &mut events).await? {
                 Some(message) => failed_message = Some(message),
                 None => results.push(ContentBlock::text(transcript::directive(detail))),
             }
         }
     }
-    let results_comment = (Author::User, None, &results[..]);
-    let (mut logged, comment) = match response {
-        Some(response) => {
-            let assistant = (Author::Assistant, Some(name), &response.content[..]);
-            let Some(mut stored) =
-                db::comments::insert_fenced(&mut tx, fence, usage, &[assistant, results_comment]).await?
-            else {
-                return Ok(Flow::End(RunEnd::Aborted));
-            };
-            let (Some(results), Some(assistant)) = (stored.pop(), stored.pop()) else {
-                return Err(sqlx::Error::RowNotFound);
-            };
-            (response.events(&assistant, name), results)
-        }
-        None => {
-            let Some(stored) = db::comments::insert_fenced(&mut tx, fence, usage, &[results_comment]).await? else {
-                return Ok(Flow::End(RunEnd::Aborted));
-            };
-            (vec![], stored.into_iter().next().ok_or(sqlx::Error::RowNotFound)?)
-        }
-    };
+
+    // In log order: the response (`request.finished`, its comment, `tool.started`), the tools'
+    // events, the results' comment, then the outcome's event (added by `store_step`).
+    let mut comments = vec![];
+    let (mut logged, mut carries) = (vec![], vec![]);
+    if let Some(response) = response {
+        let assistant =
+            db::claims::new_step_comment(ticket.id, Author::Assistant, Some(name), response.content.clone());
+        let response_events = response.events(&assistant, name);
+        carries.extend(
+            response_events
+                .iter()
+                .map(|e| (e.kind == kind::COMMENT_CREATED).then_some(0)),
+        );
+        logged.extend(response_events);
+        comments.push(assistant);
+    }
+    carries.extend(events.iter().map(|_| None));
     logged.append(&mut events);
+    let results_comment = db::claims::new_step_comment(ticket.id, Author::User, None, results);
     logged.push(NewEvent::new(
         kind::COMMENT_CREATED,
         Some(name),
-        json!({ "comment": comment }),
+        json!({ "comment": results_comment }),
     ));
-    // The ticket's own final event comes last, after the results that led to it.
-    let flow = if let Some(result) = closed_with {
-        db::claims::finish(&mut tx, fence, &Finish::Done(result), name, logged).await?;
-        Flow::End(RunEnd::Done)
+    carries.push(Some(comments.len()));
+    comments.push(results_comment);
+
+    let (outcome, flow) = if let Some(result) = closed_with {
+        (Some(Finish::Done(result)), Flow::End(RunEnd::Done))
     } else if let Some(message) = failed_message {
         let outcome = Finish::Failed {
             kind: "max_schema_retries".into(),
             message,
         };
-        db::claims::finish(&mut tx, fence, &outcome, name, logged).await?;
-        Flow::End(RunEnd::Failed)
+        (Some(outcome), Flow::End(RunEnd::Failed))
     } else {
-        db::events::append(&mut tx, ticket.id, &logged).await?;
-        Flow::Next(())
+        (None, Flow::Next(()))
     };
-    tx.commit().await?;
+    let step = db::claims::StepResult {
+        usage,
+        comments: &comments,
+        events: logged,
+        carries,
+        outcome: outcome.as_ref(),
+    };
+    let held = match tx.as_mut() {
+        Some(tx) => db::claims::store_step(tx, fence, name, step).await?,
+        None => db::claims::store_step(&mut *rt.pool.acquire().await?, fence, name, step).await?,
+    };
+    if !held {
+        // An open transaction rolls back as it is dropped.
+        return Ok(Flow::End(RunEnd::Aborted));
+    }
+    if let Some(tx) = tx {
+        tx.commit().await?;
+    }
     rt.hub.wake();
     if created_work {
         rt.hub.work_available();
     }
     Ok(flow)
+}
+
+/// The transaction of writes that must precede a step's result, opened on first use.
+async fn open_transaction<'t>(
+    rt: &Runtime,
+    slot: &'t mut Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+) -> Result<&'t mut sqlx::PgConnection, sqlx::Error> {
+    let tx = match slot.take() {
+        Some(tx) => tx,
+        None => rt.pool.begin().await?,
+    };
+    Ok(&mut **slot.insert(tx))
 }

@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use chrono::{DateTime, Timelike, Utc};
+use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
@@ -15,7 +16,7 @@ use super::comments::NewComment;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::agent::transcript::task_text;
 use crate::domain::event::kind;
-use crate::domain::{Agent, Author, ContentBlock, NewEvent, Ticket, TicketUsage};
+use crate::domain::{Agent, Author, Comment, ContentBlock, NewEvent, Ticket, TicketUsage};
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
 #[derive(Clone, Debug)]
@@ -360,23 +361,7 @@ pub async fn finish(
     agent: &str,
     mut events: Vec<NewEvent>,
 ) -> Result<(), sqlx::Error> {
-    let (status, result, error, event) = match outcome {
-        Finish::Done(result) => (
-            "done",
-            Some(result.clone()),
-            None,
-            NewEvent::new(kind::TICKET_DONE, Some(agent), json!({ "result": result })),
-        ),
-        Finish::Failed { kind: k, message } => {
-            let error = json!({ "kind": k, "message": message });
-            (
-                "failed",
-                None,
-                Some(error.clone()),
-                NewEvent::new(kind::TICKET_FAILED, Some(agent), json!({ "error": error })),
-            )
-        }
-    };
+    let (status, result, error, event) = outcome.columns(agent);
     events.push(event);
     // The outcome and the events in one statement: one new version of the ticket's row.
     let columns = super::events::EventColumns::of(&events);
@@ -411,6 +396,150 @@ pub async fn finish(
 pub enum Finish {
     Done(serde_json::Value),
     Failed { kind: String, message: String },
+}
+
+impl Finish {
+    /// The ticket's new status, result and error, and its final event.
+    fn columns(&self, agent: &str) -> (&'static str, Option<Value>, Option<Value>, NewEvent) {
+        match self {
+            Finish::Done(result) => (
+                "done",
+                Some(result.clone()),
+                None,
+                NewEvent::new(kind::TICKET_DONE, Some(agent), json!({ "result": result })),
+            ),
+            Finish::Failed { kind: k, message } => {
+                let error = json!({ "kind": k, "message": message });
+                (
+                    "failed",
+                    None,
+                    Some(error.clone()),
+                    NewEvent::new(kind::TICKET_FAILED, Some(agent), json!({ "error": error })),
+                )
+            }
+        }
+    }
+}
+
+/// A comment of a step's result, made whole before it is stored: its id and time are chosen here
+/// (so the events that carry it can be written in the same statement), its `seq` by the ticket's
+/// row. The time is this process's clock, to the microsecond Postgres keeps.
+pub fn new_step_comment(ticket_id: Uuid, author: Author, agent: Option<&str>, content: Vec<ContentBlock>) -> Comment {
+    let now = Utc::now();
+    Comment {
+        id: Uuid::now_v7(),
+        ticket_id,
+        seq: 0,
+        author,
+        agent: agent.map(str::to_owned),
+        content,
+        created_at: now.with_nanosecond(now.nanosecond() / 1000 * 1000).unwrap_or(now),
+    }
+}
+
+/// What a step stores at its end, all in one statement.
+pub struct StepResult<'a> {
+    /// Added to the ticket's counters.
+    pub usage: &'a TicketUsage,
+    /// Appended in order; their `seq` is assigned here.
+    pub comments: &'a [Comment],
+    /// Appended in order after the comments. An event whose data is `{"comment": …}` of one of
+    /// `comments` names it in `carries` (its index) and gets the comment's `seq` spliced in.
+    pub events: Vec<NewEvent>,
+    pub carries: Vec<Option<usize>>,
+    /// Ends the claim (its final event goes last) or, when None, leaves it running.
+    pub outcome: Option<&'a Finish>,
+}
+
+/// Stores a step's result: checks the claim, adds the usage, appends the comments and the events
+/// and applies the outcome, in one statement. Outside a transaction that is one round trip and
+/// one commit; inside the caller's, it rolls back with it. False, writing nothing, when the
+/// claim was lost.
+pub async fn store_step(
+    conn: &mut PgConnection,
+    fence: Fence,
+    agent: &str,
+    mut step: StepResult<'_>,
+) -> Result<bool, sqlx::Error> {
+    let (status, result, error) = match step.outcome {
+        Some(outcome) => {
+            let (status, result, error, event) = outcome.columns(agent);
+            step.events.push(event);
+            step.carries.push(None);
+            (Some(status), result, error)
+        }
+        None => (None, None, None),
+    };
+    let ids: Vec<Uuid> = step.comments.iter().map(|c| c.id).collect();
+    let authors: Vec<&str> = step.comments.iter().map(|c| c.author.as_str()).collect();
+    let agents: Vec<Option<&str>> = step.comments.iter().map(|c| c.agent.as_deref()).collect();
+    let contents: Vec<Value> = step
+        .comments
+        .iter()
+        .map(|c| serde_json::to_value(&c.content).unwrap_or(Value::Array(vec![])))
+        .collect();
+    let times: Vec<DateTime<Utc>> = step.comments.iter().map(|c| c.created_at).collect();
+    let carries: Vec<Option<i64>> = step.carries.iter().map(|c| c.map(|i| i as i64 + 1)).collect();
+    let columns = super::events::EventColumns::of(&step.events);
+    let usage = step.usage;
+    let written = sqlx::query(
+        "WITH t AS (
+            UPDATE tickets SET updated_at = now(),
+                input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,
+                cache_read_tokens = cache_read_tokens + $5, cache_creation_tokens = cache_creation_tokens + $6,
+                requests = requests + $7, tool_calls = tool_calls + $8,
+                last_comment_seq = last_comment_seq + cardinality($9::uuid[]),
+                last_event_seq = last_event_seq + cardinality($14::text[]),
+                status = COALESCE($18, status),
+                result = CASE WHEN $18 IS NULL THEN result ELSE COALESCE($19, result) END,
+                error = CASE WHEN $18 IS NULL THEN error ELSE $20 END,
+                lease_expires_at = CASE WHEN $18 IS NULL THEN lease_expires_at END,
+                worker_id = CASE WHEN $18 IS NULL THEN worker_id END,
+                work_ms = work_ms + CASE WHEN $18 IS NULL THEN 0
+                    ELSE COALESCE((extract(epoch FROM now() - claimed_at) * 1000)::bigint, 0) END,
+                claimed_at = CASE WHEN $18 IS NULL THEN claimed_at END,
+                finished_at = CASE WHEN $18 IS NULL THEN finished_at ELSE now() END
+             WHERE id = $1 AND generation = $2 AND status = 'in_progress'
+             RETURNING id, key, last_comment_seq - cardinality($9::uuid[]) AS comment_base,
+                       last_event_seq - cardinality($14::text[]) AS event_base),
+         c AS (
+            INSERT INTO comments (id, ticket_id, seq, author, agent, content, created_at)
+            SELECT c.id, t.id, t.comment_base + c.ord, c.author, c.agent, c.content, c.created_at
+            FROM unnest($9::uuid[], $10::text[], $11::text[], $12::jsonb[], $13::timestamptz[])
+                WITH ORDINALITY AS c(id, author, agent, content, created_at, ord), t
+            RETURNING 1)
+         INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
+         SELECT t.id, t.key, t.event_base + e.ord, e.kind, e.agent,
+                CASE WHEN e.carries IS NULL THEN e.data
+                     ELSE jsonb_set(e.data, '{comment,seq}', to_jsonb(t.comment_base + e.carries)) END
+         FROM unnest($14::text[], $15::text[], $16::jsonb[], $17::int8[])
+             WITH ORDINALITY AS e(kind, agent, data, carries, ord), t
+         RETURNING 1",
+    )
+    .bind(fence.ticket_id)
+    .bind(fence.generation)
+    .bind(usage.input_tokens)
+    .bind(usage.output_tokens)
+    .bind(usage.cache_read_tokens)
+    .bind(usage.cache_creation_tokens)
+    .bind(usage.requests)
+    .bind(usage.tool_calls)
+    .bind(&ids)
+    .bind(&authors)
+    .bind(&agents)
+    .bind(&contents)
+    .bind(&times)
+    .bind(&columns.kinds)
+    .bind(&columns.agents)
+    .bind(&columns.data)
+    .bind(&carries)
+    .bind(status)
+    .bind(result)
+    .bind(error)
+    .execute(conn)
+    .await?;
+    // Every event is written or, with the claim lost, none.
+    Ok(written.rows_affected() as usize == step.events.len())
 }
 
 /// Counts a schema retry and returns the new count.

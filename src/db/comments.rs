@@ -5,8 +5,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
-use super::claims::Fence;
-use crate::domain::{Author, Comment, ContentBlock, TicketUsage};
+use crate::domain::{Author, Comment, ContentBlock};
 
 #[derive(sqlx::FromRow)]
 struct CommentRow {
@@ -108,58 +107,6 @@ pub async fn insert_many(conn: &mut PgConnection, comments: &[NewComment<'_>]) -
     .collect();
     rows.sort_by_key(|(ord, _)| *ord);
     Ok(rows.into_iter().map(|(_, row)| row.into()).collect())
-}
-
-/// Appends comments to the claim's ticket, in order, in the statement that also checks the claim
-/// (as `claims::fence_adding` does) and adds `usage` to its counters; None when the claim is lost,
-/// and then nothing is written. From here on the caller's transaction holds the ticket's row lock:
-/// one statement and one new row version where a fence and an append took two.
-pub async fn insert_fenced(
-    conn: &mut PgConnection,
-    fence: Fence,
-    usage: &TicketUsage,
-    comments: &[(Author, Option<&str>, &[ContentBlock])],
-) -> Result<Option<Vec<Comment>>, sqlx::Error> {
-    let ids: Vec<Uuid> = comments.iter().map(|_| Uuid::now_v7()).collect();
-    let authors: Vec<&str> = comments.iter().map(|(author, _, _)| author.as_str()).collect();
-    let agents: Vec<Option<&str>> = comments.iter().map(|(_, agent, _)| *agent).collect();
-    let contents: Vec<Value> = comments
-        .iter()
-        .map(|(_, _, content)| serde_json::to_value(content).unwrap_or(Value::Array(vec![])))
-        .collect();
-    let mut rows: Vec<CommentRow> = sqlx::query_as(
-        "WITH t AS (
-            UPDATE tickets SET updated_at = now(),
-                last_comment_seq = last_comment_seq + cardinality($3::uuid[]),
-                input_tokens = input_tokens + $7, output_tokens = output_tokens + $8,
-                cache_read_tokens = cache_read_tokens + $9, cache_creation_tokens = cache_creation_tokens + $10,
-                requests = requests + $11, tool_calls = tool_calls + $12
-             WHERE id = $1 AND generation = $2 AND status = 'in_progress'
-             RETURNING id, last_comment_seq - cardinality($3::uuid[]) AS base)
-         INSERT INTO comments (id, ticket_id, seq, author, agent, content)
-         SELECT c.id, t.id, t.base + c.ord, c.author, c.agent, c.content
-         FROM unnest($3::uuid[], $4::text[], $5::text[], $6::jsonb[]) WITH ORDINALITY AS c(id, author, agent, content, ord), t
-         RETURNING id, ticket_id, seq, author, agent, content, created_at",
-    )
-    .bind(fence.ticket_id)
-    .bind(fence.generation)
-    .bind(&ids)
-    .bind(&authors)
-    .bind(&agents)
-    .bind(&contents)
-    .bind(usage.input_tokens)
-    .bind(usage.output_tokens)
-    .bind(usage.cache_read_tokens)
-    .bind(usage.cache_creation_tokens)
-    .bind(usage.requests)
-    .bind(usage.tool_calls)
-    .fetch_all(conn)
-    .await?;
-    if rows.len() != comments.len() {
-        return Ok(None);
-    }
-    rows.sort_by_key(|r| r.seq);
-    Ok(Some(rows.into_iter().map(Comment::from).collect()))
 }
 
 #[derive(sqlx::FromRow)]

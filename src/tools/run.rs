@@ -147,11 +147,16 @@ pub async fn run_builtin(ctx: &ToolContext<'_>, name: &str, input: &Value) -> To
     }
 }
 
-/// Applies a finisher's side effects inside the caller's fenced transaction (the caller holds the
-/// ticket's row lock through `db::claims::fence`): a handover creates the child ticket, labelled
-/// `to`, with `{parent_key}` and `{parent_result}` substituted once. Returns the tool output and
-/// the ticket's result; the caller then finishes the ticket with it, after storing the tool
-/// results, so that `ticket.done` is the ticket's last event.
+/// What `close_ticket` answers the model.
+pub fn closed_output(ticket: &Ticket) -> String {
+    format!("{} is done.", ticket.key)
+}
+
+/// Applies a finisher's side effects inside the caller's transaction, which checks the claim
+/// before it commits (and rolls everything back if it was lost): a handover creates the child
+/// ticket, labelled `to`, with `{parent_key}` and `{parent_result}` substituted once. Returns the
+/// tool output and the ticket's result; the caller then finishes the ticket with it, after
+/// storing the tool results, so that `ticket.done` is the ticket's last event.
 pub async fn apply_finisher(
     conn: &mut PgConnection,
     _fence: Fence,
@@ -160,7 +165,7 @@ pub async fn apply_finisher(
     finisher: &Finisher,
 ) -> Result<(String, Value), sqlx::Error> {
     match finisher {
-        Finisher::Close { result } => Ok((format!("{} is done.", ticket.key), result.clone())),
+        Finisher::Close { result } => Ok((closed_output(ticket), result.clone())),
         Finisher::Handover {
             to,
             task,
