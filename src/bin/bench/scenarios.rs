@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 
 use super::floor::Floor;
-use super::harness::{self, Fixture, Progress, Sampler};
+use super::harness::{self, DoneWatcher, Fixture, Progress, Sampler};
 use super::pgbench;
 use super::report::{median, percentile, Bar, Check, Report};
 use super::server::{self, ServerSpec};
@@ -64,6 +64,43 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// Tickets in flight in the measured throughput rounds: enough to keep the machine busy. With an
+/// instant model, a ticket's life is mostly waiting on round trips (HTTP, model, Postgres), and the
+/// default 64 in flight left a quarter of the CPU idle; pgbench's clients never wait on anything
+/// but Postgres.
+const THROUGHPUT_WORKERS: usize = 256;
+/// `AGENTDESK_WORKERS`' default, measured in one more round for information.
+const DEFAULT_WORKERS: usize = 64;
+
+/// One throughput round: `tickets` one-step tickets created over HTTP by `clients` until all are
+/// done. Returns tickets/s and the creation rate.
+async fn throughput_round(
+    fx: &Fixture,
+    watcher: &mut DoneWatcher,
+    done_before: usize,
+    tickets: usize,
+    clients: usize,
+    timeout: Duration,
+    report: &mut Report,
+) -> Result<(f64, f64)> {
+    let started = Instant::now();
+    let creating = fx.create_tickets(tickets, clients, json!({"task": "say ok"}));
+    let created = tokio::time::timeout(timeout, creating)
+        .await
+        .context("creating tickets timed out")??;
+    let (_, failed) = watcher
+        .wait_for(done_before + tickets, timeout.saturating_sub(created))
+        .await?;
+    let elapsed = started.elapsed();
+    if failed > 0 {
+        report.note(format!("{failed} tickets failed (counted as finished)"));
+    }
+    Ok((
+        tickets as f64 / elapsed.as_secs_f64(),
+        tickets as f64 / created.as_secs_f64(),
+    ))
+}
+
 /// N one-step tickets created over HTTP by concurrent clients until all are done, against
 /// pgbench running the bare SQL of a ticket's life with as many clients. Rounds alternate between
 /// the two so both see the same machine noise; the medians are compared.
@@ -72,7 +109,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let pg_duration = Duration::from_secs(opts.pick(3, 15));
     let spec = ServerSpec {
         mode: Mode::Serve,
-        workers: 64,
+        workers: THROUGHPUT_WORKERS,
         db_max_connections: 16,
         child: opts.child,
     };
@@ -92,20 +129,10 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let (mut agentdesk_tps, mut pg_tps, mut pg_runs, mut create_rates) = (vec![], vec![], vec![], vec![]);
     let timeout = Duration::from_secs(opts.pick(60, 300));
     for round in 0..rounds {
-        let started = Instant::now();
-        let creating = fx.create_tickets(tickets, clients, json!({"task": "say ok"}));
-        let created = tokio::time::timeout(timeout, creating)
-            .await
-            .context("creating tickets timed out")??;
-        let (_, failed) = watcher
-            .wait_for((round + 1) * tickets, timeout.saturating_sub(created))
-            .await?;
-        let elapsed = started.elapsed();
-        if failed > 0 {
-            report.note(format!("{failed} tickets failed (counted as finished)"));
-        }
-        agentdesk_tps.push(tickets as f64 / elapsed.as_secs_f64());
-        create_rates.push(tickets as f64 / created.as_secs_f64());
+        let (tps, create_rate) =
+            throughput_round(&fx, &mut watcher, round * tickets, tickets, clients, timeout, report).await?;
+        agentdesk_tps.push(tps);
+        create_rates.push(create_rate);
         let done_before = done_count(&scratch).await?;
         let (pgb, url, path) = (pgbench.clone(), scratch.clone(), script.clone());
         let runs = tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, pg_duration, &path)).await??;
@@ -124,12 +151,31 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let server_kind = fx.server.describe();
     fx.shutdown().await;
 
+    // The same round once more with the default number of workers, on a new server.
+    let default_spec = ServerSpec {
+        workers: DEFAULT_WORKERS,
+        ..spec
+    };
+    let fx = Fixture::start("throughput", &default_spec).await?;
+    fx.fake.set_responder(|_| close_ticket());
+    let mut watcher = fx.done_watcher().await?;
+    let (default_tps, _) = throughput_round(&fx, &mut watcher, 0, tickets, clients, timeout, report).await?;
+    fx.shutdown().await;
+    println!("  one more round with {DEFAULT_WORKERS} workers (the default): agentdesk {default_tps:.0} tickets/s");
+
     let (a, p) = (median(&agentdesk_tps), median(&pg_tps));
     report.check(
         Check::new("agentdesk / pgbench tickets/s", a, "tickets/s", Bar::AtLeast, 0.6)
             .baseline("pgbench", p)
             .bar_on_ratio(),
     );
+    report.check(Check::info(
+        "tickets/s with the default workers (64)",
+        default_tps,
+        "tickets/s",
+    ));
+    report.figure("workers", THROUGHPUT_WORKERS);
+    report.figure("agentdesk_tickets_per_s_default_workers", default_tps);
     report.figure("tickets_per_round", tickets);
     report.figure("clients", clients);
     report.figure("rounds", rounds);
@@ -140,7 +186,10 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
     report.figure("done", stats["by_status"]["done"].clone());
     report.note(format!(
-        "agentdesk ran {server_kind}, with 64 workers and 16 DB connections; one model request per ticket, answered at once with close_ticket"
+        "agentdesk ran {server_kind}, with {THROUGHPUT_WORKERS} workers (AGENTDESK_WORKERS: tickets in flight) and 16 DB connections; one model request per ticket, answered at once with close_ticket"
+    ));
+    report.note(format!(
+        "with the default {DEFAULT_WORKERS} workers a ticket's round trips (HTTP, model, Postgres) leave part of the CPU idle: one more round on a new server with that setting is shown for information"
     ));
     report.note(format!(
         "pgbench: {clients} clients, {} s per round, tickets/s = tickets it finished / duration, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
