@@ -7,7 +7,7 @@ use agentdesk::db;
 use agentdesk::db::claims::Claim;
 use agentdesk::db::tickets::NewTicket;
 use agentdesk::desk;
-use agentdesk::domain::{Agent, NewEvent, Status, Ticket, TicketRef};
+use agentdesk::domain::{Agent, Author, ContentBlock, NewEvent, Status, Ticket, TicketRef};
 use agentdesk::tools::run::{apply_finisher, run_builtin, Finisher, ToolContext, ToolOutcome};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -81,6 +81,38 @@ async fn claimed(pool: &PgPool, schema: Option<Value>) -> Claim {
         (AGENT, "You work tickets.")
     );
     claim
+}
+
+#[tokio::test]
+async fn a_first_claim_hands_over_the_transcript_only_when_the_task_is_all_of_it() {
+    let pool = pool().await;
+    let claim = claimed(&pool, None).await;
+    let transcript = claim.transcript.as_ref().expect("the claim wrote the whole transcript");
+    let stored = db::comments::all(&pool, claim.ticket.id).await.expect("comments");
+    assert_eq!(
+        serde_json::to_value(transcript).unwrap(),
+        serde_json::to_value(&stored).unwrap()
+    );
+    assert_eq!(stored.len(), 1, "just the task");
+
+    // Somebody commented before any worker took the ticket: the first step reads the transcript.
+    let commented = create(&pool, new_ticket("another task", &[AGENT], None)).await;
+    let mut tx = pool.begin().await.expect("begin");
+    db::comments::insert(
+        &mut tx,
+        commented.id,
+        Author::User,
+        None,
+        &[ContentBlock::text("a note")],
+    )
+    .await
+    .expect("comment");
+    tx.commit().await.expect("commit");
+    let claims = db::claims::claim_batch(&pool, 1, Duration::from_secs(60), "w1")
+        .await
+        .expect("claim");
+    assert_eq!(claims[0].ticket.id, commented.id);
+    assert!(claims[0].transcript.is_none());
 }
 
 fn ctx<'a>(pool: &'a PgPool, claim: &'a Claim) -> ToolContext<'a> {

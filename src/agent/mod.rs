@@ -164,7 +164,13 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
         .context_window
         .map(|w| w as u64)
         .or_else(|| llm::known_context_window(&agent.model).map(u64::from));
-    let mut request = build_request(&agent, &ticket, &db::comments::all(&rt.pool, ticket.id).await?);
+    let transcript = match &claim.transcript {
+        // As the claim wrote it: a comment posted since is seen by the next request, as one
+        // posted during this request would be.
+        Some(transcript) if first => transcript.clone(),
+        _ => db::comments::all(&rt.pool, ticket.id).await?,
+    };
+    let mut request = build_request(&agent, &ticket, &transcript);
     let mut compacted = false;
     if let Some(window) = window {
         let estimated = compaction::estimate_tokens(&request);

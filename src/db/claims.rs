@@ -27,6 +27,9 @@ pub struct Claim {
     /// The agent's definition as the claim read it (None if it has been deleted since): the
     /// first step runs with it instead of reading it again.
     pub definition: Option<Agent>,
+    /// The whole transcript when the claim wrote it (a first claim of a ticket nobody had
+    /// commented on: just the task), for the first step; None means read it.
+    pub transcript: Option<Vec<Comment>>,
 }
 
 impl Claim {
@@ -97,7 +100,7 @@ pub async fn claim_batch(
             -- guessed many candidates would read the whole table to hash it.
             FROM candidates c WHERE t.id = ANY(ARRAY(SELECT id FROM candidates)) AND t.id = c.id
             RETURNING t.*, c.seeded AS was_seeded)
-         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded,
+         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq,
                 (SELECT to_jsonb(a) FROM agents a WHERE a.name = t.agent) AS definition
          FROM claimed t"
     );
@@ -114,8 +117,9 @@ pub async fn claim_batch(
         let generation: i64 = row.try_get("generation")?;
         let ticket: Ticket = TicketRow::from_row(row)?.into();
         let agent = ticket.agent.clone().unwrap_or_default();
+        let uncommented = row.try_get::<i64, _>("last_comment_seq")? == 0;
         if !row.try_get::<bool, _>("was_seeded")? {
-            unseeded.push(claims.len());
+            unseeded.push((claims.len(), uncommented));
         }
         // Unreadable, it is read again by name in the first step.
         let definition = row
@@ -128,16 +132,17 @@ pub async fn claim_batch(
             generation,
             agent,
             definition,
+            transcript: None,
         });
     }
     let tasks: Vec<[ContentBlock; 1]> = unseeded
         .iter()
-        .map(|&i| [ContentBlock::text(task_text(&claims[i].ticket))])
+        .map(|&(i, _)| [ContentBlock::text(task_text(&claims[i].ticket))])
         .collect();
     let new_comments: Vec<NewComment> = unseeded
         .iter()
         .zip(&tasks)
-        .map(|(&i, task)| NewComment {
+        .map(|(&(i, _), task)| NewComment {
             ticket_id: claims[i].ticket.id,
             author: Author::User,
             agent: None,
@@ -155,9 +160,12 @@ pub async fn claim_batch(
             )
         })
         .collect();
-    for (&i, comment) in unseeded.iter().zip(task_comments) {
-        let claim = &claims[i];
+    for (&(i, uncommented), comment) in unseeded.iter().zip(task_comments) {
+        let claim = &mut claims[i];
         let event = NewEvent::new(kind::COMMENT_CREATED, Some(&claim.agent), json!({ "comment": comment }));
+        if uncommented {
+            claim.transcript = Some(vec![comment]);
+        }
         events.push((claim.ticket.id, event));
     }
     super::events::append_many(&mut tx, &events).await?;
