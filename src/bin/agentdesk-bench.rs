@@ -229,10 +229,11 @@ fn benchmarks_md(reports: &[Report], machine: &serde_json::Value, command: &str,
 
 const SCENARIOS_MD: &str = "## Scenarios\n
 - **throughput**: one-step tickets (the fake model answers at once with `close_ticket`) created over \
-HTTP by 16 concurrent clients until all are done (counted from `/v1/events`). Baseline: `pgbench` with \
-16 clients running the bare SQL of a ticket's life (insert it with its event; claim one with \
-`FOR UPDATE SKIP LOCKED` and log it; finish it and log it) on agentdesk's schema in a scratch database \
-of the same server. Bar: agentdesk / pgbench ≥ 0.6.
+HTTP by 16 concurrent clients until all are done (counted from `/v1/events`), with 256 tickets in \
+flight (`AGENTDESK_WORKERS=256`; one more round with the default 64 is shown for information). \
+Baseline: `pgbench` with 16 clients running the bare SQL of a ticket's life (insert it with its event; \
+claim one with `FOR UPDATE SKIP LOCKED` and log it; finish it and log it) on agentdesk's schema in a \
+scratch database of the same server. Bar: agentdesk / pgbench ≥ 0.6.
 - **concurrency**: 2000 tickets in flight at once (`AGENTDESK_WORKERS=2000`); every model request takes \
 2 s (40 tokens at 20 tokens/s, then `close_ticket`). Bars: all finish; peak RSS of the agentdesk \
 process < 300 MB; at most 20 database connections.
