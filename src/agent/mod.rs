@@ -820,7 +820,7 @@ async fn execute_tools(
 /// `response`, the response that made the calls is stored first. Everything is one statement
 /// (`claims::store_step`) that checks the claim and adds `usage`; alone, it is its own
 /// transaction. Writes that must come first (a handover's new ticket, stored outputs, a schema
-/// retry's count) open a transaction around it, and roll back with it if the claim turns out lost.
+/// retry's count) open a fenced transaction around it.
 #[allow(clippy::too_many_arguments)]
 async fn store_results(
     rt: &Runtime,
@@ -848,7 +848,9 @@ async fn store_results(
     for &i in &offloads {
         if let ToolOutcome::Output(text) = &mut outcomes[i] {
             // The whole output is kept for download; the model gets a stub with a preview.
-            let conn = open_transaction(rt, &mut tx).await?;
+            let Some(conn) = open_transaction(rt, fence, &mut tx).await? else {
+                return Ok(Flow::End(RunEnd::Aborted));
+            };
             db::outputs::store(conn, ticket.id, &calls[i].id, &calls[i].name, text).await?;
             *text = outputs::stub(&ticket.key, &calls[i].id, text);
         }
@@ -870,7 +872,9 @@ async fn store_results(
             }
             ToolOutcome::Finish(finisher) => {
                 created_work |= matches!(finisher, tool_run::Finisher::Handover { .. });
-                let conn = open_transaction(rt, &mut tx).await?;
+                let Some(conn) = open_transaction(rt, fence, &mut tx).await? else {
+                    return Ok(Flow::End(RunEnd::Aborted));
+                };
                 let (output, result) = tool_run::apply_finisher(conn, fence, ticket, name, &finisher).await?;
                 closed_with = Some(result);
                 ToolOutcome::Output(output)
@@ -911,7 +915,9 @@ async fn store_results(
     let mut failed_message = None;
     if closed_with.is_none() {
         if let Some(detail) = &schema_failure {
-            let conn = open_transaction(rt, &mut tx).await?;
+            let Some(conn) = open_transaction(rt, fence, &mut tx).await? else {
+                return Ok(Flow::End(RunEnd::Aborted));
+            };
             match schema_retry(conn, agent, ticket, detail, &mut events).await? {
                 Some(message) => failed_message = Some(message),
                 None => results.push(ContentBlock::text(transcript::directive(detail))),
@@ -982,14 +988,21 @@ async fn store_results(
     Ok(flow)
 }
 
-/// The transaction of writes that must precede a step's result, opened on first use.
+/// The transaction of writes that must precede a step's result, opened on first use by taking
+/// the claim's row lock (None when the claim is lost). Locking the ticket first, as every fenced
+/// transaction does, keeps lock order: a handover's child insert share-locks the parent, and
+/// holding that while a cancel waits for the parent's row would deadlock with the fence after it.
 async fn open_transaction<'t>(
     rt: &Runtime,
+    fence: Fence,
     slot: &'t mut Option<sqlx::Transaction<'static, sqlx::Postgres>>,
-) -> Result<&'t mut sqlx::PgConnection, sqlx::Error> {
+) -> Result<Option<&'t mut sqlx::PgConnection>, sqlx::Error> {
     let tx = match slot.take() {
         Some(tx) => tx,
-        None => rt.pool.begin().await?,
+        None => match db::claims::fence(&rt.pool, fence).await? {
+            Some(tx) => tx,
+            None => return Ok(None),
+        },
     };
-    Ok(&mut **slot.insert(tx))
+    Ok(Some(&mut **slot.insert(tx)))
 }

@@ -152,11 +152,11 @@ pub fn closed_output(ticket: &Ticket) -> String {
     format!("{} is done.", ticket.key)
 }
 
-/// Applies a finisher's side effects inside the caller's transaction, which checks the claim
-/// before it commits (and rolls everything back if it was lost): a handover creates the child
-/// ticket, labelled `to`, with `{parent_key}` and `{parent_result}` substituted once. Returns the
-/// tool output and the ticket's result; the caller then finishes the ticket with it, after
-/// storing the tool results, so that `ticket.done` is the ticket's last event.
+/// Applies a finisher's side effects inside the caller's fenced transaction (the caller holds the
+/// ticket's row lock through `db::claims::fence`): a handover creates the child ticket, labelled
+/// `to`, with `{parent_key}` and `{parent_result}` substituted once. Returns the tool output and
+/// the ticket's result; the caller then finishes the ticket with it, after storing the tool
+/// results, so that `ticket.done` is the ticket's last event.
 pub async fn apply_finisher(
     conn: &mut PgConnection,
     _fence: Fence,
