@@ -402,3 +402,43 @@ async fn an_agent_naming_an_unconfigured_provider_fails_its_ticket_with_a_clear_
         .contains("ANTHROPIC_API_KEY"));
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_step_retried_after_a_database_error_sees_the_whole_transcript_again() {
+    let (app, llm) = start(|_| {}).await;
+    // Storing the second step's result fails (a trigger stands in for the database failing at
+    // that moment), and the run is retried with the same claim.
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_the_comment() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.content::text LIKE '%refused by the database%' THEN
+                 RAISE EXCEPTION 'the database failed';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_the_comment BEFORE INSERT ON comments
+             FOR EACH ROW EXECUTE FUNCTION refuse_the_comment();",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    llm.push(Reply::tool_call("read_tickets", json!({ "action": "list" })));
+    llm.push(Reply::tool_call(
+        "close_ticket",
+        json!({ "result": "refused by the database" }),
+    ));
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "after the retry" })));
+    let ticket = app.create_ticket(json!({ "task": "work through a failure" })).await;
+    let key = ticket["key"].as_str().unwrap();
+
+    let done = wait_status(&app, key, "done").await;
+    assert_eq!(done["result"], "after the retry");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    let messages = requests[2].body["messages"].as_array().unwrap();
+    assert!(
+        messages.iter().any(|m| m["role"] == "tool"),
+        "the retried step was sent the first step's call and result, not just the task: {messages:?}"
+    );
+    app.shutdown().await;
+}

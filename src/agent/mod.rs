@@ -90,11 +90,13 @@ macro_rules! fenced {
 }
 
 /// Runs a claimed ticket until it settles. A database error ends the run with Err; the caller may
-/// run it again with the same claim (everything is rebuilt from the database).
-pub async fn run_ticket(rt: &Runtime, claim: &Claim, signals: &Signals) -> Result<RunEnd, sqlx::Error> {
+/// run it again with the same claim and `resumed` set, and then everything is read again from the
+/// database (what the claim returned may be out of date by then).
+pub async fn run_ticket(rt: &Runtime, claim: &Claim, signals: &Signals, resumed: bool) -> Result<RunEnd, sqlx::Error> {
     let fence = claim.fence();
-    // The first step works from the ticket as the claim returned it, sparing a read.
-    let mut first = true;
+    // The first step of a new claim works from what the claim returned (the ticket, the agent,
+    // a transcript it wrote), sparing the reads.
+    let mut first = !resumed;
     loop {
         if signals.abort.is_cancelled() {
             return Ok(RunEnd::Aborted);

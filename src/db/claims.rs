@@ -489,8 +489,9 @@ pub async fn store_step(
     let times: Vec<DateTime<Utc>> = step.comments.iter().map(|c| c.created_at).collect();
     let carries: Vec<Option<i64>> = step.carries.iter().map(|c| c.map(|i| i as i64 + 1)).collect();
     let columns = super::events::EventColumns::of(&step.events);
+    debug_assert_eq!(carries.len(), step.events.len(), "one `carries` entry per event");
     let usage = step.usage;
-    let written = sqlx::query(
+    let held: i64 = sqlx::query_scalar(
         "WITH t AS (
             UPDATE tickets SET updated_at = now(),
                 input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,
@@ -515,14 +516,16 @@ pub async fn store_step(
             SELECT c.id, t.id, t.comment_base + c.ord, c.author, c.agent, c.content, c.created_at
             FROM unnest($9::uuid[], $10::text[], $11::text[], $12::jsonb[], $13::timestamptz[])
                 WITH ORDINALITY AS c(id, author, agent, content, created_at, ord), t
+            RETURNING 1),
+         logged AS (
+            INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
+            SELECT t.id, t.key, t.event_base + e.ord, e.kind, e.agent,
+                   CASE WHEN e.carries IS NULL THEN e.data
+                        ELSE jsonb_set(e.data, '{comment,seq}', to_jsonb(t.comment_base + e.carries)) END
+            FROM unnest($14::text[], $15::text[], $16::jsonb[], $17::int8[])
+                WITH ORDINALITY AS e(kind, agent, data, carries, ord), t
             RETURNING 1)
-         INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-         SELECT t.id, t.key, t.event_base + e.ord, e.kind, e.agent,
-                CASE WHEN e.carries IS NULL THEN e.data
-                     ELSE jsonb_set(e.data, '{comment,seq}', to_jsonb(t.comment_base + e.carries)) END
-         FROM unnest($14::text[], $15::text[], $16::jsonb[], $17::int8[])
-             WITH ORDINALITY AS e(kind, agent, data, carries, ord), t
-         RETURNING 1",
+         SELECT count(*) FROM t",
     )
     .bind(fence.ticket_id)
     .bind(fence.generation)
@@ -544,10 +547,10 @@ pub async fn store_step(
     .bind(status)
     .bind(result)
     .bind(error)
-    .execute(conn)
+    .fetch_one(conn)
     .await?;
-    // Every event is written or, with the claim lost, none.
-    Ok(written.rows_affected() as usize == step.events.len())
+    // The ticket's row matched the claim, so everything was written; or nothing was.
+    Ok(held == 1)
 }
 
 /// Counts a schema retry and returns the new count.

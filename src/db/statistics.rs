@@ -26,12 +26,23 @@ fn has_outgrown(live: f64, analysed: f64) -> bool {
     live >= SMALL && live >= 1.5 * analysed.max(0.0)
 }
 
+/// The size a table was last analysed at: the statistics' row count (`reltuples`), or the live
+/// rows when this process last tried, as long as the statistics have not changed since.
+fn known_size(tried: Option<(f64, f64)>, reltuples: f64) -> f64 {
+    match tried {
+        Some((live_then, reltuples_then)) if reltuples_then == reltuples => live_then.max(reltuples),
+        _ => reltuples,
+    }
+}
+
 /// Analyses the tables that have outgrown their statistics. Remembers the size at which it last
 /// analysed each, so that an `ANALYZE` which changes nothing (a role that does not own the table
-/// gets only a warning) is not repeated every second.
+/// gets only a warning) is not repeated every second; once the statistics change (its own
+/// `ANALYZE` took, or autovacuum's), they are the measure again.
 #[derive(Default)]
 pub struct Refresher {
-    analysed_at: HashMap<String, f64>,
+    /// Per table: the live rows when this process analysed it, and the statistics' row count then.
+    analysed_at: HashMap<String, (f64, f64)>,
 }
 
 impl Refresher {
@@ -40,18 +51,18 @@ impl Refresher {
         let rows: Vec<(String, f64, i64)> = sqlx::query_as(
             "SELECT c.relname::text, c.reltuples::float8, s.n_live_tup
              FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
-             WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY($1)",
+             WHERE s.schemaname = current_schema() AND c.relname = ANY($1)",
         )
         .bind(&TABLES[..])
         .fetch_all(pool)
         .await?;
         let mut analysed = Vec::new();
         for (table, reltuples, live) in rows {
-            let known = self.analysed_at.get(&table).copied().unwrap_or(0.0).max(reltuples);
+            let known = known_size(self.analysed_at.get(&table).copied(), reltuples);
             if has_outgrown(live as f64, known) && TABLES.contains(&table.as_str()) {
                 // Statistics only: takes no lock that writers wait for.
                 sqlx::query(&format!("ANALYZE {table}")).execute(pool).await?;
-                self.analysed_at.insert(table.clone(), live as f64);
+                self.analysed_at.insert(table.clone(), (live as f64, reltuples));
                 analysed.push(table);
             }
         }
@@ -80,7 +91,22 @@ pub async fn run(pool: PgPool, shutdown: CancellationToken) {
 
 #[cfg(test)]
 mod tests {
-    use super::has_outgrown;
+    use super::{has_outgrown, known_size};
+
+    #[test]
+    fn a_tried_analysis_counts_until_the_statistics_change() {
+        assert_eq!(known_size(None, 900.0), 900.0);
+        assert_eq!(
+            known_size(Some((2000.0, -1.0)), -1.0),
+            2000.0,
+            "the analysis changed nothing"
+        );
+        assert_eq!(
+            known_size(Some((100_000.0, 90_000.0)), 1000.0),
+            1000.0,
+            "analysed since, and smaller"
+        );
+    }
 
     #[test]
     fn a_table_is_analysed_when_it_has_grown_by_half_and_is_no_longer_small() {

@@ -219,7 +219,7 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
 async fn run_until_settled(shared: &Shared, claim: &Claim, signals: &Signals) -> RunEnd {
     let mut failures = 0u32;
     loop {
-        match agent::run_ticket(&shared.runtime, claim, signals).await {
+        match agent::run_ticket(&shared.runtime, claim, signals, failures > 0).await {
             Ok(end) => return end,
             Err(err) => {
                 failures += 1;
