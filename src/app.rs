@@ -84,9 +84,7 @@ impl App {
                 intake: crate::intake::Intake::start(pool.clone(), hub.clone()),
                 shutdown: shutdown.clone(),
             };
-            let listener = tokio::net::TcpListener::bind(config.addr)
-                .await
-                .with_context(|| format!("cannot listen on {}", config.addr))?;
+            let listener = listen(config.addr).with_context(|| format!("cannot listen on {}", config.addr))?;
             let addr = listener.local_addr()?;
             tracing::info!(%addr, "agentdesk API listening");
             // As a make-service, a `Router` is deep-cloned for every connection (about 45 KB, most
@@ -185,4 +183,21 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         tracing::info!(model = %agent.model, "created the default agent");
     }
     Ok(())
+}
+
+/// Connections the kernel queues for the API before they are accepted (it caps this at
+/// `net.core.somaxconn`). Thousands of SSE clients reconnect at once after a restart; tokio's
+/// default queue of 1024 overflowed under such a burst and some were reset.
+pub const ACCEPT_BACKLOG: u32 = 8192;
+
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restarted server can listen while old connections linger.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_BACKLOG)
 }

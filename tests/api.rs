@@ -1492,3 +1492,31 @@ async fn concurrent_creates_share_commits_yet_each_gets_its_own_ticket_and_event
         assert_eq!(events[0].2["ticket"]["task"], format!("task {i}"));
     }
 }
+
+#[tokio::test]
+async fn the_api_listens_with_a_deep_accept_queue_for_bursts_of_reconnecting_clients() {
+    let app = TestApp::spawn().await;
+    let port = app.url.rsplit(':').next().unwrap().trim_end_matches('/').to_owned();
+    let out = std::process::Command::new("ss")
+        .args(["-Hltn", &format!("sport = :{port}")])
+        .output()
+        .expect("ss (iproute2) lists listening sockets");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    // For a listening socket, Send-Q is its accept queue's length.
+    let backlog: u32 = listing
+        .split_whitespace()
+        .nth(2)
+        .and_then(|q| q.parse().ok())
+        .unwrap_or_else(|| panic!("a listening socket on port {port}: {listing:?}"));
+    let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        backlog,
+        agentdesk::app::ACCEPT_BACKLOG.min(somaxconn),
+        "the kernel caps it at somaxconn"
+    );
+    app.shutdown().await;
+}
