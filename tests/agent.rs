@@ -246,6 +246,42 @@ async fn parallel_tool_calls_run_and_their_results_return_in_call_order() {
 }
 
 #[tokio::test]
+async fn a_writing_tool_runs_after_its_call_is_stored_and_its_results_follow() {
+    let (app, llm) = start(|_| {}).await;
+    llm.push(
+        Reply::tool_call(
+            "manage_tickets",
+            json!({ "action": "create", "task": "a sub-task", "labels": ["elsewhere"] }),
+        )
+        .usage(50, 10),
+    );
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "delegated" })).usage(70, 20));
+    let ticket = app.create_ticket(json!({ "task": "split this up" })).await;
+    let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    assert_eq!(done["result"], "delegated");
+    assert_eq!(done["usage"]["requests"], 2);
+    assert_eq!(done["usage"]["tool_calls"], 2);
+    assert_eq!(done["usage"]["input_tokens"], 120);
+
+    let kinds = event_kinds(&app, done["id"].as_str().unwrap()).await;
+    let first_step = &kinds[position(&kinds, "request.finished")..position(&kinds, "tool.finished") + 2];
+    assert_eq!(
+        first_step,
+        [
+            "request.finished",
+            "comment.created",
+            "tool.started",
+            "tool.finished",
+            "comment.created"
+        ]
+    );
+    assert_events_carry_the_listed_comments(&app, &done).await;
+    let subs = app.list_all("/v1/tickets?label=elsewhere").await;
+    assert_eq!(subs.len(), 1, "the tool ran once");
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn truncated_tool_arguments_are_repaired_and_the_repaired_input_is_stored_and_shown() {
     let (app, llm) = start(|_| {}).await;
     llm.push(Reply::raw_tool_call("close_ticket", r#"{"result": "hel"#));

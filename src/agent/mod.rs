@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::db;
 use crate::db::claims::{Claim, Fence, Finish, Release};
 use crate::domain::event::kind;
-use crate::domain::{Agent, Author, ContentBlock, NewEvent, Status, Ticket, TicketEvent, TicketUsage};
+use crate::domain::{Agent, Author, Comment, ContentBlock, NewEvent, Status, Ticket, TicketEvent, TicketUsage};
 use crate::events::EventHub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, Providers, ToolSpec};
 use crate::tools::run::{self as tool_run, ToolContext, ToolOutcome};
@@ -256,16 +256,24 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
         return store_results(rt, fence, &agent, &ticket, &calls, outcomes, Some(record), &usage).await;
     }
     // Tools with side effects: the response and `tool.started` are stored before they run.
-    let mut tx = fenced!(rt, fence, &record.usage);
-    let events = write_response(&mut tx, &ticket, &agent.name, record).await?;
-    db::events::append(&mut tx, ticket.id, &events).await?;
-    tx.commit().await?;
+    let usage = record.usage;
+    let (assistant, events, carries) = record.into_step(ticket.id, &agent.name);
+    let step = db::claims::StepResult {
+        usage: &usage,
+        comments: &[assistant],
+        events,
+        carries,
+        outcome: None,
+    };
+    if !db::claims::store_step(&mut *rt.pool.acquire().await?, fence, &agent.name, step).await? {
+        return Ok(Flow::End(RunEnd::Aborted));
+    }
     rt.hub.wake();
     let outcomes = next!(execute_tools(rt, fence, &agent, &ticket, &calls, signals).await?);
     store_results(rt, fence, &agent, &ticket, &calls, outcomes, None, &tool_usage).await
 }
 
-fn build_request(agent: &Agent, ticket: &Ticket, comments: &[crate::domain::Comment]) -> ModelRequest {
+fn build_request(agent: &Agent, ticket: &Ticket, comments: &[Comment]) -> ModelRequest {
     ModelRequest {
         model: agent.model.clone(),
         system: system_prompt(agent, ticket),
@@ -652,8 +660,21 @@ struct ResponseRecord {
 }
 
 impl ResponseRecord {
+    /// The response as a step stores it (`claims::store_step`): the assistant comment, the events
+    /// around it in log order, and which of them carries the comment (its index, 0).
+    fn into_step(mut self, ticket_id: uuid::Uuid, agent: &str) -> (Comment, Vec<NewEvent>, Vec<Option<usize>>) {
+        let content = std::mem::take(&mut self.content);
+        let comment = db::claims::new_step_comment(ticket_id, Author::Assistant, Some(agent), content);
+        let events = self.events(&comment, agent);
+        let carries = events
+            .iter()
+            .map(|e| (e.kind == kind::COMMENT_CREATED).then_some(0))
+            .collect();
+        (comment, events, carries)
+    }
+
     /// The events in log order, once the comment is stored.
-    fn events(self, comment: &crate::domain::Comment, agent: &str) -> Vec<NewEvent> {
+    fn events(self, comment: &Comment, agent: &str) -> Vec<NewEvent> {
         let created = NewEvent::new(kind::COMMENT_CREATED, Some(agent), json!({ "comment": comment }));
         let mut events = vec![self.finished, created];
         events.extend(self.tool_started);
@@ -932,16 +953,10 @@ async fn store_results(
     let mut comments = vec![];
     let (mut logged, mut carries) = (vec![], vec![]);
     if let Some(response) = response {
-        let assistant =
-            db::claims::new_step_comment(ticket.id, Author::Assistant, Some(name), response.content.clone());
-        let response_events = response.events(&assistant, name);
-        carries.extend(
-            response_events
-                .iter()
-                .map(|e| (e.kind == kind::COMMENT_CREATED).then_some(0)),
-        );
-        logged.extend(response_events);
+        let (assistant, response_events, response_carries) = response.into_step(ticket.id, name);
         comments.push(assistant);
+        logged.extend(response_events);
+        carries.extend(response_carries);
     }
     carries.extend(events.iter().map(|_| None));
     logged.append(&mut events);
