@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool};
 
 use crate::db;
+use crate::db::events::ReservedEvent;
 use crate::db::tickets::{NewTicket, TicketPatch};
 use crate::domain::event::kind;
 use crate::domain::{Author, Comment, ContentBlock, NewEvent, Status, Ticket, TicketRef};
@@ -66,8 +67,8 @@ pub fn check_task(task: &Value) -> Result<(), String> {
 /// call `EventHub::work_available` (or NOTIFY the work channel) so that workers look for it.
 pub async fn create_ticket(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, DeskError> {
     let ticket = db::tickets::insert(conn, new).await?;
-    let created = NewEvent::new(kind::TICKET_CREATED, None, json!({ "ticket": ticket }));
-    db::events::append(conn, ticket.id, &[created]).await?;
+    let created = ReservedEvent::new(&ticket, 1, kind::TICKET_CREATED, None, json!({ "ticket": ticket }));
+    db::events::insert_reserved(conn, &[], &[created]).await?;
     Ok(ticket)
 }
 

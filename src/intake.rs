@@ -6,10 +6,11 @@
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::db::events::ReservedEvent;
 use crate::db::tickets::NewTicket;
 use crate::desk::DeskError;
 use crate::domain::event::kind;
-use crate::domain::{NewEvent, Ticket};
+use crate::domain::Ticket;
 use crate::events::EventHub;
 
 /// The most tickets one transaction takes.
@@ -125,16 +126,12 @@ async fn write_group(pool: &PgPool, new: &[NewTicket]) -> Result<Vec<Ticket>, De
     if tickets.len() != new.len() {
         return Err(DeskError::Db(sqlx::Error::RowNotFound));
     }
-    let events: Vec<_> = tickets
+    // Each ticket was inserted with seq 1 of its log reserved for this event.
+    let events: Vec<ReservedEvent> = tickets
         .iter()
-        .map(|t| {
-            (
-                t.id,
-                NewEvent::new(kind::TICKET_CREATED, None, serde_json::json!({ "ticket": t })),
-            )
-        })
+        .map(|t| ReservedEvent::new(t, 1, kind::TICKET_CREATED, None, serde_json::json!({ "ticket": t })))
         .collect();
-    crate::db::events::append_many(&mut tx, &events).await?;
+    crate::db::events::insert_reserved(&mut tx, &[], &events).await?;
     tx.commit().await?;
     Ok(tickets)
 }

@@ -94,6 +94,45 @@ async fn a_one_step_ticket_is_done_with_its_result_usage_and_events_in_order() {
     app.shutdown().await;
 }
 
+/// Every write of a ticket's row is a new version of it, with entries in its indexes: a one-step
+/// ticket's row is written once per stage (created, claimed, request started, result stored), each
+/// stage's events and comments taking their seqs in that same write.
+#[tokio::test]
+async fn a_one_step_tickets_row_is_written_once_per_stage() {
+    let (app, llm) = start(|_| {}).await;
+    sqlx::raw_sql(
+        "CREATE TABLE row_writes (ticket_id uuid NOT NULL, op text NOT NULL);
+         CREATE FUNCTION count_row_writes() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO row_writes VALUES (NEW.id, TG_OP);
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER count_row_writes AFTER INSERT OR UPDATE ON tickets
+             FOR EACH ROW EXECUTE FUNCTION count_row_writes();",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })));
+    let ticket = app.create_ticket(json!({ "task": "say ok" })).await;
+    let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    let id: uuid::Uuid = done["id"].as_str().unwrap().parse().unwrap();
+    let writes: Vec<String> = sqlx::query_scalar("SELECT op FROM row_writes WHERE ticket_id = $1")
+        .bind(id)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(writes, ["INSERT", "UPDATE", "UPDATE", "UPDATE"]);
+    let seqs: Vec<i64> = sqlx::query_scalar("SELECT seq FROM events WHERE ticket_id = $1 ORDER BY id")
+        .bind(id)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(seqs, (1..=10).collect::<Vec<i64>>());
+    assert_events_carry_the_listed_comments(&app, &done).await;
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn text_deltas_stream_live_on_the_ticket_stream_without_ids() {
     let (app, llm) = start(|_| {}).await;

@@ -664,7 +664,7 @@ impl ResponseRecord {
     /// around it in log order, and which of them carries the comment (its index, 0).
     fn into_step(mut self, ticket_id: uuid::Uuid, agent: &str) -> (Comment, Vec<NewEvent>, Vec<Option<usize>>) {
         let content = std::mem::take(&mut self.content);
-        let comment = db::claims::new_step_comment(ticket_id, Author::Assistant, Some(agent), content);
+        let comment = db::claims::new_comment(ticket_id, Author::Assistant, Some(agent), content);
         let events = self.events(&comment, agent);
         let carries = events
             .iter()
@@ -960,7 +960,7 @@ async fn store_results(
     }
     carries.extend(events.iter().map(|_| None));
     logged.append(&mut events);
-    let results_comment = db::claims::new_step_comment(ticket.id, Author::User, None, results);
+    let results_comment = db::claims::new_comment(ticket.id, Author::User, None, results);
     logged.push(NewEvent::new(
         kind::COMMENT_CREATED,
         Some(name),

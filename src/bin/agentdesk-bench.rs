@@ -29,6 +29,12 @@ Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do)
 /// A scenario that runs longer than this is stopped and reported as an error.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(900);
 
+/// mimalloc instead of the system allocator: a quarter of the process's CPU under load went to
+/// glibc's malloc and free (JSON values, HTTP buffers, rows), and mimalloc's thread-local free lists
+/// cost a fraction of that. See BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(bench::server::SERVE_ROLE) {

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::comments::NewComment;
+use super::events::ReservedEvent;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::agent::transcript::task_text;
 use crate::domain::event::kind;
@@ -95,12 +95,17 @@ pub async fn claim_batch(
                 started_at = COALESCE(t.started_at, now()),
                 finished_at = NULL,
                 seeded = true,
+                -- The seqs of what this claim logs, reserved here so the inserts below need not
+                -- update the row again: `ticket.started`, and for a first claim the task as a
+                -- comment with its `comment.created`.
+                last_event_seq = t.last_event_seq + CASE WHEN c.seeded THEN 1 ELSE 2 END,
+                last_comment_seq = t.last_comment_seq + CASE WHEN c.seeded THEN 0 ELSE 1 END,
                 updated_at = now()
             -- By key through the primary index: joined on `t.id = c.id` alone, a plan that
             -- guessed many candidates would read the whole table to hash it.
             FROM candidates c WHERE t.id = ANY(ARRAY(SELECT id FROM candidates)) AND t.id = c.id
             RETURNING t.*, c.seeded AS was_seeded)
-         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq,
+         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq, t.last_event_seq,
                 (SELECT to_jsonb(a) FROM agents a WHERE a.name = t.agent) AS definition
          FROM claimed t"
     );
@@ -111,64 +116,67 @@ pub async fn claim_batch(
         .fetch_all(&mut *tx)
         .await?;
     let mut claims = Vec::with_capacity(rows.len());
-    let mut unseeded = vec![];
+    let (mut comments, mut events) = (vec![], vec![]);
     for row in &rows {
         use sqlx::{FromRow, Row};
         let generation: i64 = row.try_get("generation")?;
         let ticket: Ticket = TicketRow::from_row(row)?.into();
         let agent = ticket.agent.clone().unwrap_or_default();
-        let uncommented = row.try_get::<i64, _>("last_comment_seq")? == 0;
-        if !row.try_get::<bool, _>("was_seeded")? {
-            unseeded.push((claims.len(), uncommented));
-        }
+        let (last_event_seq, last_comment_seq): (i64, i64) =
+            (row.try_get("last_event_seq")?, row.try_get("last_comment_seq")?);
+        let seeded: bool = row.try_get("was_seeded")?;
         // Unreadable, it is read again by name in the first step.
         let definition = row
             .try_get::<Option<sqlx::types::Json<Agent>>, _>("definition")
             .ok()
             .flatten()
             .map(|json| json.0);
+        let started = json!({ "agent": agent, "attempt": ticket.attempts });
+        let mut transcript = None;
+        if seeded {
+            events.push(ReservedEvent::new(
+                &ticket,
+                last_event_seq,
+                kind::TICKET_STARTED,
+                Some(&agent),
+                started,
+            ));
+        } else {
+            let content = vec![ContentBlock::text(task_text(&ticket))];
+            let task = Comment {
+                seq: last_comment_seq,
+                ..new_comment(ticket.id, Author::User, None, content)
+            };
+            events.push(ReservedEvent::new(
+                &ticket,
+                last_event_seq - 1,
+                kind::TICKET_STARTED,
+                Some(&agent),
+                started,
+            ));
+            let created = json!({ "comment": task });
+            events.push(ReservedEvent::new(
+                &ticket,
+                last_event_seq,
+                kind::COMMENT_CREATED,
+                Some(&agent),
+                created,
+            ));
+            // Nobody had commented: the task is the whole transcript.
+            if last_comment_seq == 1 {
+                transcript = Some(vec![task.clone()]);
+            }
+            comments.push(task);
+        }
         claims.push(Claim {
             ticket,
             generation,
             agent,
             definition,
-            transcript: None,
+            transcript,
         });
     }
-    let tasks: Vec<[ContentBlock; 1]> = unseeded
-        .iter()
-        .map(|&(i, _)| [ContentBlock::text(task_text(&claims[i].ticket))])
-        .collect();
-    let new_comments: Vec<NewComment> = unseeded
-        .iter()
-        .zip(&tasks)
-        .map(|(&(i, _), task)| NewComment {
-            ticket_id: claims[i].ticket.id,
-            author: Author::User,
-            agent: None,
-            content: task,
-        })
-        .collect();
-    let task_comments = super::comments::insert_many(&mut tx, &new_comments).await?;
-    let mut events: Vec<(Uuid, NewEvent)> = claims
-        .iter()
-        .map(|claim| {
-            let data = json!({ "agent": claim.agent, "attempt": claim.ticket.attempts });
-            (
-                claim.ticket.id,
-                NewEvent::new(kind::TICKET_STARTED, Some(&claim.agent), data),
-            )
-        })
-        .collect();
-    for (&(i, uncommented), comment) in unseeded.iter().zip(task_comments) {
-        let claim = &mut claims[i];
-        let event = NewEvent::new(kind::COMMENT_CREATED, Some(&claim.agent), json!({ "comment": comment }));
-        if uncommented {
-            claim.transcript = Some(vec![comment]);
-        }
-        events.push((claim.ticket.id, event));
-    }
-    super::events::append_many(&mut tx, &events).await?;
+    super::events::insert_reserved(&mut tx, &comments, &events).await?;
     tx.commit().await?;
     Ok(claims)
 }
@@ -429,10 +437,10 @@ impl Finish {
     }
 }
 
-/// A comment of a step's result, made whole before it is stored: its id and time are chosen here
-/// (so the events that carry it can be written in the same statement), its `seq` by the ticket's
-/// row. The time is this process's clock, to the microsecond Postgres keeps.
-pub fn new_step_comment(ticket_id: Uuid, author: Author, agent: Option<&str>, content: Vec<ContentBlock>) -> Comment {
+/// A comment made whole before it is stored: its id and time are chosen here (so the events that
+/// carry it can be written in the same statement), its `seq` by the ticket's row. The time is this
+/// process's clock, to the microsecond Postgres keeps.
+pub fn new_comment(ticket_id: Uuid, author: Author, agent: Option<&str>, content: Vec<ContentBlock>) -> Comment {
     let now = Utc::now();
     Comment {
         id: Uuid::now_v7(),

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::claims::Fence;
 
-use crate::domain::{NewEvent, TicketEvent};
+use crate::domain::{Comment, NewEvent, Ticket, TicketEvent};
 
 /// Position in the global event stream. Opaque to clients.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -95,8 +95,26 @@ impl From<EventRow> for LoggedEvent {
 /// Appends events to a ticket's log inside the caller's transaction. If the transaction rolls
 /// back, the events vanish with the change they describe. After the commit, call `EventHub::wake`.
 pub async fn append(conn: &mut PgConnection, ticket_id: Uuid, events: &[NewEvent]) -> Result<(), sqlx::Error> {
-    let events: Vec<(Uuid, NewEvent)> = events.iter().map(|e| (ticket_id, e.clone())).collect();
-    append_many(conn, &events).await
+    if events.is_empty() {
+        return Ok(());
+    }
+    let columns = EventColumns::of(events);
+    sqlx::query(
+        "WITH t AS (
+            UPDATE tickets SET last_event_seq = last_event_seq + $2 WHERE id = $1
+            RETURNING key, last_event_seq - $2 AS base)
+         INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
+         SELECT $1, t.key, t.base + e.n, e.kind, e.agent, e.data
+         FROM t, unnest($3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS e(kind, agent, data, n)",
+    )
+    .bind(ticket_id)
+    .bind(events.len() as i64)
+    .bind(&columns.kinds)
+    .bind(&columns.agents)
+    .bind(&columns.data)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// Events as the arrays the append statements unnest (`kind`, `agent`, `data`), borrowed.
@@ -188,31 +206,66 @@ pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, Vec<NewEvent>)
     .await
 }
 
-/// Appends events to one or more tickets in one statement. Each event gets its ticket's next
-/// `seq` under the ticket's row lock, which the statement takes (or re-enters), so a ticket's
-/// events commit in `seq` order without gaps. For several tickets, the caller must already hold
-/// their row locks (as the claim does), so that no lock order is at stake.
-pub async fn append_many(conn: &mut PgConnection, events: &[(Uuid, NewEvent)]) -> Result<(), sqlx::Error> {
-    if events.is_empty() {
+/// An event whose `seq` its writer reserved by raising the ticket's `last_event_seq` in the same
+/// transaction, under the row's lock (a claim, a new ticket's `ticket.created`): it is inserted
+/// without touching the ticket's row again, which would write another version of it.
+pub struct ReservedEvent {
+    pub ticket_id: Uuid,
+    pub ticket_key: String,
+    pub seq: i64,
+    pub event: NewEvent,
+}
+
+impl ReservedEvent {
+    pub fn new(ticket: &Ticket, seq: i64, kind: &'static str, agent: Option<&str>, data: Value) -> ReservedEvent {
+        ReservedEvent {
+            ticket_id: ticket.id,
+            ticket_key: ticket.key.clone(),
+            seq,
+            event: NewEvent::new(kind, agent, data),
+        }
+    }
+}
+
+/// Inserts comments and events whose seqs were reserved (see [`ReservedEvent`]; the comments'
+/// in `last_comment_seq` alike), in one statement, in the order given.
+pub async fn insert_reserved(
+    conn: &mut PgConnection,
+    comments: &[Comment],
+    events: &[ReservedEvent],
+) -> Result<(), sqlx::Error> {
+    if comments.is_empty() && events.is_empty() {
         return Ok(());
     }
-    let ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
-    let columns = EventColumns::of(events.iter().map(|(_, e)| e));
+    let columns = EventColumns::of(events.iter().map(|e| &e.event));
+    let contents: Vec<Value> = comments
+        .iter()
+        .map(|c| serde_json::to_value(&c.content).unwrap_or(Value::Array(vec![])))
+        .collect();
     sqlx::query(
-        "WITH e AS (
-            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[])
-                WITH ORDINALITY AS e(ticket_id, kind, agent, data, ord)),
-         counts AS (SELECT ticket_id, count(*) AS n FROM e GROUP BY ticket_id),
-         t AS (
-            UPDATE tickets SET last_event_seq = last_event_seq + counts.n FROM counts
-            WHERE tickets.id = counts.ticket_id
-            RETURNING tickets.id, tickets.key, tickets.last_event_seq - counts.n AS base)
+        "WITH c AS (
+            INSERT INTO comments (id, ticket_id, seq, author, agent, content, created_at)
+            SELECT id, ticket_id, seq, author, agent, content, created_at
+            FROM unnest($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::text[], $6::jsonb[], $7::timestamptz[])
+                WITH ORDINALITY AS c(id, ticket_id, seq, author, agent, content, created_at, ord)
+            ORDER BY ord
+            RETURNING 1)
          INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-         SELECT e.ticket_id, t.key, t.base + row_number() OVER (PARTITION BY e.ticket_id ORDER BY e.ord),
-                e.kind, e.agent, e.data
-         FROM e JOIN t ON t.id = e.ticket_id",
+         SELECT ticket_id, ticket_key, seq, kind, agent, data
+         FROM unnest($8::uuid[], $9::text[], $10::int8[], $11::text[], $12::text[], $13::jsonb[])
+             WITH ORDINALITY AS e(ticket_id, ticket_key, seq, kind, agent, data, ord)
+         ORDER BY ord",
     )
-    .bind(&ids)
+    .bind(comments.iter().map(|c| c.id).collect::<Vec<_>>())
+    .bind(comments.iter().map(|c| c.ticket_id).collect::<Vec<_>>())
+    .bind(comments.iter().map(|c| c.seq).collect::<Vec<_>>())
+    .bind(comments.iter().map(|c| c.author.as_str()).collect::<Vec<_>>())
+    .bind(comments.iter().map(|c| c.agent.as_deref()).collect::<Vec<_>>())
+    .bind(&contents)
+    .bind(comments.iter().map(|c| c.created_at).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.ticket_id).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.ticket_key.as_str()).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.seq).collect::<Vec<_>>())
     .bind(&columns.kinds)
     .bind(&columns.agents)
     .bind(&columns.data)

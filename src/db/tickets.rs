@@ -93,13 +93,15 @@ pub struct NewTicket {
     pub idempotency: Option<(String, String)>,
 }
 
+/// Inserts a ticket with seq 1 of its log reserved for its `ticket.created`, which the caller must
+/// insert in the same transaction ([`super::events::insert_reserved`]).
 pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, sqlx::Error> {
     let (idem_key, idem_hash) = new.idempotency.unzip();
     let sql = format!(
         "WITH t AS (
             INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts,
-                                 reporter, idempotency_key, idempotency_hash)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                 reporter, idempotency_key, idempotency_hash, last_event_seq)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1)
             RETURNING *)
          SELECT {TICKET_COLUMNS} FROM t"
     );
@@ -121,7 +123,9 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
 }
 
 /// Inserts several tickets without idempotency keys in one statement; returned in the order
-/// given, with keys increasing in that order.
+/// given, with keys increasing in that order. Seq 1 of each one's log is reserved for its
+/// `ticket.created`, which the caller must insert in the same transaction
+/// ([`super::events::insert_reserved`]).
 pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<Vec<Ticket>, sqlx::Error> {
     if new.is_empty() {
         return Ok(vec![]);
@@ -138,9 +142,10 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
     let reporters: Vec<&str> = new.iter().map(|n| n.reporter.as_str()).collect();
     let sql = format!(
         "WITH t AS (
-            INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts, reporter)
+            INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts, reporter,
+                                 last_event_seq)
             SELECT n.id, n.task, ARRAY(SELECT jsonb_array_elements_text(n.labels)), n.priority, n.schema,
-                   n.parent_id, n.metadata, n.max_attempts, n.reporter
+                   n.parent_id, n.metadata, n.max_attempts, n.reporter, 1
             FROM unnest($1::uuid[], $2::jsonb[], $3::jsonb[], $4::int4[], $5::jsonb[], $6::uuid[], $7::jsonb[],
                         $8::int4[], $9::text[])
                  WITH ORDINALITY AS n(id, task, labels, priority, schema, parent_id, metadata, max_attempts,

@@ -2,6 +2,9 @@
 //! error says where it is (JSON pointer) and large values are summarised so a
 //! 20 000-character string does not come back verbatim in the tool error.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
 use jsonschema::{ValidationError, Validator};
 use serde_json::Value;
 
@@ -20,9 +23,31 @@ pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validato
     jsonschema::draft202012::new(schema).map_err(|error| format!("invalid JSON Schema: {}", describe(&error)))
 }
 
+/// Compiled validators by schema text, so that a tool call or a result is not checked by a
+/// validator compiled anew each time: compiling was most of a tool call's CPU. Cleared whole when
+/// full; ticket schemas are user input, so the set is bounded.
+static VALIDATORS: LazyLock<Mutex<HashMap<String, Arc<Validator>>>> = LazyLock::new(Default::default);
+const MAX_CACHED_VALIDATORS: usize = 256;
+
+/// [`compile_schema`], once per distinct schema.
+pub fn cached_validator(schema: &Value) -> Result<Arc<Validator>, String> {
+    let key = schema.to_string();
+    // A poisoned lock only means another thread panicked while holding it; the map is still whole.
+    if let Some(validator) = VALIDATORS.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(validator.clone());
+    }
+    let validator = Arc::new(compile_schema(schema)?);
+    let mut cache = VALIDATORS.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= MAX_CACHED_VALIDATORS {
+        cache.clear();
+    }
+    cache.insert(key, validator.clone());
+    Ok(validator)
+}
+
 /// Validates an instance; Err holds a readable message listing each error with its JSON pointer path, e.g. "/answer: \"x\" is not of type \"integer\"; (root): \"name\" is a required property". At most ~10 errors listed.
 pub fn validate_against(schema: &serde_json::Value, instance: &serde_json::Value) -> Result<(), String> {
-    let validator = compile_schema(schema)?;
+    let validator = cached_validator(schema)?;
     check(&validator, instance)
 }
 
@@ -104,7 +129,7 @@ pub fn prepare_tool_input(
     tool_schema: &serde_json::Value,
     raw_arguments: &str,
 ) -> Result<serde_json::Value, String> {
-    let validator = compile_schema(tool_schema)
+    let validator = cached_validator(tool_schema)
         .map_err(|e| format!("Tool `{tool_name}` cannot be called: its input schema is broken ({e})."))?;
     let (repaired, was_repaired) = repair_json(raw_arguments);
     let input = coerce_to_schema(repaired, tool_schema);
@@ -159,6 +184,20 @@ mod tests {
     use super::*;
     use crate::tools::specs::{definition, CLOSE_TICKET, HANDOVER_TICKET};
     use serde_json::json;
+
+    #[test]
+    fn a_schema_is_compiled_once_and_the_cache_stays_bounded() {
+        let schema = json!({"type": "object", "properties": {"cached": {"type": "integer"}}});
+        let first = cached_validator(&schema).unwrap();
+        assert!(Arc::ptr_eq(&first, &cached_validator(&schema).unwrap()));
+        let other = cached_validator(&json!({"type": "object", "properties": {"other": {"type": "string"}}})).unwrap();
+        assert!(!Arc::ptr_eq(&first, &other));
+        for n in 0..MAX_CACHED_VALIDATORS + 5 {
+            cached_validator(&json!({"maxLength": n})).unwrap();
+        }
+        assert!(VALIDATORS.lock().unwrap().len() <= MAX_CACHED_VALIDATORS);
+        assert!(cached_validator(&json!({"type": "invalid_type"})).is_err());
+    }
 
     #[test]
     fn compiles_a_valid_schema() {
