@@ -18,12 +18,6 @@ const USAGE: &str = "usage: agentdesk [serve|api|worker|migrate|healthcheck]
 
 Configuration comes from the environment (and .env); see the README.";
 
-/// mimalloc instead of the system allocator: a quarter of the process's CPU under load went to
-/// glibc's malloc and free (JSON values, HTTP buffers, rows), and mimalloc's thread-local free lists
-/// cost a fraction of that. See BENCHMARKS.md.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let _ = dotenvy::dotenv();
     let command = std::env::args().nth(1).unwrap_or_else(|| "serve".into());

@@ -29,12 +29,6 @@ Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do)
 /// A scenario that runs longer than this is stopped and reported as an error.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(900);
 
-/// mimalloc instead of the system allocator: a quarter of the process's CPU under load went to
-/// glibc's malloc and free (JSON values, HTTP buffers, rows), and mimalloc's thread-local free lists
-/// cost a fraction of that. See BENCHMARKS.md.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(bench::server::SERVE_ROLE) {
@@ -239,7 +233,8 @@ HTTP by 16 concurrent clients until all are done (counted from `/v1/events`), wi
 flight (`AGENTDESK_WORKERS=256`; one more round with the default 64 is shown for information). \
 Baseline: `pgbench` with 16 clients running the bare SQL of a ticket's life (insert it with its event; \
 claim one with `FOR UPDATE SKIP LOCKED` and log it; finish it and log it) on agentdesk's schema in a \
-scratch database of the same server. Bar: agentdesk / pgbench ≥ 0.6.
+scratch database of the same server. Both warm up unmeasured first (1000 tickets; pgbench for 3 s), \
+then rounds of the two alternate and their medians are compared. Bar: agentdesk / pgbench ≥ 0.6.
 - **concurrency**: 2000 tickets in flight at once (`AGENTDESK_WORKERS=2000`); every model request takes \
 2 s (40 tokens at 20 tokens/s, then `close_ticket`). Bars: all finish; peak RSS of the agentdesk \
 process < 300 MB; at most 20 database connections.

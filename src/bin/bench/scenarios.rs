@@ -128,9 +128,20 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let mut watcher = fx.done_watcher().await?;
     let (mut agentdesk_tps, mut pg_tps, mut pg_runs, mut create_rates) = (vec![], vec![], vec![], vec![]);
     let timeout = Duration::from_secs(opts.pick(60, 300));
+
+    // Both sides warm up first, unmeasured: a fresh desk runs its first thousand tickets with
+    // plans made on empty tables and relations growing from nothing, and pgbench's scratch
+    // database starts as cold. Measured rounds then compare the two steady states.
+    let warm_up = tickets / 2;
+    let (warm_tps, _) = throughput_round(&fx, &mut watcher, 0, warm_up, clients, timeout, report).await?;
+    let (pgb, url, path) = (pgbench.clone(), scratch.clone(), script.clone());
+    let warm_pg = Duration::from_secs(opts.pick(1, 3));
+    let warm_runs = tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, warm_pg, &path)).await??;
+    println!("  warm-up: agentdesk {warm_tps:.0} tickets/s ({warm_up} tickets), pgbench {warm_runs:.0} runs/s");
     for round in 0..rounds {
+        let finished = warm_up + round * tickets;
         let (tps, create_rate) =
-            throughput_round(&fx, &mut watcher, round * tickets, tickets, clients, timeout, report).await?;
+            throughput_round(&fx, &mut watcher, finished, tickets, clients, timeout, report).await?;
         agentdesk_tps.push(tps);
         create_rates.push(create_rate);
         let done_before = done_count(&scratch).await?;
@@ -151,7 +162,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let server_kind = fx.server.describe();
     fx.shutdown().await;
 
-    // The same round once more with the default number of workers, on a new server.
+    // The same round once more with the default number of workers, on a new server warmed up alike.
     let default_spec = ServerSpec {
         workers: DEFAULT_WORKERS,
         ..spec
@@ -159,7 +170,8 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let fx = Fixture::start("throughput", &default_spec).await?;
     fx.fake.set_responder(|_| close_ticket());
     let mut watcher = fx.done_watcher().await?;
-    let (default_tps, _) = throughput_round(&fx, &mut watcher, 0, tickets, clients, timeout, report).await?;
+    throughput_round(&fx, &mut watcher, 0, warm_up, clients, timeout, report).await?;
+    let (default_tps, _) = throughput_round(&fx, &mut watcher, warm_up, tickets, clients, timeout, report).await?;
     fx.shutdown().await;
     println!("  one more round with {DEFAULT_WORKERS} workers (the default): agentdesk {default_tps:.0} tickets/s");
 
@@ -183,6 +195,8 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("pgbench_tickets_per_s", json!(pg_tps));
     report.figure("pgbench_script_runs_per_s", json!(pg_runs));
     report.figure("create_rate_per_s", json!(create_rates));
+    report.figure("warm_up_agentdesk_tickets_per_s", warm_tps);
+    report.figure("warm_up_pgbench_script_runs_per_s", warm_runs);
     report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
     report.figure("done", stats["by_status"]["done"].clone());
     report.note(format!(
@@ -190,6 +204,10 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     ));
     report.note(format!(
         "with the default {DEFAULT_WORKERS} workers a ticket's round trips (HTTP, model, Postgres) leave part of the CPU idle: one more round on a new server with that setting is shown for information"
+    ));
+    report.note(format!(
+        "both sides warm up unmeasured first: {warm_up} agentdesk tickets, then pgbench for {} s",
+        warm_pg.as_secs()
     ));
     report.note(format!(
         "pgbench: {clients} clients, {} s per round, tickets/s = tickets it finished / duration, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
