@@ -64,7 +64,7 @@ pub async fn insert(
 
 /// Appends comments to one or more tickets in one statement, returned in the order given. Each
 /// gets its ticket's next `seq` under the ticket's row lock; for several tickets the caller must
-/// already hold their row locks (as the claim does), so that no lock order is at stake.
+/// already hold their row locks, so that no lock order is at stake.
 pub async fn insert_many(conn: &mut PgConnection, comments: &[NewComment<'_>]) -> Result<Vec<Comment>, sqlx::Error> {
     if comments.is_empty() {
         return Ok(vec![]);
