@@ -131,29 +131,23 @@ pub async fn claim_batch(
             .ok()
             .flatten()
             .map(|json| json.0);
+        // A first claim logs the task as a comment right after `ticket.started`.
+        let started_seq = if seeded { last_event_seq } else { last_event_seq - 1 };
         let started = json!({ "agent": agent, "attempt": ticket.attempts });
+        events.push(ReservedEvent::new(
+            &ticket,
+            started_seq,
+            kind::TICKET_STARTED,
+            Some(&agent),
+            started,
+        ));
         let mut transcript = None;
-        if seeded {
-            events.push(ReservedEvent::new(
-                &ticket,
-                last_event_seq,
-                kind::TICKET_STARTED,
-                Some(&agent),
-                started,
-            ));
-        } else {
+        if !seeded {
             let content = vec![ContentBlock::text(task_text(&ticket))];
             let task = Comment {
                 seq: last_comment_seq,
                 ..new_comment(ticket.id, Author::User, None, content)
             };
-            events.push(ReservedEvent::new(
-                &ticket,
-                last_event_seq - 1,
-                kind::TICKET_STARTED,
-                Some(&agent),
-                started,
-            ));
             let created = json!({ "comment": task });
             events.push(ReservedEvent::new(
                 &ticket,
@@ -492,7 +486,7 @@ pub async fn store_step(
     let contents: Vec<Value> = step
         .comments
         .iter()
-        .map(|c| serde_json::to_value(&c.content).unwrap_or(Value::Array(vec![])))
+        .map(|c| super::comments::content_json(&c.content))
         .collect();
     let times: Vec<DateTime<Utc>> = step.comments.iter().map(|c| c.created_at).collect();
     let carries: Vec<Option<i64>> = step.carries.iter().map(|c| c.map(|i| i as i64 + 1)).collect();

@@ -35,14 +35,6 @@ impl From<CommentRow> for Comment {
     }
 }
 
-/// A comment to append with `insert_many`.
-pub struct NewComment<'a> {
-    pub ticket_id: Uuid,
-    pub author: Author,
-    pub agent: Option<&'a str>,
-    pub content: &'a [ContentBlock],
-}
-
 /// Appends a comment. The statement takes the ticket's row lock (or re-enters the caller's), so
 /// seqs are gap-free and in commit order.
 pub async fn insert(
@@ -52,68 +44,28 @@ pub async fn insert(
     agent: Option<&str>,
     content: &[ContentBlock],
 ) -> Result<Comment, sqlx::Error> {
-    let new = NewComment {
-        ticket_id,
-        author,
-        agent,
-        content,
-    };
-    let mut comments = insert_many(conn, &[new]).await?;
-    comments.pop().ok_or(sqlx::Error::RowNotFound)
-}
-
-/// Appends comments to one or more tickets in one statement, returned in the order given. Each
-/// gets its ticket's next `seq` under the ticket's row lock; for several tickets the caller must
-/// already hold their row locks, so that no lock order is at stake.
-pub async fn insert_many(conn: &mut PgConnection, comments: &[NewComment<'_>]) -> Result<Vec<Comment>, sqlx::Error> {
-    if comments.is_empty() {
-        return Ok(vec![]);
-    }
-    let ids: Vec<Uuid> = comments.iter().map(|_| Uuid::now_v7()).collect();
-    let tickets: Vec<Uuid> = comments.iter().map(|c| c.ticket_id).collect();
-    let authors: Vec<&str> = comments.iter().map(|c| c.author.as_str()).collect();
-    let agents: Vec<Option<&str>> = comments.iter().map(|c| c.agent).collect();
-    let contents: Vec<Value> = comments
-        .iter()
-        .map(|c| serde_json::to_value(c.content).unwrap_or(Value::Array(vec![])))
-        .collect();
-    let mut rows: Vec<(i64, CommentRow)> = sqlx::query_as::<_, OrderedRow>(
-        "WITH c AS (
-            SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::jsonb[])
-                WITH ORDINALITY AS c(id, ticket_id, author, agent, content, ord)),
-         counts AS (SELECT ticket_id, count(*) AS n FROM c GROUP BY ticket_id),
-         t AS (
-            UPDATE tickets SET last_comment_seq = last_comment_seq + counts.n, updated_at = now() FROM counts
-            WHERE tickets.id = counts.ticket_id
-            RETURNING tickets.id, tickets.last_comment_seq - counts.n AS base),
-         inserted AS (
-            INSERT INTO comments (id, ticket_id, seq, author, agent, content)
-            SELECT c.id, c.ticket_id, t.base + row_number() OVER (PARTITION BY c.ticket_id ORDER BY c.ord),
-                   c.author, c.agent, c.content
-            FROM c JOIN t ON t.id = c.ticket_id
-            RETURNING id, ticket_id, seq, author, agent, content, created_at)
-         SELECT c.ord, i.id, i.ticket_id, i.seq, i.author, i.agent, i.content, i.created_at
-         FROM inserted i JOIN c ON c.id = i.id",
+    let row: CommentRow = sqlx::query_as(
+        "WITH t AS (
+            UPDATE tickets SET last_comment_seq = last_comment_seq + 1, updated_at = now() WHERE id = $2
+            RETURNING last_comment_seq)
+         INSERT INTO comments (id, ticket_id, seq, author, agent, content)
+         SELECT $1, $2, t.last_comment_seq, $3, $4, $5 FROM t
+         RETURNING id, ticket_id, seq, author, agent, content, created_at",
     )
-    .bind(&ids)
-    .bind(&tickets)
-    .bind(&authors)
-    .bind(&agents)
-    .bind(&contents)
-    .fetch_all(conn)
+    .bind(Uuid::now_v7())
+    .bind(ticket_id)
+    .bind(author.as_str())
+    .bind(agent)
+    .bind(content_json(content))
+    .fetch_optional(conn)
     .await?
-    .into_iter()
-    .map(|r| (r.ord, r.row))
-    .collect();
-    rows.sort_by_key(|(ord, _)| *ord);
-    Ok(rows.into_iter().map(|(_, row)| row.into()).collect())
+    .ok_or(sqlx::Error::RowNotFound)?;
+    Ok(row.into())
 }
 
-#[derive(sqlx::FromRow)]
-struct OrderedRow {
-    ord: i64,
-    #[sqlx(flatten)]
-    row: CommentRow,
+/// A comment's content as it is stored.
+pub(crate) fn content_json(content: &[ContentBlock]) -> Value {
+    serde_json::to_value(content).unwrap_or(Value::Array(vec![]))
 }
 
 /// A page of the transcript after `after_seq`, and whether more follow.

@@ -240,7 +240,7 @@ pub async fn insert_reserved(
     let columns = EventColumns::of(events.iter().map(|e| &e.event));
     let contents: Vec<Value> = comments
         .iter()
-        .map(|c| serde_json::to_value(&c.content).unwrap_or(Value::Array(vec![])))
+        .map(|c| super::comments::content_json(&c.content))
         .collect();
     sqlx::query(
         "WITH c AS (
