@@ -134,9 +134,13 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     // database starts as cold. Measured rounds then compare the two steady states.
     let warm_up = tickets / 2;
     let (warm_tps, _) = throughput_round(&fx, &mut watcher, 0, warm_up, clients, timeout, report).await?;
-    let (pgb, url, path) = (pgbench.clone(), scratch.clone(), script.clone());
+    // pgbench blocks until it ends: off the runtime that serves agentdesk's watcher.
+    let run_pgbench = |duration: Duration| {
+        let (pgb, url, path) = (pgbench.clone(), scratch.clone(), script.clone());
+        async move { tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, duration, &path)).await? }
+    };
     let warm_pg = Duration::from_secs(opts.pick(1, 3));
-    let warm_runs = tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, warm_pg, &path)).await??;
+    let warm_runs = run_pgbench(warm_pg).await?;
     println!("  warm-up: agentdesk {warm_tps:.0} tickets/s ({warm_up} tickets), pgbench {warm_runs:.0} runs/s");
     for round in 0..rounds {
         let finished = warm_up + round * tickets;
@@ -145,8 +149,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         agentdesk_tps.push(tps);
         create_rates.push(create_rate);
         let done_before = done_count(&scratch).await?;
-        let (pgb, url, path) = (pgbench.clone(), scratch.clone(), script.clone());
-        let runs = tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, pg_duration, &path)).await??;
+        let runs = run_pgbench(pg_duration).await?;
         let tps = (done_count(&scratch).await? - done_before) as f64 / pg_duration.as_secs_f64();
         pg_runs.push(runs);
         pg_tps.push(tps);
