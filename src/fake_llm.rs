@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,8 +45,11 @@ type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
 
 struct Shared {
     state: Mutex<State_>,
+    /// Requests received, kept or not.
     count: watch::Sender<usize>,
     next_id: AtomicU64,
+    /// Whether each request's copy is kept for `requests()`.
+    keep: AtomicBool,
 }
 
 #[derive(Default)]
@@ -94,6 +97,7 @@ impl FakeLlm {
             state: Mutex::new(State_::default()),
             count,
             next_id: AtomicU64::new(1),
+            keep: AtomicBool::new(true),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai_handler))
@@ -141,12 +145,19 @@ impl FakeLlm {
         self.state().responder = Some(Arc::new(f));
     }
 
+    /// Whether requests are kept for `requests()` (the default). A benchmark sending thousands
+    /// turns it off: the copies would cost it memory and CPU that no test of it needs.
+    pub fn keep_requests(&self, keep: bool) {
+        self.inner.shared.keep.store(keep, Ordering::Relaxed);
+    }
+
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.state().requests.clone()
     }
 
+    /// Requests received, kept or not.
     pub fn request_count(&self) -> usize {
-        self.state().requests.len()
+        *self.inner.shared.count.borrow()
     }
 
     /// Waits until at least `n` requests have arrived; false on timeout.
@@ -190,30 +201,18 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let raw = String::from_utf8_lossy(&body).into_owned();
-    let json: Value = serde_json::from_str(&raw).unwrap_or_else(|_| Value::String(raw.clone()));
-    let mut recorded_headers: BTreeMap<String, String> = BTreeMap::new();
-    for (name, value) in &headers {
-        let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        recorded_headers
-            .entry(name.as_str().to_ascii_lowercase())
-            .and_modify(|e| {
-                e.push_str(", ");
-                e.push_str(&v);
-            })
-            .or_insert(v);
-    }
-
+    let raw = String::from_utf8_lossy(&body);
+    let json: Value = serde_json::from_str(&raw).unwrap_or_else(|_| Value::String(raw.to_string()));
+    let recorded = shared.keep.load(Ordering::Relaxed).then(|| RecordedRequest {
+        path: uri.path().to_string(),
+        headers: joined_headers(&headers),
+        body: json.clone(),
+        peer,
+    });
     let (scripted, responder) = {
         let mut st = lock(&shared);
-        st.requests.push(RecordedRequest {
-            path: uri.path().to_string(),
-            headers: recorded_headers,
-            body: json.clone(),
-            peer,
-        });
-        let n = st.requests.len();
-        shared.count.send_replace(n);
+        st.requests.extend(recorded);
+        shared.count.send_modify(|n| *n += 1);
         let scripted = match st.keyed.iter().position(|(k, _)| raw.contains(k.as_str())) {
             Some(i) => Some(st.keyed.remove(i).1),
             None => st.queue.pop_front(),
@@ -238,6 +237,22 @@ async fn handle(
         Endpoint::Anthropic => render_anthropic(&reply, &json, &shared.next_id),
     };
     stream_response(frames, &reply)
+}
+
+/// Header names lowercased; a repeated header's values joined by ", ".
+fn joined_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
+    let mut joined: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in headers {
+        let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        joined
+            .entry(name.as_str().to_ascii_lowercase())
+            .and_modify(|e| {
+                e.push_str(", ");
+                e.push_str(&v);
+            })
+            .or_insert(v);
+    }
+    joined
 }
 
 fn error_response(endpoint: Endpoint, status: u16, reply: &Reply) -> Response {
@@ -322,6 +337,26 @@ struct Frame {
 }
 
 fn stream_response(frames: Vec<Frame>, reply: &Reply) -> Response {
+    let paced = frames.iter().any(|f| !f.delay.is_zero());
+    let faulty = reply.stall_after.is_some() || reply.drop_after.is_some() || reply.garbage_after.is_some();
+    let body = if paced || faulty {
+        paced_body(frames, reply)
+    } else {
+        // Nothing to wait for: the whole stream in one chunk, without a task to feed it.
+        let whole: String = frames.into_iter().map(|f| f.text).collect();
+        Body::from_stream(futures::stream::once(
+            async move { Ok::<_, io::Error>(Bytes::from(whole)) },
+        ))
+    };
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// The frames one by one at their times, with the reply's faults.
+fn paced_body(frames: Vec<Frame>, reply: &Reply) -> Body {
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(32);
     let (stall, drop_at, garbage) = (reply.stall_after, reply.drop_after, reply.garbage_after);
     tokio::spawn(async move {
@@ -361,11 +396,7 @@ fn stream_response(frames: Vec<Frame>, reply: &Reply) -> Response {
             }
         }
     });
-    let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
-    let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    resp
+    Body::from_stream(ReceiverStream::new(rx))
 }
 
 #[derive(Clone, Debug)]

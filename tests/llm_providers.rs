@@ -630,3 +630,14 @@ async fn connections_are_reused_across_requests() {
     assert_eq!(reqs[0].peer, reqs[2].peer, "openai requests opened new connections");
     assert_eq!(reqs[3].peer, reqs[5].peer, "anthropic requests opened new connections");
 }
+
+#[tokio::test]
+async fn a_fake_that_keeps_no_copies_still_counts_requests() {
+    let fake = FakeLlm::start().await;
+    run(&fake, Kind::OpenAi, Reply::text("kept")).await.0.unwrap();
+    fake.keep_requests(false);
+    run(&fake, Kind::Anthropic, Reply::text("not kept")).await.0.unwrap();
+    assert_eq!(fake.request_count(), 2);
+    assert_eq!(fake.requests().len(), 1, "only the request made while keeping is kept");
+    assert!(fake.wait_for_requests(2, Duration::from_secs(1)).await);
+}

@@ -47,6 +47,8 @@ impl Fixture {
             .await
             .context("cannot create a scratch database")?;
         let fake = FakeLlm::start().await;
+        // Thousands of requests: the fake counts them but keeps no copies.
+        fake.keep_requests(false);
         let log = results_dir().join(format!("{scenario}.agentdesk.log"));
         let server = Server::start(spec, &db_url, &fake.openai_base_url(), &log).await?;
         let url = server.url();
