@@ -126,3 +126,52 @@ async fn updates_of_a_tickets_counters_stay_on_their_page_and_skip_the_indexes()
     // packed full, none at all would be HOT.
     assert!(hot >= 100, "only {hot} of 500 updates were HOT");
 }
+
+#[tokio::test]
+async fn a_row_version_is_written_only_into_the_indexes_some_query_needs() {
+    let url = agentdesk::testing::fresh_database().await.unwrap();
+    let pool = db::connect(&url, 2).await.unwrap();
+    db::migrate(&pool).await.unwrap();
+    let indexes = |table: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let names: Vec<String> = sqlx::query_scalar(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = $1 AND schemaname = current_schema() ORDER BY indexname",
+            )
+            .bind(table)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            names.join("\n")
+        }
+    };
+    let tickets = indexes("tickets").await;
+    assert!(
+        !tickets.contains("(key)"),
+        "the key is found through the number's index:\n{tickets}"
+    );
+    let events = indexes("events").await;
+    assert!(
+        !events.contains("(id)"),
+        "no query looks an event up by id alone:\n{events}"
+    );
+    assert!(
+        events.contains("events_pkey ON public.events USING btree (ticket_id, seq)"),
+        "{events}"
+    );
+
+    // Only tickets that have an idempotency key have an entry in its index, which is still unique.
+    assert!(
+        tickets.contains("UNIQUE INDEX tickets_idempotency_key_idx ON public.tickets USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)"),
+        "{tickets}"
+    );
+    sqlx::query("INSERT INTO tickets (id, task, idempotency_key) VALUES (gen_random_uuid(), '\"keyed\"', 'k-1')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let again =
+        sqlx::query("INSERT INTO tickets (id, task, idempotency_key) VALUES (gen_random_uuid(), '\"again\"', 'k-1')")
+            .execute(&pool)
+            .await;
+    assert!(again.is_err(), "an idempotency key is still unique");
+}

@@ -125,7 +125,7 @@ fn ctx<'a>(pool: &'a PgPool, claim: &'a Claim) -> ToolContext<'a> {
 }
 
 async fn ticket(pool: &PgPool, key: &str) -> Ticket {
-    db::tickets::find(pool, &TicketRef::Key(key.into()))
+    db::tickets::find(pool, &TicketRef::parse(key).expect("a ticket key"))
         .await
         .expect("find")
         .expect("ticket exists")

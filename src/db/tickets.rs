@@ -205,9 +205,9 @@ pub async fn find<'e>(db: impl PgExecutor<'e>, ticket: &TicketRef) -> Result<Opt
                 .fetch_optional(db)
                 .await?
         }
-        TicketRef::Key(key) => {
-            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.key = $1"))
-                .bind(key)
+        TicketRef::Number(number) => {
+            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.number = $1"))
+                .bind(number)
                 .fetch_optional(db)
                 .await?
         }
@@ -231,11 +231,11 @@ pub async fn lock(conn: &mut PgConnection, ticket: &TicketRef) -> Result<Option<
             .fetch_optional(conn)
             .await?
         }
-        TicketRef::Key(key) => {
+        TicketRef::Number(number) => {
             sqlx::query_as(&format!(
-                "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.key = $1 FOR UPDATE OF t"
+                "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.number = $1 FOR UPDATE OF t"
             ))
-            .bind(key)
+            .bind(number)
             .fetch_optional(conn)
             .await?
         }

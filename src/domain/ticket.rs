@@ -118,11 +118,12 @@ pub struct Ticket {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// A ticket reference in a path: its id, or its key.
+/// A ticket reference in a path: its id, or its key `TICKET-<number>` (kept as the number, which
+/// is what the database indexes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TicketRef {
     Id(Uuid),
-    Key(String),
+    Number(i64),
 }
 
 impl TicketRef {
@@ -135,8 +136,7 @@ impl TicketRef {
         if number.is_empty() || number.len() > 18 || !number.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let number: i64 = number.parse().ok()?;
-        Some(TicketRef::Key(format!("TICKET-{number}")))
+        number.parse().ok().map(TicketRef::Number)
     }
 }
 
@@ -148,8 +148,8 @@ mod tests {
     fn ticket_refs_parse_ids_and_keys_and_nothing_else() {
         let id = Uuid::now_v7();
         assert_eq!(TicketRef::parse(&id.to_string()), Some(TicketRef::Id(id)));
-        assert_eq!(TicketRef::parse("TICKET-42"), Some(TicketRef::Key("TICKET-42".into())));
-        assert_eq!(TicketRef::parse("ticket-042"), Some(TicketRef::Key("TICKET-42".into())));
+        assert_eq!(TicketRef::parse("TICKET-42"), Some(TicketRef::Number(42)));
+        assert_eq!(TicketRef::parse("ticket-042"), Some(TicketRef::Number(42)));
         for bad in ["", "TICKET-", "TICKET-x", "42", "TICKET-99999999999999999999", "T-1"] {
             assert_eq!(TicketRef::parse(bad), None, "{bad}");
         }

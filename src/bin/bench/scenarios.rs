@@ -142,15 +142,23 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let warm_pg = Duration::from_secs(opts.pick(1, 3));
     let warm_runs = run_pgbench(warm_pg).await?;
     println!("  warm-up: agentdesk {warm_tps:.0} tickets/s ({warm_up} tickets), pgbench {warm_runs:.0} runs/s");
+    // What Postgres spends per ticket on either side: less noisy than the rates, and it says
+    // where the gap between them comes from.
+    let (mut agentdesk_spend, mut pg_spend) = (vec![], vec![]);
     for round in 0..rounds {
         let finished = warm_up + round * tickets;
+        let before = PgSpend::now(&scratch).await?;
         let (tps, create_rate) =
             throughput_round(&fx, &mut watcher, finished, tickets, clients, timeout, report).await?;
+        agentdesk_spend.push(PgSpend::now(&scratch).await?.since(before, tickets as i64));
         agentdesk_tps.push(tps);
         create_rates.push(create_rate);
         let done_before = done_count(&scratch).await?;
+        let before = PgSpend::now(&scratch).await?;
         let runs = run_pgbench(pg_duration).await?;
-        let tps = (done_count(&scratch).await? - done_before) as f64 / pg_duration.as_secs_f64();
+        let done = done_count(&scratch).await? - done_before;
+        pg_spend.push(PgSpend::now(&scratch).await?.since(before, done));
+        let tps = done as f64 / pg_duration.as_secs_f64();
         pg_runs.push(runs);
         pg_tps.push(tps);
         println!(
@@ -189,6 +197,19 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         default_tps,
         "tickets/s",
     ));
+    let per_ticket = |spends: &[PgSpend], f: fn(&PgSpend) -> f64| median(&spends.iter().map(f).collect::<Vec<_>>());
+    let cpu_us = |s: &PgSpend| s.cpu_s * 1e6;
+    if per_ticket(&pg_spend, cpu_us) > 0.0 {
+        report.check(
+            Check::info("Postgres CPU per ticket", per_ticket(&agentdesk_spend, cpu_us), "µs")
+                .baseline("pgbench", per_ticket(&pg_spend, cpu_us)),
+        );
+    }
+    let wal = |s: &PgSpend| s.wal_bytes;
+    report.check(
+        Check::info("WAL per ticket", per_ticket(&agentdesk_spend, wal), "bytes")
+            .baseline("pgbench", per_ticket(&pg_spend, wal)),
+    );
     report.figure("workers", THROUGHPUT_WORKERS);
     report.figure("agentdesk_tickets_per_s_default_workers", default_tps);
     report.figure("tickets_per_round", tickets);
@@ -198,6 +219,12 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("pgbench_tickets_per_s", json!(pg_tps));
     report.figure("pgbench_script_runs_per_s", json!(pg_runs));
     report.figure("create_rate_per_s", json!(create_rates));
+    let rounded =
+        |spends: &[PgSpend], f: fn(&PgSpend) -> f64| json!(spends.iter().map(|s| f(s).round()).collect::<Vec<_>>());
+    report.figure("postgres_cpu_us_per_ticket", rounded(&agentdesk_spend, cpu_us));
+    report.figure("pgbench_postgres_cpu_us_per_ticket", rounded(&pg_spend, cpu_us));
+    report.figure("wal_bytes_per_ticket", rounded(&agentdesk_spend, wal));
+    report.figure("pgbench_wal_bytes_per_ticket", rounded(&pg_spend, wal));
     report.figure("warm_up_agentdesk_tickets_per_s", warm_tps);
     report.figure("warm_up_pgbench_script_runs_per_s", warm_runs);
     report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
@@ -212,11 +239,45 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         "both sides warm up unmeasured first: {warm_up} agentdesk tickets, then pgbench for {} s",
         warm_pg.as_secs()
     ));
+    report.note(
+        "Postgres CPU = utime+stime of every postgres process on this machine (exited backends through the postmaster's children's times) over a round, per ticket finished; WAL = pg_current_wal_lsn() advance over the round, per ticket; medians of the rounds",
+    );
     report.note(format!(
         "pgbench: {clients} clients, {} s per round, tickets/s = tickets it finished / duration, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
         pg_duration.as_secs()
     ));
     Ok(())
+}
+
+/// What Postgres has spent so far, or per ticket between two readings: CPU seconds of all its
+/// processes on this machine (0 when it runs elsewhere) and WAL bytes, cluster-wide.
+#[derive(Clone, Copy)]
+struct PgSpend {
+    cpu_s: f64,
+    wal_bytes: f64,
+}
+
+impl PgSpend {
+    async fn now(db_url: &str) -> Result<PgSpend> {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(db_url).await?;
+        let wal: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
+            .fetch_one(&mut c)
+            .await?;
+        let _ = c.close().await;
+        Ok(PgSpend {
+            cpu_s: server::postgres_cpu_secs(),
+            wal_bytes: wal as f64,
+        })
+    }
+
+    fn since(self, before: PgSpend, tickets: i64) -> PgSpend {
+        let n = tickets.max(1) as f64;
+        PgSpend {
+            cpu_s: (self.cpu_s - before.cpu_s) / n,
+            wal_bytes: (self.wal_bytes - before.wal_bytes) / n,
+        }
+    }
 }
 
 async fn done_count(db_url: &str) -> Result<i64> {

@@ -251,18 +251,39 @@ pub fn rss_mb(pid: u32) -> f64 {
 
 /// CPU seconds (user + system, all threads) the process has used so far.
 pub fn cpu_secs(pid: u32) -> f64 {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return f64::NAN;
+    cpu_ticks(pid, false).map_or(f64::NAN, ticks_to_secs)
+}
+
+/// CPU seconds used so far by every PostgreSQL process on this machine, with those of backends
+/// that have exited (counted in their parent, the postmaster). 0 when none is visible here.
+pub fn postgres_cpu_secs() -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
     };
+    let ticks: u64 = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres"))
+        .filter_map(|pid| cpu_ticks(pid, true))
+        .sum();
+    ticks_to_secs(ticks)
+}
+
+/// utime + stime of /proc/<pid>/stat, plus cutime + cstime (reaped children) if asked.
+fn cpu_ticks(pid: u32, with_children: bool) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may contain spaces: fields are counted after its closing parenthesis.
-    let Some(rest) = text.rfind(')').map(|i| &text[i + 2..]) else {
-        return f64::NAN;
-    };
+    let rest = text.rfind(')').map(|i| &text[i + 2..])?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command.
+    // utime, stime, cutime and cstime are fields 14 to 17 of the line, 12 to 15 after the command.
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let children = if with_children { ticks(13) + ticks(14) } else { 0 };
+    Some(ticks(11) + ticks(12) + children)
+}
+
+fn ticks_to_secs(ticks: u64) -> f64 {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    (ticks(11) + ticks(12)) as f64 / hz
+    ticks as f64 / hz
 }
 
 #[cfg(test)]
@@ -274,5 +295,6 @@ mod tests {
         let me = std::process::id();
         assert!(status_kb(me, "VmRSS").unwrap() > 0);
         assert!(cpu_secs(me) >= 0.0);
+        assert!(postgres_cpu_secs() >= 0.0);
     }
 }
