@@ -233,8 +233,10 @@ HTTP by 16 concurrent clients until all are done (counted from `/v1/events`), wi
 flight (`AGENTDESK_WORKERS=256`; one more round with the default 64 is shown for information). \
 Baseline: `pgbench` with 16 clients running the bare SQL of a ticket's life (insert it with its event; \
 claim one with `FOR UPDATE SKIP LOCKED` and log it; finish it and log it) on agentdesk's schema in a \
-scratch database of the same server. Both warm up unmeasured first (1000 tickets; pgbench for 3 s), \
-then rounds of the two alternate and their medians are compared. Bar: agentdesk / pgbench ≥ 0.6.
+scratch database of the same server, with prepared statements as agentdesk uses (`-M prepared`); each \
+round also runs it with pgbench's default simple protocol, for information. Both warm up unmeasured \
+first (1000 tickets; pgbench for 3 s), then rounds of the two alternate and their medians are \
+compared. Postgres CPU and WAL per ticket are shown for both sides. Bar: agentdesk / pgbench ≥ 0.6.
 - **concurrency**: 2000 tickets in flight at once (`AGENTDESK_WORKERS=2000`); every model request takes \
 2 s (40 tokens at 20 tokens/s, then `close_ticket`). Bars: all finish; peak RSS of the agentdesk \
 process < 300 MB; at most 20 database connections.

@@ -309,7 +309,7 @@ pub async fn last_ticket_seq<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Re
 /// The horizon of the global stream, computed in its own statement *before* the read that uses
 /// it: a transaction of this database running then has an id at or above the horizon; one below
 /// it had finished by then, so a later statement sees its events.
-pub async fn horizon(pool: &PgPool) -> Result<String, sqlx::Error> {
+pub async fn horizon(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
     sqlx::query_scalar(
         "WITH s AS (SELECT pg_current_snapshot() AS snap),
               ours AS (SELECT backend_xid::text::numeric AS xid32 FROM pg_stat_activity
@@ -320,20 +320,24 @@ pub async fn horizon(pool: &PgPool) -> Result<String, sqlx::Error> {
                WHERE (x::text::numeric % 4294967296) IN (SELECT xid32 FROM ours)))::text
          FROM s",
     )
-    .fetch_one(pool)
+    .fetch_one(conn)
     .await
 }
 
 /// Events of all tickets after `after`, in cursor order, only from transactions that can no
 /// longer be overtaken by an earlier one (see the module comment).
-pub async fn read_global(pool: &PgPool, after: GlobalCursor, limit: i64) -> Result<Vec<LoggedEvent>, sqlx::Error> {
-    let horizon = horizon(pool).await?;
-    read_global_below(pool, after, limit, &horizon).await
+pub async fn read_global(
+    conn: &mut PgConnection,
+    after: GlobalCursor,
+    limit: i64,
+) -> Result<Vec<LoggedEvent>, sqlx::Error> {
+    let horizon = horizon(conn).await?;
+    read_global_below(conn, after, limit, &horizon).await
 }
 
 /// `read_global` with a horizon from an earlier `horizon` call (which must precede this read).
 pub async fn read_global_below(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     after: GlobalCursor,
     limit: i64,
     horizon: &str,
@@ -347,20 +351,20 @@ pub async fn read_global_below(
     .bind(after.id)
     .bind(limit)
     .bind(horizon)
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await?;
     Ok(rows.into_iter().map(LoggedEvent::from).collect())
 }
 
 /// Whether committed events after `after` are still held back by an older running transaction
 /// (then the reader should look again soon, as no NOTIFY may follow).
-pub async fn held_back(pool: &PgPool, after: GlobalCursor, horizon: &str) -> Result<bool, sqlx::Error> {
+pub async fn held_back(conn: &mut PgConnection, after: GlobalCursor, horizon: &str) -> Result<bool, sqlx::Error> {
     // Some event is after the cursor and at or above the horizon exactly when the newest event is,
     // so one step down the cursor index answers it. (An `EXISTS` over a range got a generic plan
     // that scanned the whole log.)
     let newest: Option<(String, i64)> =
         sqlx::query_as("SELECT e.txid::text, e.id FROM events e ORDER BY e.txid DESC, e.id DESC LIMIT 1")
-            .fetch_optional(pool)
+            .fetch_optional(conn)
             .await?;
     let Some((txid, id)) = newest else { return Ok(false) };
     let newest = GlobalCursor {
@@ -373,14 +377,14 @@ pub async fn held_back(pool: &PgPool, after: GlobalCursor, horizon: &str) -> Res
 }
 
 /// The cursor just past every event readable now: a stream "from now" starts here.
-pub async fn head(pool: &PgPool) -> Result<GlobalCursor, sqlx::Error> {
-    let horizon = horizon(pool).await?;
+pub async fn head(conn: &mut PgConnection) -> Result<GlobalCursor, sqlx::Error> {
+    let horizon = horizon(conn).await?;
     let row: Option<(String, i64)> = sqlx::query_as(
         "SELECT e.txid::text, e.id FROM events e WHERE e.txid < $1::text::xid8
          ORDER BY e.txid DESC, e.id DESC LIMIT 1",
     )
     .bind(horizon)
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await?;
     Ok(row
         .map(|(txid, id)| GlobalCursor {

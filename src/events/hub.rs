@@ -183,7 +183,7 @@ struct Inner {
 impl EventHub {
     /// Creates the hub positioned at the log's current head. Call `run` to start following.
     pub async fn new(pool: PgPool) -> Result<EventHub, sqlx::Error> {
-        let head = db::events::head(&pool).await?;
+        let head = db::events::head(&mut *pool.acquire().await?).await?;
         let (sender, _) = broadcast::channel(CHANNEL_CAPACITY);
         Ok(EventHub {
             inner: Arc::new(Inner {
@@ -337,10 +337,13 @@ impl EventHub {
 
     /// Broadcasts every readable event after `cursor`; true when more are held back.
     async fn catch_up(&self, cursor: &mut GlobalCursor) -> Result<bool, sqlx::Error> {
+        // One connection per round: a pooled connection is checked with a round trip each time it
+        // goes back to the pool, so the round's statements share one.
+        let mut conn = self.inner.pool.acquire().await?;
         // One horizon per round: events below it are final, whatever commits meanwhile.
-        let horizon = db::events::horizon(&self.inner.pool).await?;
+        let horizon = db::events::horizon(&mut conn).await?;
         loop {
-            let batch = db::events::read_global_below(&self.inner.pool, *cursor, BATCH, &horizon).await?;
+            let batch = db::events::read_global_below(&mut conn, *cursor, BATCH, &horizon).await?;
             let full = batch.len() as i64 == BATCH;
             if let Some(last) = batch.last() {
                 *cursor = last.cursor;
@@ -355,7 +358,7 @@ impl EventHub {
                 break;
             }
         }
-        db::events::held_back(&self.inner.pool, *cursor, &horizon).await
+        db::events::held_back(&mut conn, *cursor, &horizon).await
     }
 }
 

@@ -222,7 +222,10 @@ async fn next_global(sub: &mut Subscriber<Global>) -> Option<Bytes> {
                 let pool = sub.hub.pool().clone();
                 let batch = sub
                     .read(Box::pin(async move {
-                        read_with_retry(|| db::events::read_global(&pool, cursor, REPLAY_BATCH)).await
+                        read_with_retry(|| async {
+                            db::events::read_global(&mut *pool.acquire().await?, cursor, REPLAY_BATCH).await
+                        })
+                        .await
                     }))
                     .await?;
                 if (batch.len() as i64) < REPLAY_BATCH {

@@ -61,10 +61,26 @@ pub fn find_pgbench() -> Option<PathBuf> {
     })
 }
 
+/// How pgbench sends its statements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Parsed and planned once per connection, as agentdesk's statements are: the floor.
+    Prepared,
+    /// pgbench's default: every statement parsed and planned anew.
+    Simple,
+}
+
 /// Runs the script with `clients` connections for `duration` against `db_url` (which must hold
 /// agentdesk's schema); returns pgbench's tps (script runs per second). A claim that finds no
 /// ticket leaves the run without a finished ticket, so callers count the done tickets too.
-pub fn run(pgbench: &Path, db_url: &str, clients: usize, duration: Duration, script_path: &Path) -> Result<f64> {
+pub fn run(
+    pgbench: &Path,
+    db_url: &str,
+    clients: usize,
+    duration: Duration,
+    script_path: &Path,
+    protocol: Protocol,
+) -> Result<f64> {
     std::fs::write(script_path, SCRIPT).with_context(|| format!("cannot write {}", script_path.display()))?;
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -73,6 +89,11 @@ pub fn run(pgbench: &Path, db_url: &str, clients: usize, duration: Duration, scr
     let output = Command::new(pgbench)
         .args([
             "--no-vacuum",
+            "--protocol",
+            match protocol {
+                Protocol::Prepared => "prepared",
+                Protocol::Simple => "simple",
+            },
             "--client",
             &clients.to_string(),
             "--jobs",

@@ -12,7 +12,7 @@ use tokio::sync::{watch, Semaphore};
 
 use super::floor::Floor;
 use super::harness::{self, DoneWatcher, Fixture, Progress, Sampler};
-use super::pgbench;
+use super::pgbench::{self, Protocol};
 use super::report::{median, percentile, Bar, Check, Report};
 use super::server::{self, ServerSpec};
 use super::sse::{self, SseConn};
@@ -106,7 +106,7 @@ async fn throughput_round(
 /// the two so both see the same machine noise; the medians are compared.
 async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let (tickets, clients, rounds) = (opts.pick(200, 2000), 16, opts.pick(1, 3));
-    let pg_duration = Duration::from_secs(opts.pick(3, 15));
+    let pg_duration = Duration::from_secs(opts.pick(3, 10));
     let spec = ServerSpec {
         mode: Mode::Serve,
         workers: THROUGHPUT_WORKERS,
@@ -127,6 +127,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     fx.fake.set_responder(|_| close_ticket());
     let mut watcher = fx.done_watcher().await?;
     let (mut agentdesk_tps, mut pg_tps, mut pg_runs, mut create_rates) = (vec![], vec![], vec![], vec![]);
+    let mut simple_tps = vec![];
     let timeout = Duration::from_secs(opts.pick(60, 300));
 
     // Both sides warm up first, unmeasured: a fresh desk runs its first thousand tickets with
@@ -135,12 +136,14 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let warm_up = tickets / 2;
     let (warm_tps, _) = throughput_round(&fx, &mut watcher, 0, warm_up, clients, timeout, report).await?;
     // pgbench blocks until it ends: off the runtime that serves agentdesk's watcher.
-    let run_pgbench = |duration: Duration| {
+    let run_pgbench = |duration: Duration, protocol: Protocol| {
         let (pgb, url, path) = (pgbench.clone(), scratch.clone(), script.clone());
-        async move { tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, duration, &path)).await? }
+        async move {
+            tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, duration, &path, protocol)).await?
+        }
     };
     let warm_pg = Duration::from_secs(opts.pick(1, 3));
-    let warm_runs = run_pgbench(warm_pg).await?;
+    let warm_runs = run_pgbench(warm_pg, Protocol::Prepared).await?;
     println!("  warm-up: agentdesk {warm_tps:.0} tickets/s ({warm_up} tickets), pgbench {warm_runs:.0} runs/s");
     // What Postgres spends per ticket on either side: less noisy than the rates, and it says
     // where the gap between them comes from.
@@ -155,18 +158,22 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         create_rates.push(create_rate);
         let done_before = done_count(&scratch).await?;
         let before = PgSpend::now(&scratch).await?;
-        let runs = run_pgbench(pg_duration).await?;
+        let runs = run_pgbench(pg_duration, Protocol::Prepared).await?;
         let done = done_count(&scratch).await? - done_before;
         pg_spend.push(PgSpend::now(&scratch).await?.since(before, done));
         let tps = done as f64 / pg_duration.as_secs_f64();
         pg_runs.push(runs);
         pg_tps.push(tps);
+        // For comparison with earlier reports, whose baseline this was.
+        let done_before = done_count(&scratch).await?;
+        run_pgbench(pg_duration, Protocol::Simple).await?;
+        let simple = (done_count(&scratch).await? - done_before) as f64 / pg_duration.as_secs_f64();
+        simple_tps.push(simple);
         println!(
-            "  round {}: agentdesk {:.0} tickets/s (created at {:.0}/s), pgbench {:.0} tickets/s",
+            "  round {}: agentdesk {:.0} tickets/s (created at {:.0}/s), pgbench {tps:.0} tickets/s (simple protocol: {simple:.0})",
             round + 1,
             agentdesk_tps[round],
             create_rates[round],
-            tps
         );
     }
     let stats = fx.stats().await?;
@@ -191,6 +198,10 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         Check::new("agentdesk / pgbench tickets/s", a, "tickets/s", Bar::AtLeast, 0.6)
             .baseline("pgbench", p)
             .bar_on_ratio(),
+    );
+    report.check(
+        Check::info("agentdesk / pgbench, simple protocol", a, "tickets/s")
+            .baseline("pgbench -M simple", median(&simple_tps)),
     );
     report.check(Check::info(
         "tickets/s with the default workers (64)",
@@ -218,6 +229,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("agentdesk_tickets_per_s", json!(agentdesk_tps));
     report.figure("pgbench_tickets_per_s", json!(pg_tps));
     report.figure("pgbench_script_runs_per_s", json!(pg_runs));
+    report.figure("pgbench_simple_protocol_tickets_per_s", json!(simple_tps));
     report.figure("create_rate_per_s", json!(create_rates));
     let rounded =
         |spends: &[PgSpend], f: fn(&PgSpend) -> f64| json!(spends.iter().map(|s| f(s).round()).collect::<Vec<_>>());
@@ -243,7 +255,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         "Postgres CPU = utime+stime of every postgres process on this machine (exited backends through the postmaster's children's times) over a round, per ticket finished; WAL = pg_current_wal_lsn() advance over the round, per ticket; medians of the rounds",
     );
     report.note(format!(
-        "pgbench: {clients} clients, {} s per round, tickets/s = tickets it finished / duration, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
+        "pgbench: {clients} clients, {} s per round with prepared statements (-M prepared, like agentdesk's: the bar's baseline), then as long with the simple protocol (pgbench's default, the baseline of reports before 2026-11-26: every statement parsed and planned anew); tickets/s = tickets it finished / duration, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
         pg_duration.as_secs()
     ));
     Ok(())
