@@ -9,6 +9,7 @@
 pub mod appender;
 pub mod compaction;
 pub mod outputs;
+pub mod steps;
 pub mod transcript;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +35,8 @@ pub struct Runtime {
     pub pool: PgPool,
     /// Group-commits the loops' event-only writes.
     pub appender: appender::EventAppender,
+    /// Group-commits the loops' step results.
+    pub steps: steps::StepWriter,
     pub hub: EventHub,
     pub providers: Arc<Providers>,
     /// A model stream silent this long is a stall.
@@ -259,13 +262,13 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
     let usage = record.usage;
     let (assistant, events, carries) = record.into_step(ticket.id, &agent.name);
     let step = db::claims::StepResult {
-        usage: &usage,
-        comments: &[assistant],
+        usage,
+        comments: vec![assistant],
         events,
         carries,
         outcome: None,
     };
-    if !db::claims::store_step(&mut *rt.pool.acquire().await?, fence, &agent.name, step).await? {
+    if !rt.steps.store(db::claims::StepWrite { fence, agent: agent.name.clone(), step }).await? {
         return Ok(Flow::End(RunEnd::Aborted));
     }
     rt.hub.wake();
@@ -980,16 +983,21 @@ async fn store_results(
     } else {
         (None, Flow::Next(()))
     };
-    let step = db::claims::StepResult {
-        usage,
-        comments: &comments,
-        events: logged,
-        carries,
-        outcome: outcome.as_ref(),
+    let write = db::claims::StepWrite {
+        fence,
+        agent: name.to_owned(),
+        step: db::claims::StepResult {
+            usage: *usage,
+            comments,
+            events: logged,
+            carries,
+            outcome,
+        },
     };
     let held = match tx.as_mut() {
-        Some(tx) => db::claims::store_step(tx, fence, name, step).await?,
-        None => db::claims::store_step(&mut *rt.pool.acquire().await?, fence, name, step).await?,
+        Some(tx) => db::claims::store_step(tx, write).await?,
+        // Alone, it shares a commit with the other tickets' steps stored meanwhile.
+        None => rt.steps.store(write).await?,
     };
     if !held {
         // An open transaction rolls back as it is dropped.

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{Timelike, Utc};
 use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
@@ -448,111 +448,173 @@ pub fn new_comment(ticket_id: Uuid, author: Author, agent: Option<&str>, content
 }
 
 /// What a step stores at its end, all in one statement.
-pub struct StepResult<'a> {
+#[derive(Clone, Debug)]
+pub struct StepResult {
     /// Added to the ticket's counters.
-    pub usage: &'a TicketUsage,
+    pub usage: TicketUsage,
     /// Appended in order; their `seq` is assigned here.
-    pub comments: &'a [Comment],
+    pub comments: Vec<Comment>,
     /// Appended in order after the comments. An event whose data is `{"comment": …}` of one of
     /// `comments` names it in `carries` (its index) and gets the comment's `seq` spliced in.
     pub events: Vec<NewEvent>,
     pub carries: Vec<Option<usize>>,
     /// Ends the claim (its final event goes last) or, when None, leaves it running.
-    pub outcome: Option<&'a Finish>,
+    pub outcome: Option<Finish>,
+}
+
+/// One claim's step result, for `store_steps`.
+#[derive(Clone, Debug)]
+pub struct StepWrite {
+    pub fence: Fence,
+    /// The agent that ends the claim, named in the outcome's event.
+    pub agent: String,
+    pub step: StepResult,
 }
 
 /// Stores a step's result: checks the claim, adds the usage, appends the comments and the events
 /// and applies the outcome, in one statement. Outside a transaction that is one round trip and
 /// one commit; inside the caller's, it rolls back with it. False, writing nothing, when the
 /// claim was lost.
-pub async fn store_step(
-    conn: &mut PgConnection,
-    fence: Fence,
-    agent: &str,
-    mut step: StepResult<'_>,
-) -> Result<bool, sqlx::Error> {
-    let (status, result, error) = match step.outcome {
-        Some(outcome) => {
-            let (status, result, error, event) = outcome.columns(agent);
-            step.events.push(event);
-            step.carries.push(None);
-            (Some(status), result, error)
+pub async fn store_step(conn: &mut PgConnection, write: StepWrite) -> Result<bool, sqlx::Error> {
+    Ok(!store_steps(conn, vec![write]).await?.is_empty())
+}
+
+/// `store_step` for the claims of several tickets in one statement: returns the tickets whose
+/// claim held, and only theirs are written. At most one write per ticket (a ticket's loop waits
+/// for its store before it goes on).
+pub async fn store_steps(conn: &mut PgConnection, writes: Vec<StepWrite>) -> Result<Vec<Uuid>, sqlx::Error> {
+    let n = writes.len();
+    let (mut ids, mut generations) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut usage: [Vec<i64>; 6] = Default::default();
+    let (mut comment_counts, mut event_counts) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut statuses, mut results, mut errors) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    // The comments and events of every write, flattened, each naming its claim.
+    let (mut c_ticket, mut c_generation, mut c_id, mut c_author, mut c_agent, mut c_content, mut c_time) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut e_ticket, mut e_generation, mut events, mut e_carries) = (vec![], vec![], vec![], vec![]);
+    for StepWrite { fence, agent, mut step } in writes {
+        let (status, result, error) = match &step.outcome {
+            Some(outcome) => {
+                let (status, result, error, event) = outcome.columns(&agent);
+                step.events.push(event);
+                step.carries.push(None);
+                (Some(status), result, error)
+            }
+            None => (None, None, None),
+        };
+        debug_assert_eq!(step.carries.len(), step.events.len(), "one `carries` entry per event");
+        ids.push(fence.ticket_id);
+        generations.push(fence.generation);
+        let u = step.usage;
+        for (column, value) in usage.iter_mut().zip([
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_creation_tokens,
+            u.requests,
+            u.tool_calls,
+        ]) {
+            column.push(value);
         }
-        None => (None, None, None),
-    };
-    let ids: Vec<Uuid> = step.comments.iter().map(|c| c.id).collect();
-    let authors: Vec<&str> = step.comments.iter().map(|c| c.author.as_str()).collect();
-    let agents: Vec<Option<&str>> = step.comments.iter().map(|c| c.agent.as_deref()).collect();
-    let contents: Vec<Value> = step
-        .comments
-        .iter()
-        .map(|c| super::comments::content_json(&c.content))
-        .collect();
-    let times: Vec<DateTime<Utc>> = step.comments.iter().map(|c| c.created_at).collect();
-    let carries: Vec<Option<i64>> = step.carries.iter().map(|c| c.map(|i| i as i64 + 1)).collect();
-    let columns = super::events::EventColumns::of(&step.events);
-    debug_assert_eq!(carries.len(), step.events.len(), "one `carries` entry per event");
-    let usage = step.usage;
-    let held: i64 = sqlx::query_scalar(
-        "WITH t AS (
-            UPDATE tickets SET updated_at = now(),
-                input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,
-                cache_read_tokens = cache_read_tokens + $5, cache_creation_tokens = cache_creation_tokens + $6,
-                requests = requests + $7, tool_calls = tool_calls + $8,
-                last_comment_seq = last_comment_seq + cardinality($9::uuid[]),
-                last_event_seq = last_event_seq + cardinality($14::text[]),
-                status = COALESCE($18, status),
-                result = CASE WHEN $18 IS NULL THEN result ELSE COALESCE($19, result) END,
-                error = CASE WHEN $18 IS NULL THEN error ELSE $20 END,
-                lease_expires_at = CASE WHEN $18 IS NULL THEN lease_expires_at END,
-                worker_id = CASE WHEN $18 IS NULL THEN worker_id END,
-                work_ms = work_ms + CASE WHEN $18 IS NULL THEN 0
-                    ELSE COALESCE((extract(epoch FROM now() - claimed_at) * 1000)::bigint, 0) END,
-                claimed_at = CASE WHEN $18 IS NULL THEN claimed_at END,
-                finished_at = CASE WHEN $18 IS NULL THEN finished_at ELSE now() END
-             WHERE id = $1 AND generation = $2 AND status = 'in_progress'
-             RETURNING id, key, last_comment_seq - cardinality($9::uuid[]) AS comment_base,
-                       last_event_seq - cardinality($14::text[]) AS event_base),
+        comment_counts.push(step.comments.len() as i64);
+        event_counts.push(step.events.len() as i64);
+        statuses.push(status);
+        results.push(result);
+        errors.push(error);
+        for c in step.comments {
+            c_ticket.push(fence.ticket_id);
+            c_generation.push(fence.generation);
+            c_id.push(c.id);
+            c_author.push(c.author.as_str());
+            c_agent.push(c.agent);
+            c_content.push(super::comments::content_json(&c.content));
+            c_time.push(c.created_at);
+        }
+        for (event, carries) in step.events.into_iter().zip(step.carries) {
+            e_ticket.push(fence.ticket_id);
+            e_generation.push(fence.generation);
+            // The comment's seq is the ticket's comment base plus its place among the write's comments.
+            e_carries.push(carries.map(|i| i as i64 + 1));
+            events.push(event);
+        }
+    }
+    let columns = super::events::EventColumns::of(&events);
+    let [input, output, cache_read, cache_creation, requests, tool_calls] = usage;
+    sqlx::query_scalar(
+        "WITH v AS (
+            SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
+                                 $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::text[], $12::jsonb[], $13::jsonb[])
+                AS v(id, generation, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
+                     requests, tool_calls, comments, events, status, result, error)),
+         t AS (
+            UPDATE tickets t SET updated_at = now(),
+                input_tokens = t.input_tokens + v.input_tokens, output_tokens = t.output_tokens + v.output_tokens,
+                cache_read_tokens = t.cache_read_tokens + v.cache_read_tokens,
+                cache_creation_tokens = t.cache_creation_tokens + v.cache_creation_tokens,
+                requests = t.requests + v.requests, tool_calls = t.tool_calls + v.tool_calls,
+                last_comment_seq = t.last_comment_seq + v.comments,
+                last_event_seq = t.last_event_seq + v.events,
+                status = COALESCE(v.status, t.status),
+                result = CASE WHEN v.status IS NULL THEN t.result ELSE COALESCE(v.result, t.result) END,
+                error = CASE WHEN v.status IS NULL THEN t.error ELSE v.error END,
+                lease_expires_at = CASE WHEN v.status IS NULL THEN t.lease_expires_at END,
+                worker_id = CASE WHEN v.status IS NULL THEN t.worker_id END,
+                work_ms = t.work_ms + CASE WHEN v.status IS NULL THEN 0
+                    ELSE COALESCE((extract(epoch FROM now() - t.claimed_at) * 1000)::bigint, 0) END,
+                claimed_at = CASE WHEN v.status IS NULL THEN t.claimed_at END,
+                finished_at = CASE WHEN v.status IS NULL THEN t.finished_at ELSE now() END
+            FROM v
+            WHERE t.id = v.id AND t.generation = v.generation AND t.status = 'in_progress'
+            RETURNING t.id, t.generation, t.key, t.last_comment_seq - v.comments AS comment_base,
+                      t.last_event_seq - v.events AS event_base),
          c AS (
             INSERT INTO comments (id, ticket_id, seq, author, agent, content, created_at)
-            SELECT c.id, t.id, t.comment_base + c.ord, c.author, c.agent, c.content, c.created_at
-            FROM unnest($9::uuid[], $10::text[], $11::text[], $12::jsonb[], $13::timestamptz[])
-                WITH ORDINALITY AS c(id, author, agent, content, created_at, ord), t
+            SELECT c.id, t.id, t.comment_base + row_number() OVER (PARTITION BY t.id ORDER BY c.ord),
+                   c.author, c.agent, c.content, c.created_at
+            FROM unnest($14::uuid[], $15::int8[], $16::uuid[], $17::text[], $18::text[], $19::jsonb[],
+                        $20::timestamptz[])
+                WITH ORDINALITY AS c(ticket_id, generation, id, author, agent, content, created_at, ord)
+            JOIN t ON t.id = c.ticket_id AND t.generation = c.generation
             RETURNING 1),
          logged AS (
             INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-            SELECT t.id, t.key, t.event_base + e.ord, e.kind, e.agent,
+            SELECT t.id, t.key, t.event_base + row_number() OVER (PARTITION BY t.id ORDER BY e.ord), e.kind, e.agent,
                    CASE WHEN e.carries IS NULL THEN e.data
                         ELSE jsonb_set(e.data, '{comment,seq}', to_jsonb(t.comment_base + e.carries)) END
-            FROM unnest($14::text[], $15::text[], $16::jsonb[], $17::int8[])
-                WITH ORDINALITY AS e(kind, agent, data, carries, ord), t
+            FROM unnest($21::uuid[], $22::int8[], $23::text[], $24::text[], $25::jsonb[], $26::int8[])
+                WITH ORDINALITY AS e(ticket_id, generation, kind, agent, data, carries, ord)
+            JOIN t ON t.id = e.ticket_id AND t.generation = e.generation
             RETURNING 1)
-         SELECT count(*) FROM t",
+         SELECT id FROM t",
     )
-    .bind(fence.ticket_id)
-    .bind(fence.generation)
-    .bind(usage.input_tokens)
-    .bind(usage.output_tokens)
-    .bind(usage.cache_read_tokens)
-    .bind(usage.cache_creation_tokens)
-    .bind(usage.requests)
-    .bind(usage.tool_calls)
     .bind(&ids)
-    .bind(&authors)
-    .bind(&agents)
-    .bind(&contents)
-    .bind(&times)
+    .bind(&generations)
+    .bind(&input)
+    .bind(&output)
+    .bind(&cache_read)
+    .bind(&cache_creation)
+    .bind(&requests)
+    .bind(&tool_calls)
+    .bind(&comment_counts)
+    .bind(&event_counts)
+    .bind(&statuses)
+    .bind(&results)
+    .bind(&errors)
+    .bind(&c_ticket)
+    .bind(&c_generation)
+    .bind(&c_id)
+    .bind(&c_author)
+    .bind(&c_agent)
+    .bind(&c_content)
+    .bind(&c_time)
+    .bind(&e_ticket)
+    .bind(&e_generation)
     .bind(&columns.kinds)
     .bind(&columns.agents)
     .bind(&columns.data)
-    .bind(&carries)
-    .bind(status)
-    .bind(result)
-    .bind(error)
-    .fetch_one(conn)
-    .await?;
-    // The ticket's row matched the claim, so everything was written; or nothing was.
-    Ok(held == 1)
+    .bind(&e_carries)
+    .fetch_all(conn)
+    .await
 }
 
 /// Counts a schema retry and returns the new count.

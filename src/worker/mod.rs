@@ -61,6 +61,7 @@ impl WorkerPool {
         );
         let runtime = Runtime {
             appender: crate::agent::appender::EventAppender::start(pool.clone()),
+            steps: crate::agent::steps::StepWriter::start(pool.clone()),
             pool,
             hub,
             providers,
