@@ -684,3 +684,126 @@ async fn a_grouped_append_writes_only_for_the_claims_that_still_hold() {
         "a stale claim writes nothing"
     );
 }
+
+/// A step's write as the loop makes it: one comment (carried by its `comment.created`), usage,
+/// and the outcome if any.
+fn step_write(
+    claim: &Claim,
+    fence: db::claims::Fence,
+    text: &str,
+    outcome: Option<db::claims::Finish>,
+) -> db::claims::StepWrite {
+    let comment = db::claims::new_comment(claim.ticket.id, Author::User, None, vec![ContentBlock::text(text)]);
+    let events = vec![
+        NewEvent::new("tool.finished", Some(AGENT), json!({ "output": text })),
+        NewEvent::new("comment.created", Some(AGENT), json!({ "comment": comment })),
+    ];
+    db::claims::StepWrite {
+        fence,
+        agent: AGENT.into(),
+        step: db::claims::StepResult {
+            usage: agentdesk::domain::TicketUsage {
+                requests: 1,
+                output_tokens: 5,
+                ..Default::default()
+            },
+            comments: vec![comment],
+            events,
+            carries: vec![None, Some(0)],
+            outcome,
+        },
+    }
+}
+
+#[tokio::test]
+async fn a_grouped_step_store_writes_only_for_the_claims_that_still_hold() {
+    let pool = pool().await;
+    let finishing = claimed(&pool, None).await;
+    let going_on = claimed(&pool, None).await;
+    let lost = claimed(&pool, None).await;
+    let stale = db::claims::Fence {
+        generation: lost.generation - 1,
+        ..lost.fence()
+    };
+    let done = db::claims::Finish::Done(json!({ "answer": 42 }));
+    let writes = vec![
+        step_write(&finishing, finishing.fence(), "closing", Some(done)),
+        step_write(&going_on, going_on.fence(), "more to do", None),
+        step_write(&lost, stale, "from a lost claim", None),
+    ];
+    let mut conn = pool.acquire().await.expect("connection");
+    let mut held = db::claims::store_steps(&mut conn, writes).await.expect("store");
+    held.sort();
+    let mut expected = vec![finishing.ticket.id, going_on.ticket.id];
+    expected.sort();
+    assert_eq!(held, expected);
+
+    let finished = ticket(&pool, &finishing.ticket.key).await;
+    assert_eq!(finished.status, Status::Done);
+    assert_eq!(finished.result, Some(json!({ "answer": 42 })));
+    assert_eq!((finished.usage.requests, finished.usage.output_tokens), (1, 5));
+    assert_eq!(ticket(&pool, &going_on.ticket.key).await.status, Status::InProgress);
+
+    for (claim, last) in [(&finishing, Some("ticket.done")), (&going_on, None)] {
+        // Gapless seqs, in id order too (the global stream's order), and the comment's seq
+        // spliced into the event that carries it.
+        let rows: Vec<(i64, i64, String, Value)> =
+            sqlx::query_as("SELECT id, seq, kind, data FROM events WHERE ticket_id = $1 ORDER BY seq")
+                .bind(claim.ticket.id)
+                .fetch_all(&pool)
+                .await
+                .expect("events");
+        assert!(rows.iter().enumerate().all(|(i, r)| r.1 == i as i64 + 1), "{rows:?}");
+        assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "ids follow seqs: {rows:?}");
+        let kinds: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
+        let mut expected = vec![
+            "ticket.created",
+            "ticket.started",
+            "comment.created",
+            "tool.finished",
+            "comment.created",
+        ];
+        expected.extend(last);
+        assert_eq!(kinds, expected);
+        assert_eq!(
+            rows[4].3["comment"]["seq"],
+            json!(2),
+            "after the task, the step's comment is the second"
+        );
+        let comments = db::comments::all(&pool, claim.ticket.id).await.expect("comments");
+        assert_eq!(comments.iter().map(|c| c.seq).collect::<Vec<_>>(), [1, 2]);
+    }
+    // The lost claim wrote nothing: its log and transcript are as the claim left them.
+    assert_eq!(event_kinds(&pool, &lost.ticket).await.len(), 3);
+    assert_eq!(
+        db::comments::all(&pool, lost.ticket.id).await.expect("comments").len(),
+        1
+    );
+    assert_eq!(ticket(&pool, &lost.ticket.key).await.usage.requests, 0);
+}
+
+#[tokio::test]
+async fn a_step_group_that_fails_stores_each_step_alone() {
+    let pool = pool().await;
+    let good = claimed(&pool, None).await;
+    let bad = claimed(&pool, None).await;
+    let writer = agentdesk::agent::steps::StepWriter::start(pool.clone());
+    // Postgres's jsonb cannot hold a NUL character: this step fails whatever group it is in.
+    let (good_write, bad_write) = (
+        step_write(&good, good.fence(), "fine", None),
+        step_write(&bad, bad.fence(), "nul \u{0} inside", None),
+    );
+    // The test runtime has one thread: both stores queue before a writer runs, so they form one
+    // group, whose statement fails.
+    let (stored, failed) = tokio::join!(writer.store(good_write), writer.store(bad_write));
+    assert!(stored.expect("the good step is stored"));
+    assert!(failed.is_err(), "the bad step fails on its own");
+    assert_eq!(
+        db::comments::all(&pool, good.ticket.id).await.expect("comments").len(),
+        2
+    );
+    assert_eq!(
+        db::comments::all(&pool, bad.ticket.id).await.expect("comments").len(),
+        1
+    );
+}

@@ -268,7 +268,15 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
         carries,
         outcome: None,
     };
-    if !rt.steps.store(db::claims::StepWrite { fence, agent: agent.name.clone(), step }).await? {
+    if !rt
+        .steps
+        .store(db::claims::StepWrite {
+            fence,
+            agent: agent.name.clone(),
+            step,
+        })
+        .await?
+    {
         return Ok(Flow::End(RunEnd::Aborted));
     }
     rt.hub.wake();
