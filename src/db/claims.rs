@@ -481,7 +481,8 @@ pub async fn store_step(conn: &mut PgConnection, write: StepWrite) -> Result<boo
 
 /// `store_step` for the claims of several tickets in one statement: returns the tickets whose
 /// claim held, and only theirs are written. At most one write per ticket (a ticket's loop waits
-/// for its store before it goes on).
+/// for its store before it goes on). Locking several rows is safe for the reason given at
+/// `events::append_fenced_many`.
 pub async fn store_steps(conn: &mut PgConnection, writes: Vec<StepWrite>) -> Result<Vec<Uuid>, sqlx::Error> {
     let n = writes.len();
     let (mut ids, mut generations) = (Vec::with_capacity(n), Vec::with_capacity(n));

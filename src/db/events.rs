@@ -170,9 +170,10 @@ pub async fn append_fenced<'e>(
 }
 
 /// `append_fenced` for several claims in one statement (one commit for all): returns the tickets
-/// whose claim held, whose events were appended. The statement may lock several tickets' rows;
-/// its only caller is a single writer task, and no other statement waits for one of these rows
-/// while holding another, so no lock order is at stake.
+/// whose claim held, whose events were appended. The statement may lock several tickets' rows.
+/// No lock order is at stake: the other statements that lock several (`claims::store_steps`)
+/// never hold the same tickets at once, since a ticket's loop waits for one write at a time, and
+/// the claim, the renewal and the reaper skip locked rows instead of waiting.
 pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, Vec<NewEvent>)]) -> Result<Vec<Uuid>, sqlx::Error> {
     let fences = appends
         .iter()
