@@ -19,6 +19,7 @@ const USAGE: &str = "usage: agentdesk [serve|api|worker|migrate|healthcheck]
 Configuration comes from the environment (and .env); see the README.";
 
 fn main() -> ExitCode {
+    agentdesk::tune_allocator();
     let _ = dotenvy::dotenv();
     let command = std::env::args().nth(1).unwrap_or_else(|| "serve".into());
     let mode = match command.as_str() {

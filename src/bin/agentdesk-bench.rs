@@ -30,6 +30,7 @@ Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do)
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(900);
 
 fn main() -> ExitCode {
+    agentdesk::tune_allocator();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(bench::server::SERVE_ROLE) {
         init_tracing("info");

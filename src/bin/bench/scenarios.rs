@@ -148,19 +148,27 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     // What Postgres spends per ticket on either side: less noisy than the rates, and it says
     // where the gap between them comes from.
     let (mut agentdesk_spend, mut pg_spend) = (vec![], vec![]);
+    // And what the client side spends: agentdesk's process (with the bench's HTTP clients and
+    // fake model when it runs in the bench process), and pgbench's.
+    let (mut agentdesk_cpu, mut pgbench_cpu) = (vec![], vec![]);
     for round in 0..rounds {
         let finished = warm_up + round * tickets;
         let before = PgSpend::now(&scratch).await?;
+        let process_before = server::cpu_secs(fx.server.pid());
         let (tps, create_rate) =
             throughput_round(&fx, &mut watcher, finished, tickets, clients, timeout, report).await?;
         agentdesk_spend.push(PgSpend::now(&scratch).await?.since(before, tickets as i64));
+        agentdesk_cpu.push((server::cpu_secs(fx.server.pid()) - process_before) / tickets as f64);
         agentdesk_tps.push(tps);
         create_rates.push(create_rate);
         let done_before = done_count(&scratch).await?;
         let before = PgSpend::now(&scratch).await?;
+        // pgbench is this process's child: its CPU is counted here once it has been waited for.
+        let pgbench_before = server::reaped_children_cpu_secs(std::process::id());
         let runs = run_pgbench(pg_duration, Protocol::Prepared).await?;
         let done = done_count(&scratch).await? - done_before;
         pg_spend.push(PgSpend::now(&scratch).await?.since(before, done));
+        pgbench_cpu.push((server::reaped_children_cpu_secs(std::process::id()) - pgbench_before) / done.max(1) as f64);
         let tps = done as f64 / pg_duration.as_secs_f64();
         pg_runs.push(runs);
         pg_tps.push(tps);
@@ -216,6 +224,22 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
                 .baseline("pgbench", per_ticket(&pg_spend, cpu_us)),
         );
     }
+    let micros = |secs: &[f64]| median(&secs.iter().map(|s| s * 1e6).collect::<Vec<_>>());
+    report.check(
+        Check::info(
+            &format!(
+                "{} CPU per ticket",
+                if opts.child {
+                    "agentdesk process"
+                } else {
+                    "bench process (agentdesk, clients, fake model)"
+                }
+            ),
+            micros(&agentdesk_cpu),
+            "µs",
+        )
+        .baseline("pgbench process", micros(&pgbench_cpu)),
+    );
     let wal = |s: &PgSpend| s.wal_bytes;
     report.check(
         Check::info("WAL per ticket", per_ticket(&agentdesk_spend, wal), "bytes")

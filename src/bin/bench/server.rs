@@ -254,6 +254,13 @@ pub fn cpu_secs(pid: u32) -> f64 {
     cpu_ticks(pid, false).map_or(f64::NAN, ticks_to_secs)
 }
 
+/// CPU seconds used so far by the process's children that have exited and been waited for.
+pub fn reaped_children_cpu_secs(pid: u32) -> f64 {
+    let with = cpu_ticks(pid, true);
+    let without = cpu_ticks(pid, false);
+    with.zip(without).map_or(f64::NAN, |(w, o)| ticks_to_secs(w - o))
+}
+
 /// CPU seconds used so far by every PostgreSQL process on this machine, with those of backends
 /// that have exited (counted in their parent, the postmaster). 0 when none is visible here.
 pub fn postgres_cpu_secs() -> f64 {
