@@ -57,6 +57,8 @@ struct State_ {
     queue: VecDeque<Reply>,
     keyed: Vec<(String, Reply)>,
     responder: Option<Responder>,
+    /// The reply to every request no scripted one matches, ahead of the responder.
+    reply: Option<Reply>,
     requests: Vec<RecordedRequest>,
 }
 
@@ -140,6 +142,12 @@ impl FakeLlm {
         self.state().keyed.push((key.to_string(), reply));
     }
 
+    /// Answers every request no scripted reply matches with `reply` (a responder that needs no look
+    /// at the request, which then is not parsed).
+    pub fn set_reply(&self, reply: Reply) {
+        self.state().reply = Some(reply);
+    }
+
     /// Answers requests no scripted reply matches.
     pub fn set_responder(&self, f: impl Fn(&Value) -> Reply + Send + Sync + 'static) {
         self.state().responder = Some(Arc::new(f));
@@ -202,11 +210,13 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let raw = String::from_utf8_lossy(&body);
-    let json: Value = serde_json::from_str(&raw).unwrap_or_else(|_| Value::String(raw.to_string()));
+    // The few fields the rendering needs; the whole body is parsed only for a record or a responder.
+    let head: RequestHead = serde_json::from_str(&raw).unwrap_or_default();
+    let parse = || serde_json::from_str(&raw).unwrap_or_else(|_| Value::String(raw.to_string()));
     let recorded = shared.keep.load(Ordering::Relaxed).then(|| RecordedRequest {
         path: uri.path().to_string(),
         headers: joined_headers(&headers),
-        body: json.clone(),
+        body: parse(),
         peer,
     });
     let (scripted, responder) = {
@@ -215,13 +225,13 @@ async fn handle(
         shared.count.send_modify(|n| *n += 1);
         let scripted = match st.keyed.iter().position(|(k, _)| raw.contains(k.as_str())) {
             Some(i) => Some(st.keyed.remove(i).1),
-            None => st.queue.pop_front(),
+            None => st.queue.pop_front().or_else(|| st.reply.clone()),
         };
         (scripted, st.responder.clone())
     };
     let reply = match (scripted, responder) {
         (Some(r), _) => r,
-        (None, Some(f)) => f(&json),
+        (None, Some(f)) => f(&parse()),
         // Ending the turn cleanly keeps an unscripted agent from looping on retries.
         (None, None) => Reply::text("(no scripted reply)"),
     };
@@ -233,8 +243,8 @@ async fn handle(
         return error_response(endpoint, status, &reply);
     }
     let frames = match endpoint {
-        Endpoint::OpenAi => render_openai(&reply, &json, &shared.next_id),
-        Endpoint::Anthropic => render_anthropic(&reply, &json, &shared.next_id),
+        Endpoint::OpenAi => render_openai(&reply, &head, &shared.next_id),
+        Endpoint::Anthropic => render_anthropic(&reply, &head, &shared.next_id),
     };
     stream_response(frames, &reply)
 }
@@ -629,15 +639,30 @@ fn split_pieces(s: &str, n: usize) -> Vec<String> {
     out
 }
 
-fn model_of(req: &Value) -> String {
-    req.get("model")
-        .and_then(|m| m.as_str())
+/// What the rendering reads of a request.
+#[derive(Default, serde::Deserialize)]
+struct RequestHead {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+fn model_of(req: &RequestHead) -> String {
+    req.model
+        .as_deref()
         .filter(|m| !m.is_empty())
         .unwrap_or("fake-model")
         .to_string()
 }
 
-fn render_openai(reply: &Reply, req: &Value, next_id: &AtomicU64) -> Vec<Frame> {
+fn render_openai(reply: &Reply, req: &RequestHead, next_id: &AtomicU64) -> Vec<Frame> {
     let model = model_of(req);
     let id = format!("chatcmpl-fake{}", next_id.fetch_add(1, Ordering::Relaxed));
     let created = chrono::Utc::now().timestamp();
@@ -705,8 +730,9 @@ fn render_openai(reply: &Reply, req: &Value, next_id: &AtomicU64) -> Vec<Frame> 
     };
     push(chunk(json!({}), json!(finish)), gap);
     let include_usage = req
-        .pointer("/stream_options/include_usage")
-        .and_then(|v| v.as_bool())
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
         .unwrap_or(false);
     if include_usage {
         let (input, output) = reply.usage_numbers();
@@ -730,7 +756,7 @@ fn render_openai(reply: &Reply, req: &Value, next_id: &AtomicU64) -> Vec<Frame> 
     frames
 }
 
-fn render_anthropic(reply: &Reply, req: &Value, next_id: &AtomicU64) -> Vec<Frame> {
+fn render_anthropic(reply: &Reply, req: &RequestHead, next_id: &AtomicU64) -> Vec<Frame> {
     let model = model_of(req);
     let (input, output) = reply.usage_numbers();
     let mut frames: Vec<Frame> = Vec::new();

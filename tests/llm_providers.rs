@@ -641,3 +641,20 @@ async fn a_fake_that_keeps_no_copies_still_counts_requests() {
     assert_eq!(fake.requests().len(), 1, "only the request made while keeping is kept");
     assert!(fake.wait_for_requests(2, Duration::from_secs(1)).await);
 }
+
+#[tokio::test]
+async fn a_fixed_reply_answers_what_no_scripted_reply_does() {
+    let fake = FakeLlm::start().await;
+    fake.set_reply(Reply::text("always this"));
+    fake.push(Reply::text("scripted first"));
+    for (kind, expected) in [
+        (Kind::OpenAi, "scripted first"),
+        (Kind::Anthropic, "always this"),
+        (Kind::OpenAi, "always this"),
+    ] {
+        let (res, _) = run_with(&fake, kind, &simple_request(), IDLE).await;
+        let r = res.unwrap();
+        assert_eq!(r.text, expected, "{kind:?}");
+        assert_eq!(r.model, "test-model", "{kind:?}: the model is read from the request");
+    }
+}

@@ -124,7 +124,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let script = harness::results_dir().join("throughput.pgbench.sql");
 
     let fx = Fixture::start("throughput", &spec).await?;
-    fx.fake.set_responder(|_| close_ticket());
+    fx.fake.set_reply(close_ticket());
     let mut watcher = fx.done_watcher().await?;
     let (mut agentdesk_tps, mut pg_tps, mut pg_runs, mut create_rates) = (vec![], vec![], vec![], vec![]);
     let mut simple_tps = vec![];
@@ -194,7 +194,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         ..spec
     };
     let fx = Fixture::start("throughput", &default_spec).await?;
-    fx.fake.set_responder(|_| close_ticket());
+    fx.fake.set_reply(close_ticket());
     let mut watcher = fx.done_watcher().await?;
     throughput_round(&fx, &mut watcher, 0, warm_up, clients, timeout, report).await?;
     let (default_tps, _) = throughput_round(&fx, &mut watcher, warm_up, tickets, clients, timeout, report).await?;
@@ -338,7 +338,7 @@ async fn concurrency(opts: Opts, report: &mut Report) -> Result<()> {
         child: true,
     };
     let fx = Fixture::start("concurrency", &spec).await?;
-    fx.fake.set_responder(|_| close_ticket().tokens_per_second(20, 40));
+    fx.fake.set_reply(close_ticket().tokens_per_second(20, 40));
     fx.create_tickets(tickets, 16, json!({"task": "write forty words", "labels": ["fleet"]}))
         .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -413,7 +413,7 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let progress = Progress::new();
     let fx = Fixture::start("sse_fanout", &spec).await?;
     progress.say("agentdesk started");
-    fx.fake.set_responder(|_| close_ticket());
+    fx.fake.set_reply(close_ticket());
     let pid = fx.server.pid();
 
     // Warm up, so lazily built state does not count against the subscribers.
