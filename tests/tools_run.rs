@@ -732,7 +732,7 @@ async fn a_grouped_step_store_writes_only_for_the_claims_that_still_hold() {
         step_write(&lost, stale, "from a lost claim", None),
     ];
     let mut conn = pool.acquire().await.expect("connection");
-    let mut held = db::claims::store_steps(&mut conn, writes).await.expect("store");
+    let mut held = db::claims::store_steps(&mut conn, &writes).await.expect("store");
     held.sort();
     let mut expected = vec![finishing.ticket.id, going_on.ticket.id];
     expected.sort();

@@ -1003,7 +1003,7 @@ async fn store_results(
         },
     };
     let held = match tx.as_mut() {
-        Some(tx) => db::claims::store_step(tx, write).await?,
+        Some(tx) => db::claims::store_step(tx, &write).await?,
         // Alone, it shares a commit with the other tickets' steps stored meanwhile.
         None => rt.steps.store(write).await?,
     };

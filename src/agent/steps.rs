@@ -54,28 +54,28 @@ async fn writer(pool: PgPool, rx: std::sync::Arc<tokio::sync::Mutex<mpsc::Receiv
         if rx.lock().await.recv_many(&mut group, MAX_GROUP).await == 0 {
             return;
         }
-        let jobs = std::mem::take(&mut group);
-        let writes: Vec<StepWrite> = jobs.iter().map(|j| j.write.clone()).collect();
+        let (writes, replies): (Vec<StepWrite>, Vec<_>) =
+            group.drain(..).map(|job: Job| (job.write, job.reply)).unzip();
         let stored = match pool.acquire().await {
-            Ok(mut conn) => db::claims::store_steps(&mut conn, writes).await,
+            Ok(mut conn) => db::claims::store_steps(&mut conn, &writes).await,
             Err(err) => Err(err),
         };
         match stored {
             Ok(held) => {
                 let held: std::collections::HashSet<Uuid> = held.into_iter().collect();
-                for job in jobs {
-                    let _ = job.reply.send(Ok(held.contains(&job.write.fence.ticket_id)));
+                for (write, reply) in writes.iter().zip(replies) {
+                    let _ = reply.send(Ok(held.contains(&write.fence.ticket_id)));
                 }
             }
             // One at a time, so that each caller gets its own answer (and one bad row cannot
             // fail the others).
             Err(_) => {
-                for job in jobs {
+                for (write, reply) in writes.iter().zip(replies) {
                     let result = match pool.acquire().await {
-                        Ok(mut conn) => db::claims::store_step(&mut conn, job.write).await,
+                        Ok(mut conn) => db::claims::store_step(&mut conn, write).await,
                         Err(err) => Err(err),
                     };
-                    let _ = job.reply.send(result);
+                    let _ = reply.send(result);
                 }
             }
         }

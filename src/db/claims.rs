@@ -475,16 +475,21 @@ pub struct StepWrite {
 /// and applies the outcome, in one statement. Outside a transaction that is one round trip and
 /// one commit; inside the caller's, it rolls back with it. False, writing nothing, when the
 /// claim was lost.
-pub async fn store_step(conn: &mut PgConnection, write: StepWrite) -> Result<bool, sqlx::Error> {
-    Ok(!store_steps(conn, vec![write]).await?.is_empty())
+pub async fn store_step(conn: &mut PgConnection, write: &StepWrite) -> Result<bool, sqlx::Error> {
+    Ok(!store_steps(conn, std::slice::from_ref(write)).await?.is_empty())
 }
 
 /// `store_step` for the claims of several tickets in one statement: returns the tickets whose
 /// claim held, and only theirs are written. At most one write per ticket (a ticket's loop waits
 /// for its store before it goes on). Locking several rows is safe for the reason given at
 /// `events::append_fenced_many`.
-pub async fn store_steps(conn: &mut PgConnection, writes: Vec<StepWrite>) -> Result<Vec<Uuid>, sqlx::Error> {
+pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Result<Vec<Uuid>, sqlx::Error> {
     let n = writes.len();
+    // Each outcome's columns and its final event, which goes after the step's own.
+    let outcomes: Vec<_> = writes
+        .iter()
+        .map(|w| w.step.outcome.as_ref().map(|o| o.columns(&w.agent)))
+        .collect();
     let (mut ids, mut generations) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut usage: [Vec<i64>; 6] = Default::default();
     let (mut comment_counts, mut event_counts) = (Vec::with_capacity(n), Vec::with_capacity(n));
@@ -493,20 +498,11 @@ pub async fn store_steps(conn: &mut PgConnection, writes: Vec<StepWrite>) -> Res
     let (mut c_ticket, mut c_generation, mut c_id, mut c_author, mut c_agent, mut c_content, mut c_time) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut e_ticket, mut e_generation, mut events, mut e_carries) = (vec![], vec![], vec![], vec![]);
-    for StepWrite { fence, agent, mut step } in writes {
-        let (status, result, error) = match &step.outcome {
-            Some(outcome) => {
-                let (status, result, error, event) = outcome.columns(&agent);
-                step.events.push(event);
-                step.carries.push(None);
-                (Some(status), result, error)
-            }
-            None => (None, None, None),
-        };
+    for (StepWrite { fence, step, .. }, outcome) in writes.iter().zip(&outcomes) {
         debug_assert_eq!(step.carries.len(), step.events.len(), "one `carries` entry per event");
         ids.push(fence.ticket_id);
         generations.push(fence.generation);
-        let u = step.usage;
+        let u = &step.usage;
         for (column, value) in usage.iter_mut().zip([
             u.input_tokens,
             u.output_tokens,
@@ -517,21 +513,23 @@ pub async fn store_steps(conn: &mut PgConnection, writes: Vec<StepWrite>) -> Res
         ]) {
             column.push(value);
         }
+        let final_event = outcome.as_ref().map(|(_, _, _, event)| event);
         comment_counts.push(step.comments.len() as i64);
-        event_counts.push(step.events.len() as i64);
-        statuses.push(status);
-        results.push(result);
-        errors.push(error);
-        for c in step.comments {
+        event_counts.push((step.events.len() + usize::from(final_event.is_some())) as i64);
+        statuses.push(outcome.as_ref().map(|(status, ..)| *status));
+        results.push(outcome.as_ref().and_then(|(_, result, ..)| result.as_ref()));
+        errors.push(outcome.as_ref().and_then(|(_, _, error, _)| error.as_ref()));
+        for c in &step.comments {
             c_ticket.push(fence.ticket_id);
             c_generation.push(fence.generation);
             c_id.push(c.id);
             c_author.push(c.author.as_str());
-            c_agent.push(c.agent);
+            c_agent.push(c.agent.as_deref());
             c_content.push(super::comments::content_json(&c.content));
             c_time.push(c.created_at);
         }
-        for (event, carries) in step.events.into_iter().zip(step.carries) {
+        let carries = step.carries.iter().copied().chain(final_event.map(|_| None));
+        for (event, carries) in step.events.iter().chain(final_event).zip(carries) {
             e_ticket.push(fence.ticket_id);
             e_generation.push(fence.generation);
             // The comment's seq is the ticket's comment base plus its place among the write's comments.
@@ -539,7 +537,7 @@ pub async fn store_steps(conn: &mut PgConnection, writes: Vec<StepWrite>) -> Res
             events.push(event);
         }
     }
-    let columns = super::events::EventColumns::of(&events);
+    let columns = super::events::EventColumns::of(events);
     let [input, output, cache_read, cache_creation, requests, tool_calls] = usage;
     sqlx::query_scalar(
         "WITH v AS (
