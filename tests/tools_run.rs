@@ -647,8 +647,8 @@ async fn a_grouped_append_writes_only_for_the_claims_that_still_hold() {
     let appended = db::events::append_fenced_many(
         &pool,
         &[
-            (held.fence(), vec![event("request.started"), event("request.retried")]),
-            (stale, vec![event("request.started")]),
+            (held.fence(), &[event("request.started"), event("request.retried")][..]),
+            (stale, &[event("request.started")][..]),
         ],
     )
     .await

@@ -8,6 +8,7 @@
 
 pub mod appender;
 pub mod compaction;
+pub mod group;
 pub mod outputs;
 pub mod steps;
 pub mod transcript;

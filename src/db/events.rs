@@ -136,50 +136,19 @@ impl<'a> EventColumns<'a> {
     }
 }
 
-/// Appends events to a ticket the caller holds a claim on, in one statement (no transaction
-/// round trips): the fence check and the append are one atomic write. Returns false, writing
-/// nothing, when the claim was lost.
-pub async fn append_fenced<'e>(
-    db: impl PgExecutor<'e>,
-    ticket_id: Uuid,
-    generation: i64,
-    events: &[NewEvent],
-) -> Result<bool, sqlx::Error> {
-    let columns = EventColumns::of(events);
-    let fenced: Option<i64> = sqlx::query_scalar(
-        "WITH t AS (
-            UPDATE tickets SET last_event_seq = last_event_seq + $3, updated_at = now()
-            WHERE id = $1 AND generation = $2 AND status = 'in_progress'
-            RETURNING key, last_event_seq - $3 AS base),
-         ins AS (
-            INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-            SELECT $1, t.key, t.base + e.n, e.kind, e.agent, e.data
-            FROM t, unnest($4::text[], $5::text[], $6::jsonb[]) WITH ORDINALITY AS e(kind, agent, data, n)
-            RETURNING 1)
-         SELECT t.base FROM t",
-    )
-    .bind(ticket_id)
-    .bind(generation)
-    .bind(events.len() as i64)
-    .bind(&columns.kinds)
-    .bind(&columns.agents)
-    .bind(&columns.data)
-    .fetch_optional(db)
-    .await?;
-    Ok(fenced.is_some())
-}
-
-/// `append_fenced` for several claims in one statement (one commit for all): returns the tickets
-/// whose claim held, whose events were appended. The statement may lock several tickets' rows.
+/// Appends events to tickets whose claims the callers hold, in one statement (one commit for all):
+/// each claim is checked and its events get their ticket's next seqs under the row lock. Returns
+/// the tickets whose claim held, whose events were appended; nothing is written for a lost one.
+/// The statement may lock several tickets' rows.
 /// No lock order is at stake: the other statements that lock several (`claims::store_steps`)
 /// never hold the same tickets at once, since a ticket's loop waits for one write at a time, and
 /// the claim, the renewal and the reaper skip locked rows instead of waiting.
-pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, Vec<NewEvent>)]) -> Result<Vec<Uuid>, sqlx::Error> {
+pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, &[NewEvent])]) -> Result<Vec<Uuid>, sqlx::Error> {
     let fences = appends
         .iter()
         .flat_map(|(fence, events)| events.iter().map(move |_| fence));
     let (ids, generations): (Vec<Uuid>, Vec<i64>) = fences.map(|f| (f.ticket_id, f.generation)).unzip();
-    let columns = EventColumns::of(appends.iter().flat_map(|(_, events)| events));
+    let columns = EventColumns::of(appends.iter().flat_map(|(_, events)| *events));
     sqlx::query_scalar(
         "WITH e AS (
             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::jsonb[])
