@@ -5,7 +5,7 @@
 //! agent loop and the socket (SSE framing, timeouts, error classification) is exercised. Faults
 //! are real too: delays are sleeps, stalls keep the connection open, drops abort it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,6 +59,9 @@ struct State_ {
     responder: Option<Responder>,
     /// The reply to every request no scripted one matches, ahead of the responder.
     reply: Option<Reply>,
+    /// `reply` rendered, per endpoint, model and usage option: a fixed reply is rendered once, so
+    /// its answers repeat their ids (each request gets its own ids otherwise).
+    rendered: HashMap<(Endpoint, String, bool), Bytes>,
     requests: Vec<RecordedRequest>,
 }
 
@@ -81,7 +84,7 @@ pub struct FakeLlm {
     inner: Arc<Handle>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Endpoint {
     OpenAi,
     Anthropic,
@@ -145,7 +148,9 @@ impl FakeLlm {
     /// Answers every request no scripted reply matches with `reply` (a responder that needs no look
     /// at the request, which then is not parsed).
     pub fn set_reply(&self, reply: Reply) {
-        self.state().reply = Some(reply);
+        let mut st = self.state();
+        st.reply = Some(reply);
+        st.rendered.clear();
     }
 
     /// Answers requests no scripted reply matches.
@@ -219,21 +224,28 @@ async fn handle(
         body: parse(),
         peer,
     });
+    let cache_key = (endpoint, model_of(&head), include_usage(&head));
     let (scripted, responder) = {
         let mut st = lock(&shared);
         st.requests.extend(recorded);
         shared.count.send_modify(|n| *n += 1);
         let scripted = match st.keyed.iter().position(|(k, _)| raw.contains(k.as_str())) {
             Some(i) => Some(st.keyed.remove(i).1),
-            None => st.queue.pop_front().or_else(|| st.reply.clone()),
+            None => st.queue.pop_front(),
         };
-        (scripted, st.responder.clone())
+        if scripted.is_none() {
+            if let Some(body) = st.rendered.get(&cache_key) {
+                return whole_stream(body.clone());
+            }
+        }
+        (scripted.ok_or_else(|| st.reply.clone()), st.responder.clone())
     };
-    let reply = match (scripted, responder) {
-        (Some(r), _) => r,
-        (None, Some(f)) => f(&parse()),
+    let (reply, fixed) = match (scripted, responder) {
+        (Ok(r), _) => (r, false),
+        (Err(Some(r)), _) => (r, true),
+        (Err(None), Some(f)) => (f(&parse()), false),
         // Ending the turn cleanly keeps an unscripted agent from looping on retries.
-        (None, None) => Reply::text("(no scripted reply)"),
+        (Err(None), None) => (Reply::text("(no scripted reply)"), false),
     };
 
     if !reply.first_byte_delay.is_zero() {
@@ -246,7 +258,19 @@ async fn handle(
         Endpoint::OpenAi => render_openai(&reply, &head, &shared.next_id),
         Endpoint::Anthropic => render_anthropic(&reply, &head, &shared.next_id),
     };
-    stream_response(frames, &reply)
+    if frames.iter().any(|f| !f.delay.is_zero()) || reply.is_faulty() {
+        return stream_response(paced_body(frames, &reply));
+    }
+    let body = Bytes::from(frames.into_iter().map(|f| f.text).collect::<String>());
+    if fixed && reply.first_byte_delay.is_zero() {
+        lock(&shared).rendered.insert(cache_key, body.clone());
+    }
+    whole_stream(body)
+}
+
+/// Nothing to wait for: the whole event stream as one body, sent in one write.
+fn whole_stream(body: Bytes) -> Response {
+    stream_response(Body::from(body))
 }
 
 /// Header names lowercased; a repeated header's values joined by ", ".
@@ -346,18 +370,7 @@ struct Frame {
     delay: Duration,
 }
 
-fn stream_response(frames: Vec<Frame>, reply: &Reply) -> Response {
-    let paced = frames.iter().any(|f| !f.delay.is_zero());
-    let faulty = reply.stall_after.is_some() || reply.drop_after.is_some() || reply.garbage_after.is_some();
-    let body = if paced || faulty {
-        paced_body(frames, reply)
-    } else {
-        // Nothing to wait for: the whole stream in one chunk, without a task to feed it.
-        let whole: String = frames.into_iter().map(|f| f.text).collect();
-        Body::from_stream(futures::stream::once(
-            async move { Ok::<_, io::Error>(Bytes::from(whole)) },
-        ))
-    };
+fn stream_response(body: Body) -> Response {
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -594,6 +607,11 @@ impl Reply {
         }
     }
 
+    /// Whether the reply stalls, drops or garbles its stream.
+    fn is_faulty(&self) -> bool {
+        self.stall_after.is_some() || self.drop_after.is_some() || self.garbage_after.is_some()
+    }
+
     fn text_delay(&self) -> Duration {
         let pace = self
             .pace
@@ -652,6 +670,13 @@ struct RequestHead {
 struct StreamOptions {
     #[serde(default)]
     include_usage: Option<bool>,
+}
+
+fn include_usage(req: &RequestHead) -> bool {
+    req.stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false)
 }
 
 fn model_of(req: &RequestHead) -> String {
@@ -729,12 +754,7 @@ fn render_openai(reply: &Reply, req: &RequestHead, next_id: &AtomicU64) -> Vec<F
         None => "tool_calls".to_string(),
     };
     push(chunk(json!({}), json!(finish)), gap);
-    let include_usage = req
-        .stream_options
-        .as_ref()
-        .and_then(|o| o.include_usage)
-        .unwrap_or(false);
-    if include_usage {
+    if include_usage(req) {
         let (input, output) = reply.usage_numbers();
         push(
             json!({

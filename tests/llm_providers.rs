@@ -450,7 +450,7 @@ fn conversation() -> ModelRequest {
         tools: vec![ToolSpec {
             name: "read_file".into(),
             description: "Reads a file".into(),
-            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}).into(),
         }],
         temperature: Some(0.2),
         max_tokens: None,
@@ -657,4 +657,34 @@ async fn a_fixed_reply_answers_what_no_scripted_reply_does() {
         assert_eq!(r.text, expected, "{kind:?}");
         assert_eq!(r.model, "test-model", "{kind:?}: the model is read from the request");
     }
+}
+
+#[tokio::test]
+async fn a_fixed_reply_is_rendered_once_per_model_and_never_ahead_of_a_scripted_one() {
+    let fake = FakeLlm::start().await;
+    fake.set_reply(Reply::text("first fixed"));
+    let mut other_model = simple_request();
+    other_model.model = "other-model".into();
+    let steps = [
+        (None, &simple_request(), "first fixed", "test-model"),
+        // The second answer comes from the rendering kept for this model.
+        (None, &simple_request(), "first fixed", "test-model"),
+        (None, &other_model, "first fixed", "other-model"),
+        (
+            Some(Reply::text("scripted")),
+            &simple_request(),
+            "scripted",
+            "test-model",
+        ),
+    ];
+    for (scripted, request, text, model) in steps {
+        if let Some(reply) = scripted {
+            fake.push(reply);
+        }
+        let r = run_with(&fake, Kind::OpenAi, request, IDLE).await.0.unwrap();
+        assert_eq!((r.text.as_str(), r.model.as_str()), (text, model));
+    }
+    fake.set_reply(Reply::text("second fixed"));
+    let r = run_with(&fake, Kind::OpenAi, &simple_request(), IDLE).await.0.unwrap();
+    assert_eq!(r.text, "second fixed", "a new fixed reply replaces the kept rendering");
 }

@@ -35,7 +35,7 @@ impl Reason {
 pub fn estimate_tokens(request: &ModelRequest) -> u64 {
     let mut chars = request.system.len();
     for tool in &request.tools {
-        chars += tool.name.len() + tool.description.len() + tool.input_schema.to_string().len();
+        chars += tool.name.len() + tool.description.len() + json_len(&tool.input_schema);
     }
     for message in &request.messages {
         chars += message.content.iter().map(block_chars).sum::<usize>();
@@ -43,10 +43,28 @@ pub fn estimate_tokens(request: &ModelRequest) -> u64 {
     (chars as u64).div_ceil(4)
 }
 
+/// The length of `value` as compact JSON, counted without building the text.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a `Value` to a sink that cannot fail does not fail.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
 fn block_chars(block: &ContentBlock) -> usize {
     match block {
         ContentBlock::Text { text } => text.len(),
-        ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
+        ContentBlock::ToolUse { name, input, .. } => name.len() + json_len(input),
         ContentBlock::ToolResult { output, .. } => output.len(),
         ContentBlock::Thinking { text, signature } => text.len() + signature.as_ref().map_or(0, String::len),
     }
@@ -143,6 +161,13 @@ pub fn started_data(reason: Reason) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_len_is_the_length_of_the_compact_text() {
+        let value = json!({"a": [1, "two", null, {"é": "\"quoted\"\n"}], "b": 2.5, "c": true});
+        assert_eq!(json_len(&value), value.to_string().len());
+        assert_eq!(json_len(&json!(null)), 4);
+    }
 
     #[test]
     fn triggers_follow_the_window() {

@@ -430,16 +430,25 @@ fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
     prompt
 }
 
+/// The agent's tools, in its order. Built-in definitions never change, so they are built once and
+/// every request shares them.
 fn tool_specs(agent: &Agent) -> Vec<ToolSpec> {
+    static BUILTIN: std::sync::LazyLock<Vec<ToolSpec>> = std::sync::LazyLock::new(|| {
+        crate::tools::BUILTIN_TOOLS
+            .iter()
+            .filter_map(|name| crate::tools::definition(name))
+            .map(|d| ToolSpec {
+                name: d.name.to_owned(),
+                description: d.description.into(),
+                input_schema: Arc::new(d.input_schema),
+            })
+            .collect()
+    });
     agent
         .tools
         .iter()
-        .filter_map(|name| crate::tools::definition(name))
-        .map(|d| ToolSpec {
-            name: d.name.to_owned(),
-            description: d.description,
-            input_schema: d.input_schema,
-        })
+        .filter_map(|name| BUILTIN.iter().find(|spec| spec.name == *name))
+        .cloned()
         .collect()
 }
 
@@ -554,7 +563,7 @@ async fn call_model(
                 kind: delta_kind.to_owned(),
                 agent: Some(name.to_owned()),
                 at: Utc::now(),
-                data: json!({ "delta": text }),
+                data: crate::events::hub::delta_data(&text),
             };
             rt.hub.publish_delta(event, labels.clone(), Some(name.to_owned()));
         };

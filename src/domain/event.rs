@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -50,7 +51,10 @@ pub struct TicketEvent {
     pub kind: String,
     pub agent: Option<String>,
     pub at: DateTime<Utc>,
-    pub data: Value,
+    // JSON text: read from the log and written to streams without being parsed into a tree and
+    // encoded again.
+    #[schema(value_type = Value)]
+    pub data: Box<RawValue>,
 }
 
 /// An event to append to a ticket's log, in the transaction of the change it describes.

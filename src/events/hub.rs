@@ -82,6 +82,21 @@ struct ForwardedDelta {
     agent: Option<String>,
 }
 
+#[derive(serde::Deserialize)]
+struct DeltaData {
+    delta: String,
+}
+
+/// The data of a `text.delta` or `thinking.delta` event.
+pub fn delta_data(text: &str) -> Box<serde_json::value::RawValue> {
+    #[derive(serde::Serialize)]
+    struct Data<'a> {
+        delta: &'a str,
+    }
+    // Serialising a struct of one string field cannot fail.
+    serde_json::value::to_raw_value(&Data { delta: text }).expect("a string serialises")
+}
+
 /// JSON arrays of deltas, each under MAX_PAYLOAD; a single oversized delta is split into parts.
 fn delta_payloads(items: &[Arc<StreamItem>]) -> Vec<String> {
     let mut payloads = vec![];
@@ -89,7 +104,9 @@ fn delta_payloads(items: &[Arc<StreamItem>]) -> Vec<String> {
     let mut size = 2;
     for item in items {
         let mut event = item.event.clone();
-        let text = event.data["delta"].as_str().unwrap_or_default().to_owned();
+        let text = serde_json::from_str::<DeltaData>(event.data.get())
+            .map(|d| d.delta)
+            .unwrap_or_default();
         let mut parts = vec![];
         let mut rest = text.as_str();
         while rest.len() > MAX_PAYLOAD / 2 {
@@ -102,7 +119,7 @@ fn delta_payloads(items: &[Arc<StreamItem>]) -> Vec<String> {
         }
         parts.push(rest);
         for part in parts {
-            event.data = serde_json::json!({ "delta": part });
+            event.data = delta_data(part);
             let forwarded = ForwardedDelta {
                 event: event.clone(),
                 labels: item.ticket_labels.clone(),

@@ -7,7 +7,9 @@ use reqwest::header::ACCEPT;
 use serde_json::{json, Map, Value};
 
 use super::http::{self, EventStream};
-use super::{ContentBlock, Delta, LlmError, ModelRequest, ModelResponse, Provider, Role, StopReason, ToolCall};
+use super::{
+    ContentBlock, Delta, LlmError, ModelRequest, ModelResponse, Provider, RequestBody, Role, StopReason, ToolCall,
+};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 pub const API_VERSION: &str = "2023-06-01";
@@ -71,7 +73,7 @@ fn block_json(b: &ContentBlock) -> Option<Value> {
 }
 
 /// The request body for `POST {base}/v1/messages`.
-pub fn request_body(req: &ModelRequest) -> Value {
+fn request_body(req: &ModelRequest) -> RequestBody<Tool<'_>> {
     // Consecutive messages of one role are merged: the API wants strictly alternating turns, and
     // all tool results answering one assistant turn must sit in the next user turn.
     let mut turns: Vec<(Role, Vec<Value>)> = Vec::new();
@@ -113,25 +115,27 @@ pub fn request_body(req: &ModelRequest) -> Value {
     }
     body.insert("max_tokens".into(), json!(max_tokens));
     body.insert("stream".into(), json!(true));
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": t.name,
-                    "description": t.description,
-                    "input_schema": t.input_schema,
-                })
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
     // Thinking requires the default temperature.
     if let Some(t) = req.temperature.filter(|_| req.thinking_budget.is_none()) {
         body.insert("temperature".into(), json!(t));
     }
-    Value::Object(body)
+    let tools = req
+        .tools
+        .iter()
+        .map(|t| Tool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.input_schema,
+        })
+        .collect();
+    RequestBody { fields: body, tools }
+}
+
+#[derive(serde::Serialize)]
+struct Tool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
 }
 
 fn stop_reason(s: &str) -> StopReason {

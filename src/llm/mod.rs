@@ -29,11 +29,23 @@ pub struct Message {
     pub content: Vec<ContentBlock>,
 }
 
+/// A tool offered to the model. The description and schema are shared: the same built-in tools go
+/// into every request, so a request clones pointers, not JSON trees.
 #[derive(Clone, Debug)]
 pub struct ToolSpec {
     pub name: String,
-    pub description: String,
-    pub input_schema: serde_json::Value,
+    pub description: Arc<str>,
+    pub input_schema: Arc<serde_json::Value>,
+}
+
+/// A provider's request body: its fields, then its tools in the provider's shape, serialised from
+/// the shared schemas instead of being copied into the JSON tree first.
+#[derive(serde::Serialize)]
+struct RequestBody<T> {
+    #[serde(flatten)]
+    fields: serde_json::Map<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<T>,
 }
 
 #[derive(Clone, Debug, Default)]

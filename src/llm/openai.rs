@@ -8,7 +8,8 @@ use serde_json::{json, Map, Value};
 
 use super::http::{self, EventStream};
 use super::{
-    ContentBlock, Delta, LlmError, Message, ModelRequest, ModelResponse, Provider, Role, StopReason, ToolCall, Usage,
+    ContentBlock, Delta, LlmError, Message, ModelRequest, ModelResponse, Provider, RequestBody, Role, StopReason,
+    ToolCall, Usage,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -37,7 +38,7 @@ impl OpenAi {
 }
 
 /// The request body for `POST {base}/chat/completions`.
-pub fn request_body(req: &ModelRequest) -> Value {
+fn request_body(req: &ModelRequest) -> RequestBody<Tool<'_>> {
     let mut messages = Vec::new();
     if !req.system.is_empty() {
         messages.push(json!({"role": "system", "content": req.system}));
@@ -50,30 +51,39 @@ pub fn request_body(req: &ModelRequest) -> Value {
     body.insert("messages".into(), Value::Array(messages));
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.input_schema,
-                    }
-                })
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
     if let Some(t) = req.temperature {
         body.insert("temperature".into(), json!(t));
     }
     if let Some(n) = req.max_tokens {
         body.insert("max_tokens".into(), json!(n));
     }
-    Value::Object(body)
+    let tools = req
+        .tools
+        .iter()
+        .map(|t| Tool {
+            kind: "function",
+            function: Function {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.input_schema,
+            },
+        })
+        .collect();
+    RequestBody { fields: body, tools }
+}
+
+#[derive(serde::Serialize)]
+struct Tool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
 }
 
 fn map_message(m: &Message, out: &mut Vec<Value>) {
