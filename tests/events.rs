@@ -78,6 +78,29 @@ async fn a_ticket_stream_replays_from_the_first_event_with_gapless_ids_then_send
 }
 
 #[tokio::test]
+async fn after_a_quiet_spell_an_event_streams_without_waiting_for_company() {
+    // The hub gathers the commits of a few milliseconds into one read only when they come faster
+    // than that; an event on a quiet desk is read as soon as it is committed.
+    let app = TestApp::spawn().await;
+    let t = app.create_ticket(json!({"task": "x"})).await;
+    let key = t["key"].as_str().unwrap();
+    let mut stream = app.sse("/v1/events?kind=comment.created", None).await;
+    settle().await;
+    let mut latencies = vec![];
+    for i in 0..15 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        app.comment(key, &format!("c{i}")).await;
+        let answered = Instant::now();
+        stream.next_event(WAIT).await.expect("the comment's event");
+        latencies.push(answered.elapsed());
+    }
+    latencies.sort();
+    // Waiting out a 5 ms gathering window would put every one at 4.5 ms or more.
+    assert!(latencies[7] < Duration::from_millis(4), "median {:?}", latencies[7]);
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_ticket_stream_has_the_sse_headers_a_retry_hint_and_pings_every_second() {
     let app = TestApp::spawn().await;
     let t = app.create_ticket(json!({"task": "x"})).await;

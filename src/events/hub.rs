@@ -324,7 +324,9 @@ impl EventHub {
         let notifier = tokio::spawn(notify_peers(self.clone(), shutdown.clone()));
         let mut cursor = self.position();
         let mut failures = 0u32;
+        let mut round_started = tokio::time::Instant::now();
         loop {
+            round_started = round_started.max(tokio::time::Instant::now());
             let next_wait = match self.catch_up(&mut cursor).await {
                 Ok(true) => HELD_BACK_RETRY,
                 Ok(false) => {
@@ -344,9 +346,10 @@ impl EventHub {
                 _ = self.inner.wake.notified() => {}
                 _ = tokio::time::sleep(next_wait) => {}
             }
-            // Under load, wake-ups arrive faster than reads are useful: gather a few milliseconds
-            // of commits into one round instead of reading the log per commit.
-            tokio::time::sleep(MIN_ROUND_INTERVAL).await;
+            // Under load, wake-ups arrive faster than reads are useful: rounds start at least a few
+            // milliseconds apart, so the commits of those milliseconds share one read. The first
+            // commit after a quiet spell is read at once.
+            tokio::time::sleep_until(round_started + MIN_ROUND_INTERVAL).await;
         }
         listener.abort();
         notifier.abort();

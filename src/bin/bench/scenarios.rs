@@ -678,6 +678,7 @@ async fn subscriber(
     tokio::pin!(stopped);
     loop {
         tokio::select! {
+            biased;
             _ = &mut stopped => return Ok((latencies, conn.chunks)),
             event = conn.next_event() => match event? {
                 None => return Ok((latencies, conn.chunks)),
