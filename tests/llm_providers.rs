@@ -447,11 +447,11 @@ fn conversation() -> ModelRequest {
                 ],
             },
         ],
-        tools: vec![ToolSpec {
-            name: "read_file".into(),
-            description: "Reads a file".into(),
-            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}).into(),
-        }],
+        tools: vec![ToolSpec::new(
+            "read_file",
+            "Reads a file",
+            &json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        )],
         temperature: Some(0.2),
         max_tokens: None,
         thinking_budget: None,

@@ -35,7 +35,7 @@ impl Reason {
 pub fn estimate_tokens(request: &ModelRequest) -> u64 {
     let mut chars = request.system.len();
     for tool in &request.tools {
-        chars += tool.name.len() + tool.description.len() + json_len(&tool.input_schema);
+        chars += tool.name.len() + tool.description.len() + tool.input_schema.get().len();
     }
     for message in &request.messages {
         chars += message.content.iter().map(block_chars).sum::<usize>();

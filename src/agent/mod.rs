@@ -430,18 +430,14 @@ fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
     prompt
 }
 
-/// The agent's tools, in its order. Built-in definitions never change, so they are built once and
-/// every request shares them.
+/// The agent's tools, in its order. Built-in definitions never change, so their specs are built
+/// once, the schema already serialised, and every request shares them.
 fn tool_specs(agent: &Agent) -> Vec<ToolSpec> {
     static BUILTIN: std::sync::LazyLock<Vec<ToolSpec>> = std::sync::LazyLock::new(|| {
         crate::tools::BUILTIN_TOOLS
             .iter()
-            .filter_map(|name| crate::tools::definition(name))
-            .map(|d| ToolSpec {
-                name: d.name.to_owned(),
-                description: d.description.into(),
-                input_schema: Arc::new(d.input_schema),
-            })
+            .filter_map(|name| crate::tools::builtin(name))
+            .map(|d| ToolSpec::new(d.name, &d.description, &d.input_schema))
             .collect()
     });
     agent
@@ -645,7 +641,7 @@ fn prepare_calls(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
                 .tools
                 .iter()
                 .any(|t| t == &call.name)
-                .then(|| crate::tools::definition(&call.name))
+                .then(|| crate::tools::builtin(&call.name))
                 .flatten();
             let input = match definition {
                 None => Err((

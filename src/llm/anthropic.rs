@@ -135,7 +135,7 @@ fn request_body(req: &ModelRequest) -> RequestBody<Tool<'_>> {
 struct Tool<'a> {
     name: &'a str,
     description: &'a str,
-    input_schema: &'a Value,
+    input_schema: &'a serde_json::value::RawValue,
 }
 
 fn stop_reason(s: &str) -> StopReason {

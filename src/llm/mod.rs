@@ -29,13 +29,25 @@ pub struct Message {
     pub content: Vec<ContentBlock>,
 }
 
-/// A tool offered to the model. The description and schema are shared: the same built-in tools go
-/// into every request, so a request clones pointers, not JSON trees.
+/// A tool offered to the model. The description and the schema (as JSON text) are shared: the same
+/// built-in tools go into every request, so a request clones pointers and copies text.
 #[derive(Clone, Debug)]
 pub struct ToolSpec {
     pub name: String,
     pub description: Arc<str>,
-    pub input_schema: Arc<serde_json::Value>,
+    pub input_schema: Arc<serde_json::value::RawValue>,
+}
+
+impl ToolSpec {
+    pub fn new(name: &str, description: &str, input_schema: &serde_json::Value) -> ToolSpec {
+        // A `Value` always serialises.
+        let schema = serde_json::value::to_raw_value(input_schema).expect("a JSON value serialises");
+        ToolSpec {
+            name: name.to_owned(),
+            description: description.into(),
+            input_schema: schema.into(),
+        }
+    }
 }
 
 /// A provider's request body: its fields, then its tools in the provider's shape, serialised from

@@ -83,7 +83,7 @@ struct Tool<'a> {
 struct Function<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: &'a serde_json::value::RawValue,
 }
 
 fn map_message(m: &Message, out: &mut Vec<Value>) {

@@ -19,6 +19,14 @@ pub struct ToolDefinition {
     pub input_schema: Value,
 }
 
+/// A built-in tool's definition, built once: every request offers the agent's tools and every call
+/// is checked against its schema.
+pub fn builtin(name: &str) -> Option<&'static ToolDefinition> {
+    static ALL: std::sync::LazyLock<Vec<ToolDefinition>> =
+        std::sync::LazyLock::new(|| BUILTIN_TOOLS.iter().filter_map(|name| definition(name)).collect());
+    ALL.iter().find(|d| d.name == name)
+}
+
 /// The definition of a built-in tool, or `None` when `name` is not one.
 pub fn definition(name: &str) -> Option<ToolDefinition> {
     match name {
@@ -170,8 +178,10 @@ mod tests {
             let def = definition(name).expect("builtin tool must be defined");
             assert_eq!(def.name, name);
             assert!(!def.description.is_empty());
+            assert_eq!(builtin(name), Some(&def), "the kept definition is the same");
         }
         assert!(definition("no_such_tool").is_none());
+        assert!(builtin("no_such_tool").is_none());
     }
 
     #[test]
