@@ -101,6 +101,32 @@ async fn after_a_quiet_spell_an_event_streams_without_waiting_for_company() {
 }
 
 #[tokio::test]
+async fn an_events_data_is_kept_as_the_json_text_it_was_written_as() {
+    // No query looks into an event's data: it is stored as `json` text, only checked on insert,
+    // and read back as stored instead of being converted to jsonb and printed again.
+    let app = TestApp::spawn().await;
+    let t = app.create_ticket(json!({"task": "x", "labels": ["b", "a"]})).await;
+    let mut stream = app
+        .sse(&format!("/v1/tickets/{}/events", t["key"].as_str().unwrap()), None)
+        .await;
+    let created = stream.next_event(WAIT).await.expect("ticket.created");
+    let mut db = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+    let ticket_id: uuid::Uuid = t["id"].as_str().unwrap().parse().unwrap();
+    let (column_type, stored): (String, String) =
+        sqlx::query_as("SELECT pg_typeof(data)::text, data::text FROM events WHERE ticket_id = $1 AND seq = 1")
+            .bind(ticket_id)
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+    assert_eq!(column_type, "json");
+    let value: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored, value.to_string(), "kept as written (compact), not reformatted");
+    assert_eq!(created.data["data"], value);
+    assert_eq!(value["ticket"]["labels"], json!(["b", "a"]));
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_ticket_stream_has_the_sse_headers_a_retry_hint_and_pings_every_second() {
     let app = TestApp::spawn().await;
     let t = app.create_ticket(json!({"task": "x"})).await;

@@ -377,7 +377,7 @@ pub async fn finish(
     let columns = super::events::EventColumns::of(&events);
     sqlx::query(
         "WITH e AS (
-            SELECT * FROM unnest($6::text[], $7::text[], $8::jsonb[]) WITH ORDINALITY AS e(kind, agent, data, ord)),
+            SELECT * FROM unnest($6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS e(kind, agent, data, ord)),
          t AS (
             UPDATE tickets SET status = $3, result = COALESCE($4, result), error = $5,
                 lease_expires_at = NULL, worker_id = NULL,
@@ -387,7 +387,7 @@ pub async fn finish(
              WHERE id = $1 AND generation = $2
              RETURNING id, key, last_event_seq - cardinality($6::text[]) AS base)
          INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-         SELECT t.id, t.key, t.base + e.ord, e.kind, e.agent, e.data FROM e, t",
+         SELECT t.id, t.key, t.base + e.ord, e.kind, e.agent, e.data::json FROM e, t",
     )
     .bind(fence.ticket_id)
     .bind(fence.generation)
@@ -578,9 +578,9 @@ pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Resul
          logged AS (
             INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
             SELECT t.id, t.key, t.event_base + row_number() OVER (PARTITION BY t.id ORDER BY e.ord), e.kind, e.agent,
-                   CASE WHEN e.carries IS NULL THEN e.data
-                        ELSE jsonb_set(e.data, '{comment,seq}', to_jsonb(t.comment_base + e.carries)) END
-            FROM unnest($21::uuid[], $22::int8[], $23::text[], $24::text[], $25::jsonb[], $26::int8[])
+                   CASE WHEN e.carries IS NULL THEN e.data::json
+                        ELSE jsonb_set(e.data::jsonb, '{comment,seq}', to_jsonb(t.comment_base + e.carries))::json END
+            FROM unnest($21::uuid[], $22::int8[], $23::text[], $24::text[], $25::text[], $26::int8[])
                 WITH ORDINALITY AS e(ticket_id, generation, kind, agent, data, carries, ord)
             JOIN t ON t.id = e.ticket_id AND t.generation = e.generation
             RETURNING 1)

@@ -104,8 +104,8 @@ pub async fn append(conn: &mut PgConnection, ticket_id: Uuid, events: &[NewEvent
             UPDATE tickets SET last_event_seq = last_event_seq + $2 WHERE id = $1
             RETURNING key, last_event_seq - $2 AS base)
          INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-         SELECT $1, t.key, t.base + e.n, e.kind, e.agent, e.data
-         FROM t, unnest($3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS e(kind, agent, data, n)",
+         SELECT $1, t.key, t.base + e.n, e.kind, e.agent, e.data::json
+         FROM t, unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e(kind, agent, data, n)",
     )
     .bind(ticket_id)
     .bind(events.len() as i64)
@@ -121,7 +121,8 @@ pub async fn append(conn: &mut PgConnection, ticket_id: Uuid, events: &[NewEvent
 pub(crate) struct EventColumns<'a> {
     pub kinds: Vec<&'static str>,
     pub agents: Vec<Option<&'a str>>,
-    pub data: Vec<&'a Value>,
+    /// As JSON text, for the `json` column (bound as `text[]`, cast with `::json`).
+    pub data: Vec<String>,
 }
 
 impl<'a> EventColumns<'a> {
@@ -130,7 +131,7 @@ impl<'a> EventColumns<'a> {
         for e in events {
             kinds.push(e.kind);
             agents.push(e.agent.as_deref());
-            data.push(&e.data);
+            data.push(e.data.to_string());
         }
         EventColumns { kinds, agents, data }
     }
@@ -151,7 +152,7 @@ pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, &[NewEvent])])
     let columns = EventColumns::of(appends.iter().flat_map(|(_, events)| *events));
     sqlx::query_scalar(
         "WITH e AS (
-            SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::jsonb[])
+            SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::text[])
                 WITH ORDINALITY AS e(ticket_id, generation, kind, agent, data, ord)),
          counts AS (SELECT ticket_id, generation, count(*) AS n FROM e GROUP BY ticket_id, generation),
          t AS (
@@ -162,7 +163,7 @@ pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, &[NewEvent])])
          ins AS (
             INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
             SELECT e.ticket_id, t.key, t.base + row_number() OVER (PARTITION BY e.ticket_id ORDER BY e.ord),
-                   e.kind, e.agent, e.data
+                   e.kind, e.agent, e.data::json
             FROM e JOIN t ON t.id = e.ticket_id AND t.generation = e.generation
             RETURNING 1)
          SELECT id FROM t",
@@ -221,8 +222,8 @@ pub async fn insert_reserved(
             ORDER BY ord
             RETURNING 1)
          INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-         SELECT ticket_id, ticket_key, seq, kind, agent, data
-         FROM unnest($8::uuid[], $9::text[], $10::int8[], $11::text[], $12::text[], $13::jsonb[])
+         SELECT ticket_id, ticket_key, seq, kind, agent, data::json
+         FROM unnest($8::uuid[], $9::text[], $10::int8[], $11::text[], $12::text[], $13::text[])
              WITH ORDINALITY AS e(ticket_id, ticket_key, seq, kind, agent, data, ord)
          ORDER BY ord",
     )
