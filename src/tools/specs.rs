@@ -27,8 +27,8 @@ pub fn builtin(name: &str) -> Option<&'static ToolDefinition> {
     ALL.iter().find(|d| d.name == name)
 }
 
-/// The definition of a built-in tool, or `None` when `name` is not one.
-pub fn definition(name: &str) -> Option<ToolDefinition> {
+/// Builds the definition of a built-in tool, or `None` when `name` is not one (see `builtin`).
+fn definition(name: &str) -> Option<ToolDefinition> {
     match name {
         CLOSE_TICKET => Some(close_ticket()),
         HANDOVER_TICKET => Some(handover_ticket()),

@@ -182,7 +182,7 @@ fn missing_required(schema: &Value, input: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::specs::{definition, CLOSE_TICKET, HANDOVER_TICKET};
+    use crate::tools::specs::{builtin, CLOSE_TICKET, HANDOVER_TICKET};
     use serde_json::json;
 
     #[test]
@@ -273,7 +273,7 @@ mod tests {
     }
 
     fn close_schema() -> Value {
-        definition(CLOSE_TICKET).unwrap().input_schema
+        builtin(CLOSE_TICKET).unwrap().input_schema.clone()
     }
 
     #[test]
@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn prepare_error_names_wrong_fields_and_summarises_values() {
-        let schema = definition(HANDOVER_TICKET).unwrap().input_schema;
+        let schema = builtin(HANDOVER_TICKET).unwrap().input_schema.clone();
         let raw = json!({"to": "reviewer", "result": "r".repeat(20_000), "extra": 1}).to_string();
         let err = prepare_tool_input(HANDOVER_TICKET, &schema, &raw).unwrap_err();
         assert!(
