@@ -7,12 +7,19 @@ WORKDIR /app
 
 # Dependencies first, against stub sources, so that this layer is rebuilt
 # only when Cargo.toml or Cargo.lock change, not on every source edit.
+# The workspace's other members (test support, benchmark) are stubbed too: cargo
+# loads every member's manifest even to build one binary.
 COPY Cargo.toml Cargo.lock ./
+COPY testkit/Cargo.toml testkit/
+COPY bench/Cargo.toml bench/
 COPY docker/stub-targets.sh /usr/local/bin/stub-targets
 RUN stub-targets Cargo.toml > /tmp/stubs \
+    && for member in testkit bench; do \
+        (cd "$member" && stub-targets Cargo.toml | sed "s|^|$member/|") >> /tmp/stubs; \
+    done \
     && cargo build --release --locked --bin agentdesk \
     && xargs rm -f < /tmp/stubs \
-    && rm -rf src
+    && rm -rf src testkit/src bench/src
 
 # The whole context (see .dockerignore), so that anything the crate pulls in
 # at compile time (migrations, include_str! files) is there.

@@ -1,7 +1,7 @@
 //! A private PostgreSQL server run from the machine's own server binaries.
 //!
 //! `agentdesk serve` uses it when `DATABASE_URL` is unset, and the test suites
-//! use it (through [`crate::testing`]) when no server is configured, so that
+//! use it (through the `testkit` crate) when no server is configured, so that
 //! nothing but an installed PostgreSQL is needed to run or test the service.
 //!
 //! Layout, for a data directory `<parent>/<name>`:

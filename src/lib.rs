@@ -9,11 +9,9 @@ pub mod desk;
 pub mod domain;
 pub mod embedded_pg;
 pub mod events;
-pub mod fake_llm;
 pub mod http;
 pub mod intake;
 pub mod llm;
-pub mod testing;
 pub mod tools;
 pub mod worker;
 

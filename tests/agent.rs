@@ -5,10 +5,10 @@ mod support;
 
 use std::time::Duration;
 
-use agentdesk::fake_llm::{FakeLlm, Reply};
 use serde_json::{json, Value};
 use support::{event_data, event_kinds, position, wait_status};
 use support::{StatusCode, TestApp};
+use testkit::fake_llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(20);
 

@@ -6,13 +6,13 @@ mod support;
 use std::time::Duration;
 
 use agentdesk::app::Mode;
-use agentdesk::fake_llm::{FakeLlm, Reply};
 use agentdesk::llm::anthropic::Anthropic;
 use agentdesk::llm::openai::OpenAi;
 use agentdesk::llm::Providers;
 use serde_json::{json, Value};
 use support::{event_data, event_kinds, position, wait_status};
 use support::{StatusCode, TestApp};
+use testkit::fake_llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(20);
 /// What every summariser request ends with.

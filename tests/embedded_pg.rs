@@ -114,7 +114,7 @@ async fn embedded_server_lifecycle() {
 
 #[tokio::test]
 async fn fresh_databases_are_distinct_and_empty() {
-    let urls = futures::future::join_all((0..8).map(|_| agentdesk::testing::fresh_database()))
+    let urls = futures::future::join_all((0..8).map(|_| testkit::testing::fresh_database()))
         .await
         .into_iter()
         .collect::<anyhow::Result<Vec<_>>>()

@@ -614,7 +614,7 @@ async fn shutdown_ends_open_streams_within_five_seconds() {
 async fn a_long_transaction_in_another_database_does_not_hold_the_global_stream_back() {
     let app = TestApp::spawn().await;
     // A writing transaction elsewhere on the same server, left open.
-    let other = agentdesk::testing::with_database(&app.database_url, "postgres");
+    let other = testkit::testing::with_database(&app.database_url, "postgres");
     let mut elsewhere = sqlx::postgres::PgConnection::connect(&other).await.unwrap();
     sqlx::query("BEGIN").execute(&mut elsewhere).await.unwrap();
     sqlx::query("SELECT pg_current_xact_id()")

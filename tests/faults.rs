@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentdesk::fake_llm::{FakeLlm, Reply};
 use serde_json::{json, Value};
 use support::wait_status;
 use support::{StatusCode, TestApp};
+use testkit::fake_llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -66,7 +66,7 @@ async fn wait_healthy(client: &reqwest::Client, base: &str) {
 
 #[tokio::test]
 async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_acknowledged_is_lost() {
-    let database_url = agentdesk::testing::fresh_database().await.unwrap();
+    let database_url = testkit::testing::fresh_database().await.unwrap();
     let pool = agentdesk::db::connect(&database_url, 2).await.unwrap();
     let llm = FakeLlm::start().await;
     let slow = Arc::new(AtomicBool::new(true));

@@ -2,7 +2,6 @@
 
 use std::time::{Duration, Instant};
 
-use agentdesk::fake_llm::{FakeLlm, Reply};
 use agentdesk::llm::anthropic::Anthropic;
 use agentdesk::llm::openai::OpenAi;
 use agentdesk::llm::{
@@ -10,6 +9,7 @@ use agentdesk::llm::{
     StopReason, ToolSpec,
 };
 use serde_json::{json, Value};
+use testkit::fake_llm::{FakeLlm, Reply};
 
 const IDLE: Duration = Duration::from_secs(5);
 

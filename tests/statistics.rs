@@ -33,7 +33,7 @@ async fn first_analysis(refresher: &mut db::statistics::Refresher, pool: &sqlx::
 
 #[tokio::test]
 async fn a_tickets_table_that_outgrew_its_statistics_is_analysed_once_then_left_alone() {
-    let url = agentdesk::testing::fresh_database().await.unwrap();
+    let url = testkit::testing::fresh_database().await.unwrap();
     let pool = db::connect(&url, 2).await.unwrap();
     db::migrate(&pool).await.unwrap();
     let mut refresher = db::statistics::Refresher::default();
@@ -60,7 +60,7 @@ async fn a_tickets_table_that_outgrew_its_statistics_is_analysed_once_then_left_
 
 #[tokio::test]
 async fn a_role_that_cannot_analyse_the_table_does_not_try_again_every_second() {
-    let url = agentdesk::testing::fresh_database().await.unwrap();
+    let url = testkit::testing::fresh_database().await.unwrap();
     let owner = db::connect(&url, 2).await.unwrap();
     db::migrate(&owner).await.unwrap();
     // Roles are shared by every database of the server (and by tests running at once).
@@ -101,7 +101,7 @@ async fn a_role_that_cannot_analyse_the_table_does_not_try_again_every_second() 
 /// table leaves a fifth of each page free for that.
 #[tokio::test]
 async fn updates_of_a_tickets_counters_stay_on_their_page_and_skip_the_indexes() {
-    let url = agentdesk::testing::fresh_database().await.unwrap();
+    let url = testkit::testing::fresh_database().await.unwrap();
     let pool = db::connect(&url, 2).await.unwrap();
     db::migrate(&pool).await.unwrap();
     let mut tx = pool.begin().await.unwrap();
@@ -129,7 +129,7 @@ async fn updates_of_a_tickets_counters_stay_on_their_page_and_skip_the_indexes()
 
 #[tokio::test]
 async fn a_row_version_is_written_only_into_the_indexes_some_query_needs() {
-    let url = agentdesk::testing::fresh_database().await.unwrap();
+    let url = testkit::testing::fresh_database().await.unwrap();
     let pool = db::connect(&url, 2).await.unwrap();
     db::migrate(&pool).await.unwrap();
     let indexes = |table: &'static str| {

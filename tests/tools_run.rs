@@ -15,9 +15,7 @@ use sqlx::PgPool;
 const AGENT: &str = "alice";
 
 async fn pool() -> PgPool {
-    let url = agentdesk::testing::fresh_database()
-        .await
-        .expect("a fresh test database");
+    let url = testkit::testing::fresh_database().await.expect("a fresh test database");
     let pool = db::connect(&url, 4).await.expect("connect");
     db::migrate(&pool).await.expect("migrate");
     let now = chrono::Utc::now();

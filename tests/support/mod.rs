@@ -73,7 +73,7 @@ impl TestApp {
     }
 
     /// API and workers with the OpenAI-compatible provider pointed at a fake model server.
-    pub async fn spawn_with_llm(llm: &agentdesk::fake_llm::FakeLlm, configure: impl FnOnce(&mut Config)) -> TestApp {
+    pub async fn spawn_with_llm(llm: &testkit::fake_llm::FakeLlm, configure: impl FnOnce(&mut Config)) -> TestApp {
         let providers = Providers::new(
             Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
             None,
@@ -83,7 +83,7 @@ impl TestApp {
 
     pub async fn spawn_full(mode: Mode, providers: Providers, configure: impl FnOnce(&mut Config)) -> TestApp {
         init_tracing();
-        let database_url = agentdesk::testing::fresh_database()
+        let database_url = testkit::testing::fresh_database()
             .await
             .expect("create a test database");
         let mut config = Config {

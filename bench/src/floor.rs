@@ -80,7 +80,7 @@ pub fn floor_role(args: &[String]) -> Result<()> {
     if rate <= 0.0 {
         bail!("the burst rate must be positive");
     }
-    crate::bench::harness::raise_fd_limit();
+    crate::harness::raise_fd_limit();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;

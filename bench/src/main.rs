@@ -6,15 +6,20 @@
 //! process, prints a table, and writes `bench-results/<scenario>.json`; `all` also rewrites
 //! BENCHMARKS.md. See BENCHMARKS.md for what each scenario measures.
 
-mod bench;
+mod floor;
+mod harness;
+mod pgbench;
+mod report;
+mod scenarios;
+mod server;
+mod sse;
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use bench::harness;
-use bench::report::{fmt_num, Report};
-use bench::scenarios::{self, Opts, ALL};
+use crate::report::{fmt_num, Report};
+use crate::scenarios::{Opts, ALL};
 
 const USAGE: &str = "usage: agentdesk-bench <scenario|all> [--quick] [--child]
 
@@ -32,9 +37,9 @@ const SCENARIO_TIMEOUT: Duration = Duration::from_secs(900);
 fn main() -> ExitCode {
     agentdesk::tune_allocator();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(bench::server::SERVE_ROLE) {
+    if args.first().map(String::as_str) == Some(server::SERVE_ROLE) {
         init_tracing("info");
-        return match bench::server::serve_role(args.get(1).map(String::as_str).unwrap_or("serve")) {
+        return match server::serve_role(args.get(1).map(String::as_str).unwrap_or("serve")) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("agentdesk: {e:#}");
@@ -42,8 +47,8 @@ fn main() -> ExitCode {
             }
         };
     }
-    if args.first().map(String::as_str) == Some(bench::floor::FLOOR_ROLE) {
-        return match bench::floor::floor_role(&args[1..]) {
+    if args.first().map(String::as_str) == Some(floor::FLOOR_ROLE) {
+        return match floor::floor_role(&args[1..]) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("fan-out floor: {e:#}");
@@ -131,7 +136,7 @@ async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> boo
         reports.push(report);
     }
     if all {
-        let db = agentdesk::testing::fresh_database().await.ok();
+        let db = testkit::testing::fresh_database().await.ok();
         let machine = harness::machine(db.as_deref()).await;
         let command = format!("cargo run --release --bin agentdesk-bench -- {}", args.join(" "));
         let path = harness::output_root().join("BENCHMARKS.md");

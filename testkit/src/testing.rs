@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use sqlx::{Connection, PgConnection};
 use tokio::sync::OnceCell;
 
-use crate::embedded_pg::{self, EmbeddedPostgres};
+use agentdesk::embedded_pg::{self, EmbeddedPostgres};
 
 const PREFIX: &str = "agentdesk_test_";
 

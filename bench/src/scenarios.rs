@@ -5,17 +5,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentdesk::app::Mode;
-use agentdesk::fake_llm::Reply;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
+use testkit::fake_llm::Reply;
 use tokio::sync::{watch, Semaphore};
 
-use super::floor::Floor;
-use super::harness::{self, DoneWatcher, Fixture, Progress, Sampler};
-use super::pgbench::{self, Protocol};
-use super::report::{median, percentile, Bar, Check, Report};
-use super::server::{self, ServerSpec};
-use super::sse::{self, SseConn};
+use crate::floor::Floor;
+use crate::harness::{self, DoneWatcher, Fixture, Progress, Sampler};
+use crate::pgbench::{self, Protocol};
+use crate::report::{median, percentile, Bar, Check, Report};
+use crate::server::{self, ServerSpec};
+use crate::sse::{self, SseConn};
 
 /// Latency first, on a quiet machine; the 10 000-connection fan-out last, as tearing down its
 /// connections disturbs whatever runs right after it.
@@ -115,7 +115,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     };
     let pgbench = pgbench::find_pgbench().context("pgbench not found (install postgresql-contrib or the client)")?;
 
-    let scratch = agentdesk::testing::fresh_database().await?;
+    let scratch = testkit::testing::fresh_database().await?;
     {
         let pool = agentdesk::db::connect(&scratch, 2).await?;
         agentdesk::db::migrate(&pool).await?;

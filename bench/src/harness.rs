@@ -7,22 +7,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentdesk::fake_llm::FakeLlm;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection};
+use testkit::fake_llm::FakeLlm;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::server::{self, Server, ServerSpec};
-use super::sse::SseConn;
+use crate::server::{self, Server, ServerSpec};
+use crate::sse::SseConn;
 
 /// Where results go: the repository root when it is where the bench was built, else the
 /// current directory.
 pub fn output_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    if manifest.join("Cargo.toml").exists() {
-        manifest.to_path_buf()
+    // This crate lives in `bench/` of the repository.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if root.join("Cargo.toml").exists() {
+        root
     } else {
         PathBuf::from(".")
     }
@@ -43,7 +44,7 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn start(scenario: &str, spec: &ServerSpec) -> Result<Fixture> {
-        let db_url = agentdesk::testing::fresh_database()
+        let db_url = testkit::testing::fresh_database()
             .await
             .context("cannot create a scratch database")?;
         let fake = FakeLlm::start().await;
