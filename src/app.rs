@@ -68,7 +68,7 @@ impl App {
         let hub = EventHub::new(pool.clone()).await?;
         let mut tasks = vec![
             tokio::spawn(hub.clone().run(shutdown.clone())),
-            tokio::spawn(db::statistics::run(pool.clone(), shutdown.clone())),
+            tokio::spawn(db::planner_stats::run(pool.clone(), shutdown.clone())),
         ];
         if !mode.runs_api() {
             // Nobody here watches deltas: send them to the API processes.
@@ -81,7 +81,7 @@ impl App {
                 hub: hub.clone(),
                 config: config.clone(),
                 providers: providers.clone(),
-                intake: crate::intake::Intake::start(pool.clone(), hub.clone()),
+                intake: crate::transitions::intake::Intake::start(pool.clone(), hub.clone()),
                 shutdown: shutdown.clone(),
             };
             let listener = listen(config.addr).with_context(|| format!("cannot listen on {}", config.addr))?;

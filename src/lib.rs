@@ -5,14 +5,13 @@ pub mod agent;
 pub mod app;
 pub mod config;
 pub mod db;
-pub mod desk;
 pub mod domain;
 pub mod embedded_pg;
 pub mod events;
 pub mod http;
-pub mod intake;
 pub mod llm;
 pub mod tools;
+pub mod transitions;
 pub mod worker;
 
 /// Turns off glibc's fastbins, before the process allocates much. With them, every allocation of

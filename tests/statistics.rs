@@ -20,7 +20,7 @@ async fn insert_tickets(url: &str, n: i64) {
 
 /// Looks until the refresher analyses something (the row counts reach the statistics views
 /// within moments of the writer's exit); returns what it analysed.
-async fn first_analysis(refresher: &mut db::statistics::Refresher, pool: &sqlx::PgPool) -> Vec<String> {
+async fn first_analysis(refresher: &mut db::planner_stats::Refresher, pool: &sqlx::PgPool) -> Vec<String> {
     for _ in 0..50 {
         let analysed = refresher.refresh_if_outgrown(pool).await.unwrap();
         if !analysed.is_empty() {
@@ -36,7 +36,7 @@ async fn a_tickets_table_that_outgrew_its_statistics_is_analysed_once_then_left_
     let url = testkit::testing::fresh_database().await.unwrap();
     let pool = db::connect(&url, 2).await.unwrap();
     db::migrate(&pool).await.unwrap();
-    let mut refresher = db::statistics::Refresher::default();
+    let mut refresher = db::planner_stats::Refresher::default();
     assert!(
         refresher.refresh_if_outgrown(&pool).await.unwrap().is_empty(),
         "an empty desk is left alone"
@@ -80,7 +80,7 @@ async fn a_role_that_cannot_analyse_the_table_does_not_try_again_every_second() 
         .connect_with(not_owner)
         .await
         .unwrap();
-    let mut refresher = db::statistics::Refresher::default();
+    let mut refresher = db::planner_stats::Refresher::default();
     let analysed = first_analysis(&mut refresher, &pool).await;
     assert_eq!(analysed, ["tickets"], "it tried once (Postgres only warns)");
     let reltuples: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'tickets'")

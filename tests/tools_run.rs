@@ -6,9 +6,9 @@ use std::time::Duration;
 use agentdesk::db;
 use agentdesk::db::claims::Claim;
 use agentdesk::db::tickets::NewTicket;
-use agentdesk::desk;
-use agentdesk::domain::{Agent, Author, ContentBlock, NewEvent, Status, Ticket, TicketRef};
+use agentdesk::domain::{Agent, Author, ContentBlock, EventData, NewEvent, Status, Ticket, TicketRef};
 use agentdesk::tools::run::{apply_finisher, run_builtin, Finisher, ToolContext, ToolOutcome};
+use agentdesk::transitions;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -59,7 +59,7 @@ fn new_ticket(task: &str, labels: &[&str], schema: Option<Value>) -> NewTicket {
 
 async fn create(pool: &PgPool, new: NewTicket) -> Ticket {
     let mut tx = pool.begin().await.expect("begin");
-    let ticket = desk::create_ticket(&mut tx, new).await.expect("create");
+    let ticket = transitions::create_ticket(&mut tx, new).await.expect("create");
     tx.commit().await.expect("commit");
     ticket
 }
@@ -637,17 +637,24 @@ async fn a_grouped_append_writes_only_for_the_claims_that_still_hold() {
     let pool = pool().await;
     let held = claimed(&pool, None).await;
     let lost = claimed(&pool, None).await;
-    let event = |kind| NewEvent::new(kind, Some(AGENT), json!({}));
+    let started = || NewEvent::new(Some(AGENT), EventData::RequestStarted { model: "m".into() });
+    let retried = NewEvent::new(
+        Some(AGENT),
+        EventData::RequestRetried {
+            attempt: 1,
+            max_attempts: 3,
+            kind: "overloaded".into(),
+            message: "busy".into(),
+            delay_ms: 10,
+        },
+    );
     let stale = db::claims::Fence {
         generation: lost.generation - 1,
         ..lost.fence()
     };
     let appended = db::events::append_fenced_many(
         &pool,
-        &[
-            (held.fence(), &[event("request.started"), event("request.retried")][..]),
-            (stale, &[event("request.started")][..]),
-        ],
+        &[(held.fence(), &[started(), retried][..]), (stale, &[started()][..])],
     )
     .await
     .expect("append");
@@ -693,8 +700,20 @@ fn step_write(
 ) -> db::claims::StepWrite {
     let comment = db::claims::new_comment(claim.ticket.id, Author::User, None, vec![ContentBlock::text(text)]);
     let events = vec![
-        NewEvent::new("tool.finished", Some(AGENT), json!({ "output": text })),
-        NewEvent::new("comment.created", Some(AGENT), json!({ "comment": comment })),
+        NewEvent::new(
+            Some(AGENT),
+            EventData::ToolFinished {
+                tool_name: "read_tickets".into(),
+                call_id: "call_1".into(),
+                output: text.into(),
+            },
+        ),
+        NewEvent::new(
+            Some(AGENT),
+            EventData::CommentCreated {
+                comment: comment.clone(),
+            },
+        ),
     ];
     db::claims::StepWrite {
         fence,
@@ -785,7 +804,7 @@ async fn a_step_group_that_fails_stores_each_step_alone() {
     let pool = pool().await;
     let good = claimed(&pool, None).await;
     let bad = claimed(&pool, None).await;
-    let writer = agentdesk::agent::steps::StepWriter::start(pool.clone());
+    let writer = agentdesk::db::claims::StepWriter::start(pool.clone());
     // Postgres's jsonb cannot hold a NUL character: this step fails whatever group it is in.
     let (good_write, bad_write) = (
         step_write(&good, good.fence(), "fine", None),

@@ -2,8 +2,6 @@
 //! request (no tools, not retried) condenses it, and the summary replaces every non-system
 //! comment in one transaction.
 
-use serde_json::json;
-
 use crate::domain::{Author, Comment, ContentBlock};
 use crate::llm::{Message, ModelRequest, Role};
 
@@ -154,13 +152,10 @@ pub fn summary_comment(summary: &str) -> Vec<ContentBlock> {
     ))]
 }
 
-pub fn started_data(reason: Reason) -> serde_json::Value {
-    json!({ "reason": reason.as_str() })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn json_len_is_the_length_of_the_compact_text() {

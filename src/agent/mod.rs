@@ -6,11 +6,8 @@
 //! a short transaction opened by `db::claims::fence`, so a worker that lost its claim writes
 //! nothing; no connection is held while the model or a tool runs.
 
-pub mod appender;
 pub mod compaction;
-pub mod group;
 pub mod outputs;
-pub mod steps;
 pub mod transcript;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,14 +15,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::{json, Value};
+use serde_json::Value;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::db;
 use crate::db::claims::{Claim, Fence, Finish, Release};
 use crate::domain::event::kind;
-use crate::domain::{Agent, Author, Comment, ContentBlock, NewEvent, Status, Ticket, TicketEvent, TicketUsage};
+use crate::domain::{
+    Agent, Author, Comment, ContentBlock, EventData, NewEvent, Status, Ticket, TicketEvent, TicketUsage, TokenUsage,
+};
 use crate::events::EventHub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, Providers, ToolSpec};
 use crate::tools::run::{self as tool_run, ToolContext, ToolOutcome};
@@ -35,9 +34,9 @@ use compaction::Reason;
 pub struct Runtime {
     pub pool: PgPool,
     /// Group-commits the loops' event-only writes.
-    pub appender: appender::EventAppender,
+    pub appender: db::events::EventAppender,
     /// Group-commits the loops' step results.
-    pub steps: steps::StepWriter,
+    pub steps: db::claims::StepWriter,
     pub hub: EventHub,
     pub providers: Arc<Providers>,
     /// A model stream silent this long is a stall.
@@ -153,9 +152,11 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
 
     if let Some((policy, limit)) = policy_violation(&agent, &ticket) {
         let event = NewEvent::new(
-            kind::POLICY_VIOLATED,
             Some(agent_name),
-            json!({ "kind": policy, "limit": limit }),
+            EventData::PolicyViolated {
+                kind: policy.into(),
+                limit,
+            },
         );
         let message = format!("the ticket reached the agent's {policy} limit ({limit}) before it was closed");
         return fail(rt, fence, agent_name, policy, &message, vec![event]).await;
@@ -182,15 +183,11 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
         let estimated = compaction::estimate_tokens(&request);
         if let Some(reason) = compaction::trigger(estimated, window, ticket.usage.requests > 0) {
             if reason == Reason::Blocking {
-                let data = json!({ "estimated_tokens": estimated, "threshold_tokens": compaction::blocking_threshold(window) });
-                next!(
-                    append_events(
-                        rt,
-                        fence,
-                        &[NewEvent::new(kind::CONTEXT_LIMIT_EXCEEDED, Some(agent_name), data)]
-                    )
-                    .await?
-                );
+                let data = EventData::ContextLimitExceeded {
+                    estimated_tokens: estimated,
+                    threshold_tokens: compaction::blocking_threshold(window),
+                };
+                next!(append_events(rt, fence, &[NewEvent::new(Some(agent_name), data)]).await?);
             }
             compacted = next!(
                 compact(
@@ -339,9 +336,10 @@ async fn compact(
             rt,
             fence,
             &[NewEvent::new(
-                kind::COMPACTION_STARTED,
                 Some(name),
-                compaction::started_data(reason)
+                EventData::CompactionStarted {
+                    reason: reason.as_str().into()
+                }
             )]
         )
         .await?
@@ -374,17 +372,25 @@ async fn compact(
             let comment = db::comments::insert(&mut tx, ticket.id, Author::User, None, &content).await?;
             let kept = db::comments::all(&mut *tx, ticket.id).await?;
             let tokens_after = compaction::estimate_tokens(&build_request(agent, ticket, &kept));
-            db::events::append(&mut tx, ticket.id, &[
-                NewEvent::new(kind::COMMENT_CREATED, Some(name), json!({ "comment": comment })),
-                NewEvent::new(kind::COMPACTION_FINISHED, Some(name), json!({ "reason": reason.as_str(), "tokens_before": tokens_before, "tokens_after": tokens_after })),
-            ]).await?;
+            let finished = EventData::CompactionFinished {
+                reason: reason.as_str().into(),
+                tokens_before,
+                tokens_after,
+            };
+            let events = [
+                NewEvent::new(Some(name), EventData::CommentCreated { comment }),
+                NewEvent::new(Some(name), finished),
+            ];
+            db::events::append(&mut tx, ticket.id, &events).await?;
             Flow::Next(true)
         }
         Err(message) => {
             let failed = NewEvent::new(
-                kind::COMPACTION_FAILED,
                 Some(name),
-                json!({ "reason": reason.as_str(), "message": message }),
+                EventData::CompactionFailed {
+                    reason: reason.as_str().into(),
+                    message: message.clone(),
+                },
             );
             if reason == Reason::Proactive {
                 db::events::append(&mut tx, ticket.id, &[failed]).await?;
@@ -402,6 +408,15 @@ async fn compact(
     tx.commit().await?;
     rt.hub.wake();
     Ok(flow)
+}
+
+fn token_usage(usage: &llm::Usage) -> TokenUsage {
+    TokenUsage {
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        cache_read_tokens: usage.cache_read_tokens,
+        cache_creation_tokens: usage.cache_creation_tokens,
+    }
 }
 
 fn ticket_usage(usage: &llm::Usage, requests: i64) -> TicketUsage {
@@ -472,9 +487,11 @@ async fn fail_request<T>(
     message: &str,
 ) -> Result<Flow<T>, sqlx::Error> {
     let event = NewEvent::new(
-        kind::REQUEST_FAILED,
         Some(agent),
-        json!({ "kind": error_kind, "message": message }),
+        EventData::RequestFailed {
+            kind: error_kind.into(),
+            message: message.into(),
+        },
     );
     fail(rt, fence, agent, error_kind, message, vec![event]).await
 }
@@ -530,9 +547,10 @@ async fn call_model(
             rt,
             fence,
             &[NewEvent::new(
-                kind::REQUEST_STARTED,
                 Some(name),
-                json!({ "model": agent.model })
+                EventData::RequestStarted {
+                    model: agent.model.clone()
+                }
             )]
         )
         .await?
@@ -580,12 +598,14 @@ async fn call_model(
         if err.kind.is_retryable() && !partial && attempt <= max_retries {
             let delay = llm::backoff_delay(attempt, base_delay, err.retry_after);
             let event = NewEvent::new(
-                kind::REQUEST_RETRIED,
                 Some(name),
-                json!({
-                    "attempt": attempt, "max_attempts": max_retries, "kind": err.kind.as_str(),
-                    "message": err.message, "delay_ms": delay.as_millis() as u64,
-                }),
+                EventData::RequestRetried {
+                    attempt,
+                    max_attempts: max_retries,
+                    kind: err.kind.as_str().into(),
+                    message: err.message.clone(),
+                    delay_ms: delay.as_millis() as u64,
+                },
             );
             next!(append_events(rt, fence, &[event]).await?);
             tokio::select! {
@@ -692,7 +712,12 @@ impl ResponseRecord {
 
     /// The events in log order, once the comment is stored.
     fn events(self, comment: &Comment, agent: &str) -> Vec<NewEvent> {
-        let created = NewEvent::new(kind::COMMENT_CREATED, Some(agent), json!({ "comment": comment }));
+        let created = NewEvent::new(
+            Some(agent),
+            EventData::CommentCreated {
+                comment: comment.clone(),
+            },
+        );
         let mut events = vec![self.finished, created];
         events.extend(self.tool_started);
         events
@@ -721,18 +746,22 @@ fn record_response(agent: &Agent, response: &ModelResponse, calls: &[PreparedCal
         usage: ticket_usage(&response.usage, 1),
         content,
         finished: NewEvent::new(
-            kind::REQUEST_FINISHED,
             Some(name),
-            json!({ "model": model, "usage": response.usage, "stop_reason": response.stop_reason.as_str() }),
+            EventData::RequestFinished {
+                model,
+                usage: token_usage(&response.usage),
+                stop_reason: response.stop_reason.as_str().into(),
+            },
         ),
         tool_started: calls
             .iter()
             .map(|c| {
-                NewEvent::new(
-                    kind::TOOL_STARTED,
-                    Some(name),
-                    json!({ "tool_name": c.name, "call_id": c.id, "input": c.shown_input }),
-                )
+                let started = EventData::ToolStarted {
+                    tool_name: c.name.clone(),
+                    call_id: c.id.clone(),
+                    input: c.shown_input.clone(),
+                };
+                NewEvent::new(Some(name), started)
             })
             .collect(),
     }
@@ -778,9 +807,8 @@ async fn settle_text_reply(
                 let directive = [ContentBlock::text(transcript::directive(detail))];
                 let directive = db::comments::insert(&mut tx, ticket.id, Author::System, None, &directive).await?;
                 events.push(NewEvent::new(
-                    kind::COMMENT_CREATED,
                     Some(name),
-                    json!({ "comment": directive }),
+                    EventData::CommentCreated { comment: directive },
                 ));
                 db::events::append(&mut tx, ticket.id, &events).await?;
                 Flow::Next(())
@@ -808,20 +836,21 @@ async fn schema_retry(
     let max = agent.max_schema_retries.max(0);
     let count = db::claims::bump_schema_retries(tx, ticket.id, false).await?;
     if count > max {
-        events.push(NewEvent::new(
-            kind::POLICY_VIOLATED,
-            Some(&agent.name),
-            json!({ "kind": "max_schema_retries", "limit": max }),
-        ));
+        let violated = EventData::PolicyViolated {
+            kind: "max_schema_retries".into(),
+            limit: max.into(),
+        };
+        events.push(NewEvent::new(Some(&agent.name), violated));
         return Ok(Some(format!(
             "no acceptable result after {max} schema retries: {detail}"
         )));
     }
-    events.push(NewEvent::new(
-        kind::SCHEMA_RETRIED,
-        Some(&agent.name),
-        json!({ "attempt": count, "max_attempts": max, "message": detail }),
-    ));
+    let retried = EventData::SchemaRetried {
+        attempt: count,
+        max_attempts: max,
+        message: detail.into(),
+    };
+    events.push(NewEvent::new(Some(&agent.name), retried));
     Ok(None)
 }
 
@@ -923,11 +952,12 @@ async fn store_results(
         };
         match outcome {
             ToolOutcome::Output(output) => {
-                events.push(NewEvent::new(
-                    kind::TOOL_FINISHED,
-                    Some(name),
-                    json!({ "tool_name": call.name, "call_id": call.id, "output": output }),
-                ));
+                let finished = EventData::ToolFinished {
+                    tool_name: call.name.clone(),
+                    call_id: call.id.clone(),
+                    output: output.clone(),
+                };
+                events.push(NewEvent::new(Some(name), finished));
                 results.push(ContentBlock::ToolResult {
                     tool_use_id: call.id.clone(),
                     output,
@@ -938,11 +968,13 @@ async fn store_results(
                 if failure == "result_invalid" {
                     schema_failure = Some(message.clone());
                 }
-                events.push(NewEvent::new(
-                    kind::TOOL_FAILED,
-                    Some(name),
-                    json!({ "tool_name": call.name, "call_id": call.id, "kind": failure, "message": message }),
-                ));
+                let failed = EventData::ToolFailed {
+                    tool_name: call.name.clone(),
+                    call_id: call.id.clone(),
+                    kind: failure.into(),
+                    message: message.clone(),
+                };
+                events.push(NewEvent::new(Some(name), failed));
                 results.push(ContentBlock::ToolResult {
                     tool_use_id: call.id.clone(),
                     output: message,
@@ -979,9 +1011,10 @@ async fn store_results(
     logged.append(&mut events);
     let results_comment = db::claims::new_comment(ticket.id, Author::User, None, results);
     logged.push(NewEvent::new(
-        kind::COMMENT_CREATED,
         Some(name),
-        json!({ "comment": results_comment }),
+        EventData::CommentCreated {
+            comment: results_comment.clone(),
+        },
     ));
     carries.push(Some(comments.len()));
     comments.push(results_comment);

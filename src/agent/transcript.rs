@@ -1,15 +1,7 @@
 //! Rebuilding a model conversation from a ticket's comments.
 
-use crate::domain::{Author, Comment, ContentBlock, Ticket};
+use crate::domain::{Author, Comment, ContentBlock};
 use crate::llm::{Message, Role};
-
-/// What the model reads as the ticket's task: its first user comment.
-pub fn task_text(ticket: &Ticket) -> String {
-    match &ticket.task {
-        serde_json::Value::String(s) => s.clone(),
-        other => serde_json::to_string_pretty(other).unwrap_or_default(),
-    }
-}
 
 /// The directive appended when a reply is not accepted on a schema-bound ticket.
 pub fn directive(detail: &str) -> String {

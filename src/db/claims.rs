@@ -8,15 +8,16 @@
 use std::time::Duration;
 
 use chrono::{Timelike, Utc};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::events::ReservedEvent;
+use super::group::{GroupWrite, GroupWriter};
 use super::tickets::{TicketRow, TICKET_COLUMNS};
-use crate::agent::transcript::task_text;
-use crate::domain::event::kind;
-use crate::domain::{Agent, Author, Comment, ContentBlock, NewEvent, Ticket, TicketUsage};
+use crate::domain::{
+    Agent, Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Ticket, TicketError, TicketUsage,
+};
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
 #[derive(Clone, Debug)]
@@ -133,29 +134,20 @@ pub async fn claim_batch(
             .map(|json| json.0);
         // A first claim logs the task as a comment right after `ticket.started`.
         let started_seq = if seeded { last_event_seq } else { last_event_seq - 1 };
-        let started = json!({ "agent": agent, "attempt": ticket.attempts });
-        events.push(ReservedEvent::new(
-            &ticket,
-            started_seq,
-            kind::TICKET_STARTED,
-            Some(&agent),
-            started,
-        ));
+        let started = EventData::TicketStarted {
+            agent: agent.clone(),
+            attempt: ticket.attempts,
+        };
+        events.push(ReservedEvent::new(&ticket, started_seq, Some(&agent), started));
         let mut transcript = None;
         if !seeded {
-            let content = vec![ContentBlock::text(task_text(&ticket))];
+            let content = vec![ContentBlock::text(ticket.task_text())];
             let task = Comment {
                 seq: last_comment_seq,
                 ..new_comment(ticket.id, Author::User, None, content)
             };
-            let created = json!({ "comment": task });
-            events.push(ReservedEvent::new(
-                &ticket,
-                last_event_seq,
-                kind::COMMENT_CREATED,
-                Some(&agent),
-                created,
-            ));
+            let created = EventData::CommentCreated { comment: task.clone() };
+            events.push(ReservedEvent::new(&ticket, last_event_seq, Some(&agent), created));
             // Nobody had commented: the task is the whole transcript.
             if last_comment_seq == 1 {
                 transcript = Some(vec![task.clone()]);
@@ -293,8 +285,9 @@ pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Erro
     for (id, attempts, max_attempts, agent) in &expired {
         let out_of_attempts = attempts >= max_attempts;
         let status = if out_of_attempts { "failed" } else { "todo" };
-        let error = out_of_attempts.then(|| {
-            json!({ "kind": "lease_lost", "message": format!("the worker's lease expired on {attempts} of {max_attempts} attempts") })
+        let error = out_of_attempts.then(|| TicketError {
+            kind: "lease_lost".into(),
+            message: format!("the worker's lease expired on {attempts} of {max_attempts} attempts"),
         });
         sqlx::query(
             "UPDATE tickets SET status = $2, error = COALESCE($3, error), generation = generation + 1,
@@ -306,17 +299,16 @@ pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Erro
         )
         .bind(id)
         .bind(status)
-        .bind(&error)
+        .bind(error.as_ref().map(sqlx::types::Json))
         .execute(&mut *tx)
         .await?;
-        let event = match &error {
-            Some(error) => NewEvent::new(kind::TICKET_FAILED, agent.as_deref(), json!({ "error": error })),
-            None => NewEvent::new(
-                kind::TICKET_REQUEUED,
-                agent.as_deref(),
-                json!({ "reason": "lease_lost" }),
-            ),
+        let data = match error {
+            Some(error) => EventData::TicketFailed { error },
+            None => EventData::TicketRequeued {
+                reason: RequeueReason::LeaseLost,
+            },
         };
+        let event = NewEvent::new(agent.as_deref(), data);
         super::events::append(&mut tx, *id, &[event]).await?;
     }
     if !expired.is_empty() {
@@ -337,10 +329,12 @@ pub enum Release {
 
 pub async fn release(conn: &mut PgConnection, fence: Fence, how: Release, agent: &str) -> Result<(), sqlx::Error> {
     let (status, event) = match how {
-        Release::Waiting => ("waiting", NewEvent::new(kind::TICKET_WAITING, Some(agent), json!({}))),
+        Release::Waiting => ("waiting", EventData::TicketWaiting {}),
         Release::Shutdown => (
             "todo",
-            NewEvent::new(kind::TICKET_REQUEUED, Some(agent), json!({ "reason": "shutdown" })),
+            EventData::TicketRequeued {
+                reason: RequeueReason::Shutdown,
+            },
         ),
     };
     sqlx::query(
@@ -355,7 +349,7 @@ pub async fn release(conn: &mut PgConnection, fence: Fence, how: Release, agent:
     .bind(status)
     .execute(&mut *conn)
     .await?;
-    super::events::append(conn, fence.ticket_id, &[event]).await?;
+    super::events::append(conn, fence.ticket_id, &[NewEvent::new(Some(agent), event)]).await?;
     if how == Release::Shutdown {
         super::tickets::notify_work(conn).await?;
     }
@@ -416,15 +410,18 @@ impl Finish {
                 "done",
                 Some(result.clone()),
                 None,
-                NewEvent::new(kind::TICKET_DONE, Some(agent), json!({ "result": result })),
+                NewEvent::new(Some(agent), EventData::TicketDone { result: result.clone() }),
             ),
-            Finish::Failed { kind: k, message } => {
-                let error = json!({ "kind": k, "message": message });
+            Finish::Failed { kind, message } => {
+                let error = TicketError {
+                    kind: kind.clone(),
+                    message: message.clone(),
+                };
                 (
                     "failed",
                     None,
-                    Some(error.clone()),
-                    NewEvent::new(kind::TICKET_FAILED, Some(agent), json!({ "error": error })),
+                    serde_json::to_value(&error).ok(),
+                    NewEvent::new(Some(agent), EventData::TicketFailed { error }),
                 )
             }
         }
@@ -469,6 +466,36 @@ pub struct StepWrite {
     /// The agent that ends the claim, named in the outcome's event.
     pub agent: String,
     pub step: StepResult,
+}
+
+impl GroupWrite for StepWrite {
+    /// Whether the claim held (else nothing was written).
+    type Reply = bool;
+
+    async fn write_group(pool: &PgPool, writes: &[StepWrite]) -> Result<Vec<bool>, sqlx::Error> {
+        let written = store_steps(&mut *pool.acquire().await?, writes).await?;
+        Ok(super::group::held(writes.iter().map(|w| w.fence), written))
+    }
+}
+
+/// Group-commits the agent loops' step results.
+pub type StepWriter = GroupWriter<StepWrite>;
+
+impl StepWriter {
+    /// The most step results one statement takes.
+    const MAX_GROUP: usize = 64;
+    /// Groups written at once: a step result carries comments and several events, so a group
+    /// takes a while to commit, and the next one starts beside it.
+    const WRITERS: usize = 2;
+
+    pub fn start(pool: PgPool) -> StepWriter {
+        GroupWriter::spawn(pool, Self::MAX_GROUP, Self::WRITERS)
+    }
+
+    /// Stores the step if the claim still holds; false (nothing written) when it was lost.
+    pub async fn store(&self, write: StepWrite) -> Result<bool, sqlx::Error> {
+        self.write(write).await
+    }
 }
 
 /// Stores a step's result: checks the claim, adds the usage, appends the comments and the events

@@ -18,8 +18,9 @@ use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::claims::Fence;
+use super::group::{GroupWrite, GroupWriter};
 
-use crate::domain::{Comment, NewEvent, Ticket, TicketEvent};
+use crate::domain::{Comment, EventData, NewEvent, Ticket, TicketEvent};
 
 /// Position in the global event stream. Opaque to clients.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -122,7 +123,7 @@ pub(crate) struct EventColumns<'a> {
     pub kinds: Vec<&'static str>,
     pub agents: Vec<Option<&'a str>>,
     /// As JSON text, for the `json` column (bound as `text[]`, cast with `::json`).
-    pub data: Vec<String>,
+    pub data: Vec<&'a str>,
 }
 
 impl<'a> EventColumns<'a> {
@@ -131,7 +132,7 @@ impl<'a> EventColumns<'a> {
         for e in events {
             kinds.push(e.kind);
             agents.push(e.agent.as_deref());
-            data.push(e.data.to_string());
+            data.push(e.data.as_str());
         }
         EventColumns { kinds, agents, data }
     }
@@ -177,6 +178,41 @@ pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, &[NewEvent])])
     .await
 }
 
+/// Events to append to a claimed ticket's log, in a group (`EventAppender`).
+pub struct Append {
+    pub fence: Fence,
+    pub events: Vec<NewEvent>,
+}
+
+impl GroupWrite for Append {
+    /// Whether the claim held (else nothing was written).
+    type Reply = bool;
+
+    async fn write_group(pool: &PgPool, writes: &[Append]) -> Result<Vec<bool>, sqlx::Error> {
+        let appends: Vec<(Fence, &[NewEvent])> = writes.iter().map(|w| (w.fence, w.events.as_slice())).collect();
+        let written = append_fenced_many(pool, &appends).await?;
+        Ok(super::group::held(writes.iter().map(|w| w.fence), written))
+    }
+}
+
+/// Group-commits the agent loops' event-only writes (`request.started`, `request.retried`, …).
+pub type EventAppender = GroupWriter<Append>;
+
+impl EventAppender {
+    /// The most appends one statement takes.
+    const MAX_GROUP: usize = 256;
+
+    /// Starts the writer (one: an append is small, and a group of them commits quickly).
+    pub fn start(pool: PgPool) -> EventAppender {
+        GroupWriter::spawn(pool, Self::MAX_GROUP, 1)
+    }
+
+    /// Appends `events` if the claim still holds; false (nothing written) when it was lost.
+    pub async fn append(&self, fence: Fence, events: Vec<NewEvent>) -> Result<bool, sqlx::Error> {
+        self.write(Append { fence, events }).await
+    }
+}
+
 /// An event whose `seq` its writer reserved by raising the ticket's `last_event_seq` in the same
 /// transaction, under the row's lock (a claim, a new ticket's `ticket.created`): it is inserted
 /// without touching the ticket's row again, which would write another version of it.
@@ -188,12 +224,12 @@ pub struct ReservedEvent {
 }
 
 impl ReservedEvent {
-    pub fn new(ticket: &Ticket, seq: i64, kind: &'static str, agent: Option<&str>, data: Value) -> ReservedEvent {
+    pub fn new(ticket: &Ticket, seq: i64, agent: Option<&str>, data: EventData) -> ReservedEvent {
         ReservedEvent {
             ticket_id: ticket.id,
             ticket_key: ticket.key.clone(),
             seq,
-            event: NewEvent::new(kind, agent, data),
+            event: NewEvent::new(agent, data),
         }
     }
 }

@@ -4,10 +4,11 @@
 pub mod agents;
 pub mod claims;
 pub mod comments;
+pub mod desk_stats;
 pub mod events;
+pub mod group;
 pub mod outputs;
-pub mod statistics;
-pub mod stats;
+pub mod planner_stats;
 pub mod tickets;
 
 use std::time::Duration;

@@ -7,6 +7,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::{Comment, Ticket, TicketError};
+
 /// Event kinds that are stored and replayable.
 pub mod kind {
     pub const TICKET_CREATED: &str = "ticket.created";
@@ -57,20 +59,254 @@ pub struct TicketEvent {
     pub data: Box<RawValue>,
 }
 
-/// An event to append to a ticket's log, in the transaction of the change it describes.
+/// An event to append to a ticket's log, in the transaction of the change it describes. Its data
+/// is serialised once, here, from the typed payload: the log stores that text and the streams send
+/// it as read.
 #[derive(Clone, Debug)]
 pub struct NewEvent {
     pub kind: &'static str,
     pub agent: Option<String>,
-    pub data: Value,
+    /// The payload as JSON text.
+    pub data: String,
 }
 
 impl NewEvent {
-    pub fn new(kind: &'static str, agent: Option<&str>, data: Value) -> Self {
+    pub fn new(agent: Option<&str>, event: EventData) -> Self {
         NewEvent {
-            kind,
+            kind: event.kind(),
             agent: agent.map(str::to_owned),
-            data,
+            data: event.data_json(),
         }
+    }
+}
+
+/// Why a ticket went back to `todo`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RequeueReason {
+    /// The worker's lease expired (an attempt was spent).
+    LeaseLost,
+    /// The worker shut down cleanly.
+    Shutdown,
+    /// A comment arrived on a waiting or finished ticket.
+    Comment,
+    /// `POST /v1/tickets/{ticket}/retry`.
+    Retry,
+}
+
+/// Tokens of one model response, as the provider reported them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TokenUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_creation_tokens: u64,
+}
+
+/// Every kind of event with its payload: `kind` names the variant, `data` holds its fields. This
+/// is the one place an event's shape is defined; the OpenAPI document describes it from here.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "kind", content = "data")]
+pub enum EventData {
+    #[serde(rename = "ticket.created")]
+    TicketCreated { ticket: Ticket },
+    #[serde(rename = "ticket.started")]
+    TicketStarted {
+        agent: String,
+        /// The ticket's `attempts` after this claim: 1 on the first.
+        attempt: i32,
+    },
+    #[serde(rename = "ticket.done")]
+    TicketDone {
+        #[schema(value_type = Object)]
+        result: Value,
+    },
+    #[serde(rename = "ticket.failed")]
+    TicketFailed { error: TicketError },
+    #[serde(rename = "ticket.cancelled")]
+    TicketCancelled {},
+    #[serde(rename = "ticket.waiting")]
+    TicketWaiting {},
+    #[serde(rename = "ticket.requeued")]
+    TicketRequeued { reason: RequeueReason },
+    #[serde(rename = "ticket.updated")]
+    TicketUpdated { ticket: Ticket },
+    #[serde(rename = "comment.created")]
+    CommentCreated { comment: Comment },
+    #[serde(rename = "request.started")]
+    RequestStarted { model: String },
+    #[serde(rename = "request.finished")]
+    RequestFinished {
+        model: String,
+        usage: TokenUsage,
+        /// `end_turn`, `tool_use`, `max_tokens`, …
+        stop_reason: String,
+    },
+    /// Sent before the wait.
+    #[serde(rename = "request.retried")]
+    RequestRetried {
+        attempt: u32,
+        max_attempts: u32,
+        kind: String,
+        message: String,
+        delay_ms: u64,
+    },
+    #[serde(rename = "request.failed")]
+    RequestFailed { kind: String, message: String },
+    #[serde(rename = "tool.started")]
+    ToolStarted {
+        tool_name: String,
+        call_id: String,
+        #[schema(value_type = Object)]
+        input: Value,
+    },
+    #[serde(rename = "tool.finished")]
+    ToolFinished {
+        tool_name: String,
+        call_id: String,
+        output: String,
+    },
+    #[serde(rename = "tool.failed")]
+    ToolFailed {
+        tool_name: String,
+        call_id: String,
+        kind: String,
+        message: String,
+    },
+    #[serde(rename = "schema.retried")]
+    SchemaRetried {
+        attempt: i32,
+        max_attempts: i32,
+        message: String,
+    },
+    #[serde(rename = "policy.violated")]
+    PolicyViolated { kind: String, limit: i64 },
+    #[serde(rename = "compaction.started")]
+    CompactionStarted { reason: String },
+    #[serde(rename = "compaction.finished")]
+    CompactionFinished {
+        reason: String,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
+    #[serde(rename = "compaction.failed")]
+    CompactionFailed { reason: String, message: String },
+    #[serde(rename = "context.limit_exceeded")]
+    ContextLimitExceeded {
+        estimated_tokens: u64,
+        threshold_tokens: u64,
+    },
+    /// Live-only: never stored, no `seq`, no SSE id.
+    #[serde(rename = "text.delta")]
+    TextDelta { delta: String },
+    /// Live-only, like `text.delta`.
+    #[serde(rename = "thinking.delta")]
+    ThinkingDelta { delta: String },
+}
+
+impl EventData {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventData::TicketCreated { .. } => kind::TICKET_CREATED,
+            EventData::TicketStarted { .. } => kind::TICKET_STARTED,
+            EventData::TicketDone { .. } => kind::TICKET_DONE,
+            EventData::TicketFailed { .. } => kind::TICKET_FAILED,
+            EventData::TicketCancelled {} => kind::TICKET_CANCELLED,
+            EventData::TicketWaiting {} => kind::TICKET_WAITING,
+            EventData::TicketRequeued { .. } => kind::TICKET_REQUEUED,
+            EventData::TicketUpdated { .. } => kind::TICKET_UPDATED,
+            EventData::CommentCreated { .. } => kind::COMMENT_CREATED,
+            EventData::RequestStarted { .. } => kind::REQUEST_STARTED,
+            EventData::RequestFinished { .. } => kind::REQUEST_FINISHED,
+            EventData::RequestRetried { .. } => kind::REQUEST_RETRIED,
+            EventData::RequestFailed { .. } => kind::REQUEST_FAILED,
+            EventData::ToolStarted { .. } => kind::TOOL_STARTED,
+            EventData::ToolFinished { .. } => kind::TOOL_FINISHED,
+            EventData::ToolFailed { .. } => kind::TOOL_FAILED,
+            EventData::SchemaRetried { .. } => kind::SCHEMA_RETRIED,
+            EventData::PolicyViolated { .. } => kind::POLICY_VIOLATED,
+            EventData::CompactionStarted { .. } => kind::COMPACTION_STARTED,
+            EventData::CompactionFinished { .. } => kind::COMPACTION_FINISHED,
+            EventData::CompactionFailed { .. } => kind::COMPACTION_FAILED,
+            EventData::ContextLimitExceeded { .. } => kind::CONTEXT_LIMIT_EXCEEDED,
+            EventData::TextDelta { .. } => kind::TEXT_DELTA,
+            EventData::ThinkingDelta { .. } => kind::THINKING_DELTA,
+        }
+    }
+
+    /// The payload alone (the event's `data`) as JSON text.
+    pub fn data_json(&self) -> String {
+        // Serialised whole, the enum is `{"kind":"<kind>","data":<payload>}` (serde writes the tag
+        // first, then the content); the payload is what lies between that prefix and the last
+        // brace. One serialisation, no intermediate tree.
+        let Ok(mut text) = serde_json::to_string(self) else {
+            // Unreachable for these types (every map key is a string); an empty payload rather
+            // than a panic.
+            return "{}".to_owned();
+        };
+        let prefix = r#"{"kind":""#.len() + self.kind().len() + r#"","data":"#.len();
+        debug_assert!(text[..prefix].ends_with(r#"","data":"#), "unexpected layout: {text}");
+        text.pop();
+        text.drain(..prefix);
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_serde_tag_is_the_kind_and_data_json_is_the_payload() {
+        let events = [
+            EventData::TicketCancelled {},
+            EventData::TicketRequeued {
+                reason: RequeueReason::LeaseLost,
+            },
+            EventData::RequestRetried {
+                attempt: 1,
+                max_attempts: 3,
+                kind: "rate_limited".into(),
+                message: "slow down \"now\"".into(),
+                delay_ms: 500,
+            },
+            EventData::ToolStarted {
+                tool_name: "close_ticket".into(),
+                call_id: "c1".into(),
+                input: json!({"result": {"n": [1, 2]}}),
+            },
+            EventData::ContextLimitExceeded {
+                estimated_tokens: 10,
+                threshold_tokens: 5,
+            },
+            EventData::TextDelta { delta: "hé}".into() },
+        ];
+        for event in events {
+            let whole = serde_json::to_value(&event).unwrap();
+            assert_eq!(whole["kind"], event.kind());
+            let data: Value = serde_json::from_str(&event.data_json()).unwrap();
+            assert_eq!(data, whole["data"], "{}", event.kind());
+        }
+        assert_eq!(EventData::TicketWaiting {}.data_json(), "{}");
+        assert_eq!(
+            EventData::RequestRetried {
+                attempt: 2,
+                max_attempts: 10,
+                kind: "overloaded".into(),
+                message: "m".into(),
+                delay_ms: 7
+            }
+            .data_json(),
+            r#"{"attempt":2,"max_attempts":10,"kind":"overloaded","message":"m","delay_ms":7}"#
+        );
+    }
+
+    #[test]
+    fn new_event_takes_the_kind_from_the_payload() {
+        let event = NewEvent::new(Some("alice"), EventData::RequestStarted { model: "m".into() });
+        assert_eq!(event.kind, "request.started");
+        assert_eq!(event.agent.as_deref(), Some("alice"));
+        assert_eq!(event.data, r#"{"model":"m"}"#);
     }
 }

@@ -7,5 +7,5 @@ pub mod ticket;
 
 pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};
-pub use event::{NewEvent, TicketEvent};
+pub use event::{EventData, NewEvent, RequeueReason, TicketEvent, TokenUsage};
 pub use ticket::{Status, Ticket, TicketError, TicketRef, TicketUsage};

@@ -120,6 +120,17 @@ pub struct Ticket {
 
 /// A ticket reference in a path: its id, or its key `TICKET-<number>` (kept as the number, which
 /// is what the database indexes).
+impl Ticket {
+    /// What the model reads as the ticket's task (its first user comment): a string task as it
+    /// is, any other JSON pretty-printed.
+    pub fn task_text(&self) -> String {
+        match &self.task {
+            Value::String(s) => s.clone(),
+            other => serde_json::to_string_pretty(other).unwrap_or_default(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TicketRef {
     Id(Uuid),

@@ -107,7 +107,7 @@ pub async fn put_agent(
             unique
         }
     };
-    let labels = crate::desk::normalize_labels(req.labels).map_err(ApiError::Validation)?;
+    let labels = crate::transitions::normalize_labels(req.labels).map_err(ApiError::Validation)?;
     let model = match req.model {
         Some(m) if m.trim().is_empty() => return Err(ApiError::Validation("model must not be empty".into())),
         Some(m) => m,

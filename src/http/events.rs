@@ -11,8 +11,8 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::db::events::GlobalCursor;
-use crate::desk;
 use crate::events::stream::{self, GlobalFilter};
+use crate::transitions;
 
 fn sse_response<S>(frames: S) -> Response
 where
@@ -70,7 +70,7 @@ pub async fn ticket_events(
             ))
         })?,
     };
-    let ticket = desk::find(&state.pool, &reference).await?;
+    let ticket = transitions::find(&state.pool, &reference).await?;
     let frames = stream::ticket(
         state.hub.clone(),
         ticket.id,

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::AppState;
 use crate::db;
-use crate::db::stats::Stats;
+use crate::db::desk_stats::Stats;
 
 /// Liveness
 #[utoipa::path(get, path = "/healthz", tag = "health", security(()),
@@ -33,5 +33,5 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/v1/stats", tag = "stats",
     responses((status = 200, body = Stats), (status = 401, body = ErrorBody)))]
 pub async fn stats(State(state): State<AppState>) -> ApiResult<Json<Stats>> {
-    Ok(Json(db::stats::compute(&state.pool).await?))
+    Ok(Json(db::desk_stats::compute(&state.pool).await?))
 }

@@ -39,7 +39,7 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub providers: Arc<Providers>,
     /// Group-commits plain creates.
-    pub intake: crate::intake::Intake,
+    pub intake: crate::transitions::intake::Intake,
     /// Cancelled on shutdown: ends SSE streams so graceful shutdown does not hang on them.
     pub shutdown: CancellationToken,
 }

@@ -24,7 +24,7 @@ use super::{agents, events, health, tickets};
         crate::domain::Ticket, crate::domain::Status, crate::domain::TicketUsage, crate::domain::TicketError,
         crate::domain::Comment, crate::domain::ContentBlock, crate::domain::Author,
         crate::domain::Agent, crate::domain::TicketEvent,
-        crate::db::stats::Stats, crate::db::stats::Figures, crate::db::stats::StatusCounts,
+        crate::db::desk_stats::Stats, crate::db::desk_stats::Figures, crate::db::desk_stats::StatusCounts,
         super::error::ErrorBody, super::error::ErrorDetail,
     )),
     modifiers(&BearerAuth),

@@ -15,8 +15,8 @@ use super::pagination::{Cursor, Page};
 use super::AppState;
 use crate::db;
 use crate::db::tickets::{ListFilter, NewTicket, TicketPatch};
-use crate::desk::{self, DeskError};
 use crate::domain::{Author, Comment, Status, Ticket, TicketRef};
+use crate::transitions::{self, DeskError};
 
 impl From<DeskError> for ApiError {
     fn from(err: DeskError) -> ApiError {
@@ -122,10 +122,10 @@ pub async fn create_ticket(
     let hash = canonical_hash(&body);
     let req: CreateTicket =
         serde_json::from_value(body).map_err(|e| ApiError::Validation(format!("invalid request body: {e}")))?;
-    desk::check_task(&req.task).map_err(ApiError::Validation)?;
-    let labels = desk::normalize_labels(req.labels).map_err(ApiError::Validation)?;
+    transitions::check_task(&req.task).map_err(ApiError::Validation)?;
+    let labels = transitions::normalize_labels(req.labels).map_err(ApiError::Validation)?;
     if let Some(schema) = &req.schema {
-        desk::check_schema(schema).map_err(ApiError::Validation)?;
+        transitions::check_schema(schema).map_err(ApiError::Validation)?;
     }
     let metadata = match req.metadata {
         None | Some(Value::Null) => Value::Object(Default::default()),
@@ -191,7 +191,7 @@ pub async fn create_ticket(
         reporter: "user".into(),
         idempotency: idempotency_key.map(|k| (k, hash)),
     };
-    let ticket = desk::create_ticket(&mut tx, new).await?;
+    let ticket = transitions::create_ticket(&mut tx, new).await?;
     // Acknowledged only after commit: a 201 means the ticket and its event are durable.
     tx.commit().await?;
     state.hub.wake();
@@ -298,7 +298,7 @@ pub async fn list_tickets(
     params(("ticket" = String, Path, description = "Ticket id or key (TICKET-7)")),
     responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn get_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Json<Ticket>> {
-    Ok(Json(desk::find(&state.pool, &reference).await?))
+    Ok(Json(transitions::find(&state.pool, &reference).await?))
 }
 
 fn double_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Value>>, D::Error> {
@@ -328,15 +328,15 @@ pub async fn patch_ticket(
     ApiJson(req): ApiJson<PatchTicket>,
 ) -> ApiResult<Json<Ticket>> {
     if let Some(task) = &req.task {
-        desk::check_task(task).map_err(ApiError::Validation)?;
+        transitions::check_task(task).map_err(ApiError::Validation)?;
     }
     let labels = req
         .labels
-        .map(desk::normalize_labels)
+        .map(transitions::normalize_labels)
         .transpose()
         .map_err(ApiError::Validation)?;
     if let Some(Some(schema)) = &req.schema {
-        desk::check_schema(schema).map_err(ApiError::Validation)?;
+        transitions::check_schema(schema).map_err(ApiError::Validation)?;
     }
     if let Some(m) = &req.metadata {
         if !m.is_object() {
@@ -350,7 +350,7 @@ pub async fn patch_ticket(
         schema: req.schema,
         metadata: req.metadata,
     };
-    Ok(Json(desk::patch(&state.pool, &reference, patch).await?))
+    Ok(Json(transitions::patch(&state.pool, &reference, patch).await?))
 }
 
 /// Cancel a ticket
@@ -364,7 +364,7 @@ pub async fn cancel_ticket(
     State(state): State<AppState>,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<Json<Ticket>> {
-    let ticket = desk::cancel(&state.pool, &reference).await?;
+    let ticket = transitions::cancel(&state.pool, &reference).await?;
     state.hub.wake();
     Ok(Json(ticket))
 }
@@ -377,7 +377,7 @@ pub async fn retry_ticket(
     State(state): State<AppState>,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<Json<Ticket>> {
-    let ticket = desk::retry(&state.pool, &reference).await?;
+    let ticket = transitions::retry(&state.pool, &reference).await?;
     state.hub.wake();
     Ok(Json(ticket))
 }
@@ -406,7 +406,7 @@ pub async fn list_comments(
     ApiQuery(q): ApiQuery<PageQuery>,
 ) -> ApiResult<Json<CommentList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let ticket = desk::find(&state.pool, &reference).await?;
+    let ticket = transitions::find(&state.pool, &reference).await?;
     let after = match page.cursor {
         None => 0,
         Some(c) => c.as_number().ok_or_else(Page::bad_cursor)?,
@@ -458,7 +458,7 @@ pub async fn create_comment(
             )))
         }
     };
-    let (comment, _) = desk::add_comment(&state.pool, &reference, author, req.text).await?;
+    let (comment, _) = transitions::add_comment(&state.pool, &reference, author, req.text).await?;
     state.hub.wake();
     Ok((StatusCode::CREATED, Json(comment)))
 }
@@ -472,7 +472,7 @@ pub async fn get_output(
     State(state): State<AppState>,
     ApiPath((reference, call_id)): ApiPath<(String, String)>,
 ) -> ApiResult<Response> {
-    let ticket = desk::find(&state.pool, &reference).await?;
+    let ticket = transitions::find(&state.pool, &reference).await?;
     let output = db::outputs::get(&state.pool, ticket.id, &call_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("{} has no stored output for call {call_id:?}", ticket.key)))?;

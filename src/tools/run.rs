@@ -13,11 +13,11 @@ use sqlx::{PgConnection, PgPool};
 use crate::db;
 use crate::db::claims::Fence;
 use crate::db::tickets::{ListFilter, NewTicket, TicketPatch};
-use crate::desk::{self, DeskError};
 use crate::domain::{Author, ContentBlock, Status, Ticket, TicketRef};
 use crate::tools::placeholders::substitute_parent;
 use crate::tools::specs::{CLOSE_TICKET, HANDOVER_TICKET, MANAGE_TICKETS, READ_TICKETS};
 use crate::tools::validate::validate_against;
+use crate::transitions::{self, DeskError};
 
 /// Tickets a list or search shows at most; the contract caps the view at 50 lines.
 pub const MAX_LISTED: i64 = 50;
@@ -183,14 +183,14 @@ pub async fn apply_finisher(
                 reporter: agent.to_string(),
                 idempotency: None,
             };
-            let child = desk::create_ticket(conn, child).await.map_err(into_sqlx)?;
+            let child = transitions::create_ticket(conn, child).await.map_err(into_sqlx)?;
             let output = format!("{} is done; handed over to {} (to: {to}).", ticket.key, child.key);
             Ok((output, Value::String(result.clone())))
         }
     }
 }
 
-/// `desk::create_ticket` only fails on the database; anything else would be a bug, reported as
+/// `transitions::create_ticket` only fails on the database; anything else would be a bug, reported as
 /// a protocol error rather than a panic.
 fn into_sqlx(err: DeskError) -> sqlx::Error {
     match err {
@@ -235,7 +235,7 @@ fn handover_ticket(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
         None | Some(Value::Null) => return ToolOutcome::invalid("missing required parameter `to`"),
         Some(_) => return ToolOutcome::invalid("`to` must be a string: the name of an agent or label"),
     };
-    let to = match desk::normalize_labels(vec![to]) {
+    let to = match transitions::normalize_labels(vec![to]) {
         Ok(mut labels) if labels.len() == 1 => labels.remove(0),
         Ok(_) => return ToolOutcome::invalid("`to` must name exactly one agent or label"),
         Err(e) => return ToolOutcome::invalid(format!("`to`: {e}")),
@@ -259,7 +259,7 @@ fn handover_ticket(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
     };
     let schema = match input.get("schema") {
         None | Some(Value::Null) => None,
-        Some(schema) => match desk::check_schema(schema) {
+        Some(schema) => match transitions::check_schema(schema) {
             Ok(()) => Some(schema.clone()),
             Err(e) => return ToolOutcome::invalid(format!("cannot hand over: the given `schema` is invalid: {e}")),
         },
@@ -527,7 +527,7 @@ async fn create(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
         Ok(tx) => tx,
         Err(e) => return ToolOutcome::internal("opening a transaction for a tool failed", &e),
     };
-    let created = match desk::create_ticket(&mut tx, new).await {
+    let created = match transitions::create_ticket(&mut tx, new).await {
         Ok(ticket) => ticket,
         Err(e) => return desk_failure("creating a sub-ticket failed", e),
     };
@@ -582,7 +582,7 @@ async fn edit(ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
         Ok(tx) => tx,
         Err(e) => return ToolOutcome::internal("opening a transaction for a tool failed", &e),
     };
-    let updated = match desk::patch_in(&mut tx, &key, patch).await {
+    let updated = match transitions::patch_in(&mut tx, &key, patch).await {
         Ok(ticket) => ticket,
         Err(e) => return desk_failure("editing a ticket failed", e),
     };
@@ -617,7 +617,7 @@ fn labels_param(input: &Value) -> Result<Option<Vec<String>>, Rejection> {
                     _ => return Err(Rejection::invalid("`labels` must be an array of strings")),
                 }
             }
-            desk::normalize_labels(labels)
+            transitions::normalize_labels(labels)
                 .map(Some)
                 .map_err(|e| Rejection::invalid(format!("`labels`: {e}")))
         }
@@ -628,7 +628,7 @@ fn labels_param(input: &Value) -> Result<Option<Vec<String>>, Rejection> {
 fn schema_param(input: &Value) -> Result<Option<Value>, Rejection> {
     match input.get("schema") {
         None | Some(Value::Null) => Ok(None),
-        Some(schema) => desk::check_schema(schema)
+        Some(schema) => transitions::check_schema(schema)
             .map(|()| Some(schema.clone()))
             .map_err(|e| Rejection::invalid(format!("invalid `schema`: {e}"))),
     }

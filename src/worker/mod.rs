@@ -60,8 +60,8 @@ impl WorkerPool {
             &Uuid::now_v7().simple().to_string()[20..]
         );
         let runtime = Runtime {
-            appender: crate::agent::appender::EventAppender::start(pool.clone()),
-            steps: crate::agent::steps::StepWriter::start(pool.clone()),
+            appender: crate::db::events::EventAppender::start(pool.clone()),
+            steps: crate::db::claims::StepWriter::start(pool.clone()),
             pool,
             hub,
             providers,

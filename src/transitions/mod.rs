@@ -1,14 +1,16 @@
-//! Ticket operations with their events, shared by the HTTP API and the agents' tools. Each change
-//! and the events describing it commit in one transaction: either both are durable or neither.
+//! Ticket transitions: every change of a ticket's state that the HTTP API or an agent's tool asks
+//! for, with the events that describe it. Each change and its events commit in one transaction:
+//! either both are durable or neither. New tickets arriving together are grouped by `intake`.
 
-use serde_json::{json, Value};
+pub mod intake;
+
+use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
 use crate::db;
 use crate::db::events::ReservedEvent;
 use crate::db::tickets::{NewTicket, TicketPatch};
-use crate::domain::event::kind;
-use crate::domain::{Author, Comment, ContentBlock, NewEvent, Status, Ticket, TicketRef};
+use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Status, Ticket, TicketRef};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeskError {
@@ -67,7 +69,7 @@ pub fn check_task(task: &Value) -> Result<(), String> {
 /// call `EventHub::work_available` (or NOTIFY the work channel) so that workers look for it.
 pub async fn create_ticket(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, DeskError> {
     let ticket = db::tickets::insert(conn, new).await?;
-    let created = ReservedEvent::new(&ticket, 1, kind::TICKET_CREATED, None, json!({ "ticket": ticket }));
+    let created = ReservedEvent::new(&ticket, 1, None, EventData::TicketCreated { ticket: ticket.clone() });
     db::events::insert_reserved(conn, &[], &[created]).await?;
     Ok(ticket)
 }
@@ -97,16 +99,18 @@ pub async fn add_comment(
     let ticket = lock(&mut tx, reference).await?;
     let comment = db::comments::insert(&mut tx, ticket.id, author, None, &[ContentBlock::text(text)]).await?;
     let mut events = vec![NewEvent::new(
-        kind::COMMENT_CREATED,
         None,
-        json!({ "comment": comment }),
+        EventData::CommentCreated {
+            comment: comment.clone(),
+        },
     )];
     let ticket = if ticket.status == Status::Waiting || ticket.status.is_terminal() {
         let ticket = db::tickets::set_status(&mut tx, ticket.id, Status::Todo).await?;
         events.push(NewEvent::new(
-            kind::TICKET_REQUEUED,
             None,
-            json!({ "reason": "comment" }),
+            EventData::TicketRequeued {
+                reason: RequeueReason::Comment,
+            },
         ));
         db::tickets::notify_work(&mut tx).await?;
         ticket
@@ -137,7 +141,12 @@ pub async fn patch_in(conn: &mut PgConnection, reference: &str, patch: TicketPat
         )));
     }
     let updated = db::tickets::update_fields(conn, ticket.id, &patch).await?;
-    let event = NewEvent::new(kind::TICKET_UPDATED, None, json!({ "ticket": updated }));
+    let event = NewEvent::new(
+        None,
+        EventData::TicketUpdated {
+            ticket: updated.clone(),
+        },
+    );
     db::events::append(conn, ticket.id, &[event]).await?;
     if updated.status == Status::Todo {
         // New labels or priority may make it claimable by another agent.
@@ -168,7 +177,7 @@ pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError>
     db::events::append(
         &mut tx,
         ticket.id,
-        &[NewEvent::new(kind::TICKET_CANCELLED, None, json!({}))],
+        &[NewEvent::new(None, EventData::TicketCancelled {})],
     )
     .await?;
     if was_running {
@@ -193,7 +202,12 @@ pub async fn retry(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> 
     db::events::append(
         &mut tx,
         ticket.id,
-        &[NewEvent::new(kind::TICKET_REQUEUED, None, json!({ "reason": "retry" }))],
+        &[NewEvent::new(
+            None,
+            EventData::TicketRequeued {
+                reason: RequeueReason::Retry,
+            },
+        )],
     )
     .await?;
     db::tickets::notify_work(&mut tx).await?;

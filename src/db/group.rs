@@ -1,0 +1,98 @@
+//! Group commit: writes that many callers ask for at about the same time go to the database as
+//! one statement and one commit. A caller continues only after its group committed, so an
+//! acknowledged write is durable. A group that fails is written again one write at a time, so
+//! that each caller gets its own answer and one bad row fails only its own write.
+//!
+//! Used for new tickets (`transitions::intake`) and for the agent loops' fenced writes (event
+//! appends, step results): each is a `GroupWrite`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+/// A write that can share a statement with others of its kind.
+pub trait GroupWrite: Sized + Send + Sync + 'static {
+    /// What the caller of one write learns.
+    type Reply: Send + 'static;
+
+    /// Writes all of `writes` in one transaction; one reply per write, in order.
+    fn write_group(
+        pool: &PgPool,
+        writes: &[Self],
+    ) -> impl Future<Output = Result<Vec<Self::Reply>, sqlx::Error>> + Send;
+}
+
+type Job<W> = (W, oneshot::Sender<Result<<W as GroupWrite>::Reply, sqlx::Error>>);
+
+/// Hands writes to the writer tasks; clones share them.
+pub struct GroupWriter<W: GroupWrite> {
+    jobs: mpsc::Sender<Job<W>>,
+}
+
+impl<W: GroupWrite> Clone for GroupWriter<W> {
+    fn clone(&self) -> Self {
+        GroupWriter {
+            jobs: self.jobs.clone(),
+        }
+    }
+}
+
+impl<W: GroupWrite> GroupWriter<W> {
+    /// Starts `writers` tasks, each writing groups of up to `max_group`: a write that arrives
+    /// while a group commits joins the next group, on another writer if one is free. They end
+    /// when every handle is dropped and the queue is drained.
+    pub fn spawn(pool: PgPool, max_group: usize, writers: usize) -> GroupWriter<W> {
+        let (jobs, rx) = mpsc::channel(4 * max_group);
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..writers {
+            tokio::spawn(writer(pool.clone(), rx.clone(), max_group));
+        }
+        GroupWriter { jobs }
+    }
+
+    /// Makes the write, in a group with whatever else is waiting.
+    pub async fn write(&self, write: W) -> Result<W::Reply, sqlx::Error> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send((write, reply))
+            .await
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        answer.await.map_err(|_| sqlx::Error::PoolClosed)?
+    }
+}
+
+async fn writer<W: GroupWrite>(pool: PgPool, rx: Arc<Mutex<mpsc::Receiver<Job<W>>>>, max_group: usize) {
+    let mut group = Vec::with_capacity(max_group);
+    loop {
+        // Whatever queued while the previous group committed forms the next one.
+        if rx.lock().await.recv_many(&mut group, max_group).await == 0 {
+            return;
+        }
+        let (writes, replies): (Vec<W>, Vec<_>) = group.drain(..).unzip();
+        match W::write_group(&pool, &writes).await {
+            Ok(answers) if answers.len() == writes.len() => {
+                for (answer, reply) in answers.into_iter().zip(replies) {
+                    let _ = reply.send(Ok(answer));
+                }
+            }
+            // A failed group (or, defensively, one answered short) is written one at a time.
+            _ => {
+                for (write, reply) in writes.iter().zip(replies) {
+                    let alone = W::write_group(&pool, std::slice::from_ref(write))
+                        .await
+                        .and_then(|mut answers| answers.pop().ok_or(sqlx::Error::RowNotFound));
+                    let _ = reply.send(alone);
+                }
+            }
+        }
+    }
+}
+
+/// The replies of fenced writes (`Reply = bool`): whether each write's claim held, given the
+/// tickets whose writes the statement made.
+pub fn held(fences: impl Iterator<Item = super::claims::Fence>, written: Vec<uuid::Uuid>) -> Vec<bool> {
+    let written: std::collections::HashSet<uuid::Uuid> = written.into_iter().collect();
+    fences.map(|fence| written.contains(&fence.ticket_id)).collect()
+}
