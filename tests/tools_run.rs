@@ -697,8 +697,8 @@ fn step_write(
     fence: db::claims::Fence,
     text: &str,
     outcome: Option<db::claims::Finish>,
-) -> db::claims::StepWrite {
-    let comment = db::claims::new_comment(claim.ticket.id, Author::User, None, vec![ContentBlock::text(text)]);
+) -> db::steps::StepWrite {
+    let comment = db::steps::new_comment(claim.ticket.id, Author::User, None, vec![ContentBlock::text(text)]);
     let events = vec![
         NewEvent::new(
             Some(AGENT),
@@ -715,10 +715,10 @@ fn step_write(
             },
         ),
     ];
-    db::claims::StepWrite {
+    db::steps::StepWrite {
         fence,
         agent: AGENT.into(),
-        step: db::claims::StepResult {
+        step: db::steps::StepResult {
             usage: agentdesk::domain::TicketUsage {
                 requests: 1,
                 output_tokens: 5,
@@ -749,7 +749,7 @@ async fn a_grouped_step_store_writes_only_for_the_claims_that_still_hold() {
         step_write(&lost, stale, "from a lost claim", None),
     ];
     let mut conn = pool.acquire().await.expect("connection");
-    let mut held = db::claims::store_steps(&mut conn, &writes).await.expect("store");
+    let mut held = db::steps::store_steps(&mut conn, &writes).await.expect("store");
     held.sort();
     let mut expected = vec![finishing.ticket.id, going_on.ticket.id];
     expected.sort();
@@ -804,7 +804,7 @@ async fn a_step_group_that_fails_stores_each_step_alone() {
     let pool = pool().await;
     let good = claimed(&pool, None).await;
     let bad = claimed(&pool, None).await;
-    let writer = agentdesk::db::claims::StepWriter::start(pool.clone());
+    let writer = agentdesk::db::steps::StepWriter::start(pool.clone());
     // Postgres's jsonb cannot hold a NUL character: this step fails whatever group it is in.
     let (good_write, bad_write) = (
         step_write(&good, good.fence(), "fine", None),

@@ -36,7 +36,7 @@ pub struct Runtime {
     /// Group-commits the loops' event-only writes.
     pub appender: db::events::EventAppender,
     /// Group-commits the loops' step results.
-    pub steps: db::claims::StepWriter,
+    pub steps: db::steps::StepWriter,
     pub hub: EventHub,
     pub providers: Arc<Providers>,
     /// A model stream silent this long is a stall.
@@ -259,7 +259,7 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
     // Tools with side effects: the response and `tool.started` are stored before they run.
     let usage = record.usage;
     let (assistant, events, carries) = record.into_step(ticket.id, &agent.name);
-    let step = db::claims::StepResult {
+    let step = db::steps::StepResult {
         usage,
         comments: vec![assistant],
         events,
@@ -268,7 +268,7 @@ async fn step(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Re
     };
     if !rt
         .steps
-        .store(db::claims::StepWrite {
+        .store(db::steps::StepWrite {
             fence,
             agent: agent.name.clone(),
             step,
@@ -701,7 +701,7 @@ impl ResponseRecord {
     /// around it in log order, and which of them carries the comment (its index, 0).
     fn into_step(mut self, ticket_id: uuid::Uuid, agent: &str) -> (Comment, Vec<NewEvent>, Vec<Option<usize>>) {
         let content = std::mem::take(&mut self.content);
-        let comment = db::claims::new_comment(ticket_id, Author::Assistant, Some(agent), content);
+        let comment = db::steps::new_comment(ticket_id, Author::Assistant, Some(agent), content);
         let events = self.events(&comment, agent);
         let carries = events
             .iter()
@@ -1009,7 +1009,7 @@ async fn store_results(
     }
     carries.extend(events.iter().map(|_| None));
     logged.append(&mut events);
-    let results_comment = db::claims::new_comment(ticket.id, Author::User, None, results);
+    let results_comment = db::steps::new_comment(ticket.id, Author::User, None, results);
     logged.push(NewEvent::new(
         Some(name),
         EventData::CommentCreated {
@@ -1030,10 +1030,10 @@ async fn store_results(
     } else {
         (None, Flow::Next(()))
     };
-    let write = db::claims::StepWrite {
+    let write = db::steps::StepWrite {
         fence,
         agent: name.to_owned(),
-        step: db::claims::StepResult {
+        step: db::steps::StepResult {
             usage: *usage,
             comments,
             events: logged,
@@ -1042,7 +1042,7 @@ async fn store_results(
         },
     };
     let held = match tx.as_mut() {
-        Some(tx) => db::claims::store_step(tx, &write).await?,
+        Some(tx) => db::steps::store_step(tx, &write).await?,
         // Alone, it shares a commit with the other tickets' steps stored meanwhile.
         None => rt.steps.store(write).await?,
     };

@@ -61,7 +61,7 @@ impl WorkerPool {
         );
         let runtime = Runtime {
             appender: crate::db::events::EventAppender::start(pool.clone()),
-            steps: crate::db::claims::StepWriter::start(pool.clone()),
+            steps: crate::db::steps::StepWriter::start(pool.clone()),
             pool,
             hub,
             providers,

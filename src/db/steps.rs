@@ -1,0 +1,225 @@
+//! A step's result, stored in one statement: usage, comments, events and the outcome, fenced by
+//! the claim. Many loops' results share statements through `StepWriter` (see `group`).
+
+use chrono::{Timelike, Utc};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::claims::{Fence, Finish};
+use super::group::{GroupWrite, GroupWriter};
+use crate::domain::{Author, Comment, ContentBlock, NewEvent, TicketUsage};
+
+/// A comment made whole before it is stored: its id and time are chosen here (so the events that
+/// carry it can be written in the same statement), its `seq` by the ticket's row. The time is this
+/// process's clock, to the microsecond Postgres keeps.
+pub fn new_comment(ticket_id: Uuid, author: Author, agent: Option<&str>, content: Vec<ContentBlock>) -> Comment {
+    let now = Utc::now();
+    Comment {
+        id: Uuid::now_v7(),
+        ticket_id,
+        seq: 0,
+        author,
+        agent: agent.map(str::to_owned),
+        content,
+        created_at: now.with_nanosecond(now.nanosecond() / 1000 * 1000).unwrap_or(now),
+    }
+}
+
+/// What a step stores at its end, all in one statement.
+#[derive(Clone, Debug)]
+pub struct StepResult {
+    /// Added to the ticket's counters.
+    pub usage: TicketUsage,
+    /// Appended in order; their `seq` is assigned here.
+    pub comments: Vec<Comment>,
+    /// Appended in order after the comments. An event whose data is `{"comment": …}` of one of
+    /// `comments` names it in `carries` (its index) and gets the comment's `seq` spliced in.
+    pub events: Vec<NewEvent>,
+    pub carries: Vec<Option<usize>>,
+    /// Ends the claim (its final event goes last) or, when None, leaves it running.
+    pub outcome: Option<Finish>,
+}
+
+/// One claim's step result, for `store_steps`.
+#[derive(Clone, Debug)]
+pub struct StepWrite {
+    pub fence: Fence,
+    /// The agent that ends the claim, named in the outcome's event.
+    pub agent: String,
+    pub step: StepResult,
+}
+
+impl GroupWrite for StepWrite {
+    /// Whether the claim held (else nothing was written).
+    type Reply = bool;
+
+    async fn write_group(pool: &PgPool, writes: &[StepWrite]) -> Result<Vec<bool>, sqlx::Error> {
+        let written = store_steps(&mut *pool.acquire().await?, writes).await?;
+        Ok(super::group::held(writes.iter().map(|w| w.fence), written))
+    }
+}
+
+/// Group-commits the agent loops' step results.
+pub type StepWriter = GroupWriter<StepWrite>;
+
+impl StepWriter {
+    /// The most step results one statement takes.
+    const MAX_GROUP: usize = 64;
+    /// Groups written at once: a step result carries comments and several events, so a group
+    /// takes a while to commit, and the next one starts beside it.
+    const WRITERS: usize = 2;
+
+    pub fn start(pool: PgPool) -> StepWriter {
+        GroupWriter::spawn(pool, Self::MAX_GROUP, Self::WRITERS)
+    }
+
+    /// Stores the step if the claim still holds; false (nothing written) when it was lost.
+    pub async fn store(&self, write: StepWrite) -> Result<bool, sqlx::Error> {
+        self.write(write).await
+    }
+}
+
+/// Stores a step's result: checks the claim, adds the usage, appends the comments and the events
+/// and applies the outcome, in one statement. Outside a transaction that is one round trip and
+/// one commit; inside the caller's, it rolls back with it. False, writing nothing, when the
+/// claim was lost.
+pub async fn store_step(conn: &mut PgConnection, write: &StepWrite) -> Result<bool, sqlx::Error> {
+    Ok(!store_steps(conn, std::slice::from_ref(write)).await?.is_empty())
+}
+
+/// `store_step` for the claims of several tickets in one statement: returns the tickets whose
+/// claim held, and only theirs are written. At most one write per ticket (a ticket's loop waits
+/// for its store before it goes on). Locking several rows is safe for the reason given at
+/// `events::append_fenced_many`.
+pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Result<Vec<Uuid>, sqlx::Error> {
+    let n = writes.len();
+    // Each outcome's columns and its final event, which goes after the step's own.
+    let outcomes: Vec<_> = writes
+        .iter()
+        .map(|w| w.step.outcome.as_ref().map(|o| o.columns(&w.agent)))
+        .collect();
+    let (mut ids, mut generations) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut usage: [Vec<i64>; 6] = Default::default();
+    let (mut comment_counts, mut event_counts) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut statuses, mut results, mut errors) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    // The comments and events of every write, flattened, each naming its claim.
+    let (mut c_ticket, mut c_generation, mut c_id, mut c_author, mut c_agent, mut c_content, mut c_time) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut e_ticket, mut e_generation, mut events, mut e_carries) = (vec![], vec![], vec![], vec![]);
+    for (StepWrite { fence, step, .. }, outcome) in writes.iter().zip(&outcomes) {
+        debug_assert_eq!(step.carries.len(), step.events.len(), "one `carries` entry per event");
+        ids.push(fence.ticket_id);
+        generations.push(fence.generation);
+        let u = &step.usage;
+        for (column, value) in usage.iter_mut().zip([
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_tokens,
+            u.cache_creation_tokens,
+            u.requests,
+            u.tool_calls,
+        ]) {
+            column.push(value);
+        }
+        let final_event = outcome.as_ref().map(|(_, _, _, event)| event);
+        comment_counts.push(step.comments.len() as i64);
+        event_counts.push((step.events.len() + usize::from(final_event.is_some())) as i64);
+        statuses.push(outcome.as_ref().map(|(status, ..)| *status));
+        results.push(outcome.as_ref().and_then(|(_, result, ..)| result.as_ref()));
+        errors.push(outcome.as_ref().and_then(|(_, _, error, _)| error.as_ref()));
+        for c in &step.comments {
+            c_ticket.push(fence.ticket_id);
+            c_generation.push(fence.generation);
+            c_id.push(c.id);
+            c_author.push(c.author.as_str());
+            c_agent.push(c.agent.as_deref());
+            c_content.push(super::comments::content_json(&c.content));
+            c_time.push(c.created_at);
+        }
+        let carries = step.carries.iter().copied().chain(final_event.map(|_| None));
+        for (event, carries) in step.events.iter().chain(final_event).zip(carries) {
+            e_ticket.push(fence.ticket_id);
+            e_generation.push(fence.generation);
+            // The comment's seq is the ticket's comment base plus its place among the write's comments.
+            e_carries.push(carries.map(|i| i as i64 + 1));
+            events.push(event);
+        }
+    }
+    let columns = super::events::EventColumns::of(events);
+    let [input, output, cache_read, cache_creation, requests, tool_calls] = usage;
+    sqlx::query_scalar(
+        "WITH v AS (
+            SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
+                                 $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::text[], $12::jsonb[], $13::jsonb[])
+                AS v(id, generation, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
+                     requests, tool_calls, comments, events, status, result, error)),
+         t AS (
+            UPDATE tickets t SET updated_at = now(),
+                input_tokens = t.input_tokens + v.input_tokens, output_tokens = t.output_tokens + v.output_tokens,
+                cache_read_tokens = t.cache_read_tokens + v.cache_read_tokens,
+                cache_creation_tokens = t.cache_creation_tokens + v.cache_creation_tokens,
+                requests = t.requests + v.requests, tool_calls = t.tool_calls + v.tool_calls,
+                last_comment_seq = t.last_comment_seq + v.comments,
+                last_event_seq = t.last_event_seq + v.events,
+                status = COALESCE(v.status, t.status),
+                result = CASE WHEN v.status IS NULL THEN t.result ELSE COALESCE(v.result, t.result) END,
+                error = CASE WHEN v.status IS NULL THEN t.error ELSE v.error END,
+                lease_expires_at = CASE WHEN v.status IS NULL THEN t.lease_expires_at END,
+                worker_id = CASE WHEN v.status IS NULL THEN t.worker_id END,
+                work_ms = t.work_ms + CASE WHEN v.status IS NULL THEN 0
+                    ELSE COALESCE((extract(epoch FROM now() - t.claimed_at) * 1000)::bigint, 0) END,
+                claimed_at = CASE WHEN v.status IS NULL THEN t.claimed_at END,
+                finished_at = CASE WHEN v.status IS NULL THEN t.finished_at ELSE now() END
+            FROM v
+            WHERE t.id = v.id AND t.generation = v.generation AND t.status = 'in_progress'
+            RETURNING t.id, t.generation, t.key, t.last_comment_seq - v.comments AS comment_base,
+                      t.last_event_seq - v.events AS event_base),
+         c AS (
+            INSERT INTO comments (id, ticket_id, seq, author, agent, content, created_at)
+            SELECT c.id, t.id, t.comment_base + row_number() OVER (PARTITION BY t.id ORDER BY c.ord),
+                   c.author, c.agent, c.content, c.created_at
+            FROM unnest($14::uuid[], $15::int8[], $16::uuid[], $17::text[], $18::text[], $19::jsonb[],
+                        $20::timestamptz[])
+                WITH ORDINALITY AS c(ticket_id, generation, id, author, agent, content, created_at, ord)
+            JOIN t ON t.id = c.ticket_id AND t.generation = c.generation
+            RETURNING 1),
+         logged AS (
+            INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
+            SELECT t.id, t.key, t.event_base + row_number() OVER (PARTITION BY t.id ORDER BY e.ord), e.kind, e.agent,
+                   CASE WHEN e.carries IS NULL THEN e.data::json
+                        ELSE jsonb_set(e.data::jsonb, '{comment,seq}', to_jsonb(t.comment_base + e.carries))::json END
+            FROM unnest($21::uuid[], $22::int8[], $23::text[], $24::text[], $25::text[], $26::int8[])
+                WITH ORDINALITY AS e(ticket_id, generation, kind, agent, data, carries, ord)
+            JOIN t ON t.id = e.ticket_id AND t.generation = e.generation
+            RETURNING 1)
+         SELECT id FROM t",
+    )
+    .bind(&ids)
+    .bind(&generations)
+    .bind(&input)
+    .bind(&output)
+    .bind(&cache_read)
+    .bind(&cache_creation)
+    .bind(&requests)
+    .bind(&tool_calls)
+    .bind(&comment_counts)
+    .bind(&event_counts)
+    .bind(&statuses)
+    .bind(&results)
+    .bind(&errors)
+    .bind(&c_ticket)
+    .bind(&c_generation)
+    .bind(&c_id)
+    .bind(&c_author)
+    .bind(&c_agent)
+    .bind(&c_content)
+    .bind(&c_time)
+    .bind(&e_ticket)
+    .bind(&e_generation)
+    .bind(&columns.kinds)
+    .bind(&columns.agents)
+    .bind(&columns.data)
+    .bind(&e_carries)
+    .fetch_all(conn)
+    .await
+}
