@@ -13,6 +13,7 @@ pub mod fake_llm;
 pub mod http;
 pub mod intake;
 pub mod llm;
+pub mod schema;
 pub mod testing;
 pub mod tools;
 pub mod worker;
