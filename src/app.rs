@@ -16,7 +16,7 @@ use crate::domain::Agent;
 use crate::events::EventHub;
 use crate::http::{self, AppState};
 use crate::llm::Providers;
-use crate::tools::specs::BUILTIN_TOOLS;
+use crate::tools::BUILTIN_TOOLS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

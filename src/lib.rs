@@ -10,6 +10,7 @@ pub mod embedded_pg;
 pub mod events;
 pub mod http;
 pub mod llm;
+pub mod schema;
 pub mod tools;
 pub mod transitions;
 pub mod worker;

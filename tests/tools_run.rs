@@ -7,7 +7,7 @@ use agentdesk::db;
 use agentdesk::db::claims::Claim;
 use agentdesk::db::tickets::NewTicket;
 use agentdesk::domain::{Agent, Author, ContentBlock, EventData, NewEvent, Status, Ticket, TicketRef};
-use agentdesk::tools::run::{apply_finisher, run_builtin, Finisher, ToolContext, ToolOutcome};
+use agentdesk::tools::{apply_finisher, run_builtin, Finisher, ToolContext, ToolErrorKind, ToolOutcome};
 use agentdesk::transitions;
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -119,6 +119,7 @@ fn ctx<'a>(pool: &'a PgPool, claim: &'a Claim) -> ToolContext<'a> {
         fence: claim.fence(),
         ticket: &claim.ticket,
         agent: AGENT,
+        cancel: Default::default(),
     }
 }
 
@@ -162,7 +163,7 @@ async fn apply(pool: &PgPool, claim: &Claim, finisher: &Finisher) -> String {
 
 fn failed_kind(outcome: &ToolOutcome) -> &'static str {
     match outcome {
-        ToolOutcome::Failed { kind, .. } => kind,
+        ToolOutcome::Failed { kind, .. } => kind.as_str(),
         other => panic!("expected a failure, got {other:?}"),
     }
 }
@@ -374,7 +375,7 @@ async fn a_lost_claim_makes_writes_conflict_and_changes_nothing() {
     assert_eq!(
         created,
         ToolOutcome::Failed {
-            kind: "conflict",
+            kind: ToolErrorKind::Conflict,
             message: "this ticket is no longer held by this worker".into()
         }
     );

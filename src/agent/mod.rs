@@ -27,7 +27,7 @@ use crate::domain::{
 };
 use crate::events::EventHub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, Providers, ToolSpec};
-use crate::tools::run::{self as tool_run, ToolContext, ToolOutcome};
+use crate::tools::{self, Finisher, Prepared, ToolContext, ToolErrorKind, ToolFailure, ToolOutcome, ToolRegistry};
 use compaction::Reason;
 
 /// What the loop needs from the process.
@@ -445,22 +445,10 @@ fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
     prompt
 }
 
-/// The agent's tools, in its order. Built-in definitions never change, so their specs are built
-/// once, the schema already serialised, and every request shares them.
+/// The agent's tools, in its order. The registry built each spec once, the schema already
+/// serialised, and every request shares them.
 fn tool_specs(agent: &Agent) -> Vec<ToolSpec> {
-    static BUILTIN: std::sync::LazyLock<Vec<ToolSpec>> = std::sync::LazyLock::new(|| {
-        crate::tools::BUILTIN_TOOLS
-            .iter()
-            .filter_map(|name| crate::tools::builtin(name))
-            .map(|d| ToolSpec::new(d.name, &d.description, &d.input_schema))
-            .collect()
-    });
-    agent
-        .tools
-        .iter()
-        .filter_map(|name| BUILTIN.iter().find(|spec| spec.name == *name))
-        .cloned()
-        .collect()
+    ToolRegistry::builtin().specs(agent.tools.iter().map(String::as_str))
 }
 
 /// The agent's limits, checked before each request: (kind, limit) of the first one reached.
@@ -632,8 +620,8 @@ async fn call_model(
 struct PreparedCall {
     id: String,
     name: String,
-    /// The repaired input (what is run, stored and shown), or why it cannot run.
-    input: Result<Value, (&'static str, String)>,
+    /// The tool and its repaired input (what is run, stored and shown), or why it cannot run.
+    input: Result<Prepared, ToolFailure>,
     shown_input: Value,
 }
 
@@ -641,8 +629,7 @@ impl PreparedCall {
     /// Calls whose running writes nothing: reads, finishers (applied at commit), and calls that
     /// do not run at all.
     fn writes_nothing(&self) -> bool {
-        use crate::tools::{CLOSE_TICKET, HANDOVER_TICKET, READ_TICKETS};
-        self.input.is_err() || [CLOSE_TICKET, HANDOVER_TICKET, READ_TICKETS].contains(&self.name.as_str())
+        self.input.as_ref().map_or(true, |p| p.tool.writes_nothing())
     }
 }
 
@@ -657,23 +644,10 @@ fn prepare_calls(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
             } else {
                 call.id.clone()
             };
-            let definition = agent
-                .tools
-                .iter()
-                .any(|t| t == &call.name)
-                .then(|| crate::tools::builtin(&call.name))
-                .flatten();
-            let input = match definition {
-                None => Err((
-                    "unknown_tool",
-                    format!("There is no tool named {:?} available to you.", call.name),
-                )),
-                Some(d) => crate::tools::prepare_tool_input(&call.name, &d.input_schema, &call.arguments)
-                    .map_err(|m| ("invalid_input", m)),
-            };
+            let input = ToolRegistry::builtin().prepare(&agent.tools, &call.name, &call.arguments);
             let shown_input = match &input {
-                Ok(v) => v.clone(),
-                Err(_) => crate::tools::repair_json(&call.arguments).0,
+                Ok(p) => p.input.clone(),
+                Err(_) => tools::repair_json(&call.arguments).0,
             };
             PreparedCall {
                 id,
@@ -868,14 +842,12 @@ async fn execute_tools(
         fence,
         ticket,
         agent: &agent.name,
+        cancel: signals.abort.clone(),
     };
     let runs = calls.iter().map(|call| async {
         match &call.input {
-            Err((kind, message)) => ToolOutcome::Failed {
-                kind,
-                message: message.clone(),
-            },
-            Ok(input) => tool_run::run_builtin(&ctx, &call.name, input).await,
+            Err(failure) => failure.clone().into(),
+            Ok(prepared) => prepared.run(&ctx).await,
         }
     });
     tokio::select! {
@@ -931,20 +903,20 @@ async fn store_results(
     for (call, outcome) in calls.iter().zip(outcomes) {
         let outcome = match outcome {
             ToolOutcome::Finish(_) if closed_with.is_some() => ToolOutcome::Failed {
-                kind: "conflict",
+                kind: ToolErrorKind::Conflict,
                 message: "This ticket was already closed by an earlier call in the same reply.".into(),
             },
-            ToolOutcome::Finish(tool_run::Finisher::Close { result }) => {
-                let output = tool_run::closed_output(ticket);
+            ToolOutcome::Finish(Finisher::Close { result }) => {
+                let output = tools::closed_output(ticket);
                 closed_with = Some(result);
                 ToolOutcome::Output(output)
             }
             ToolOutcome::Finish(finisher) => {
-                created_work |= matches!(finisher, tool_run::Finisher::Handover { .. });
+                created_work |= matches!(finisher, Finisher::Handover { .. });
                 let Some(conn) = open_transaction(rt, fence, &mut tx).await? else {
                     return Ok(Flow::End(RunEnd::Aborted));
                 };
-                let (output, result) = tool_run::apply_finisher(conn, fence, ticket, name, &finisher).await?;
+                let (output, result) = tools::apply_finisher(conn, fence, ticket, name, &finisher).await?;
                 closed_with = Some(result);
                 ToolOutcome::Output(output)
             }
@@ -965,13 +937,13 @@ async fn store_results(
                 });
             }
             ToolOutcome::Failed { kind: failure, message } => {
-                if failure == "result_invalid" {
+                if failure == ToolErrorKind::ResultInvalid {
                     schema_failure = Some(message.clone());
                 }
                 let failed = EventData::ToolFailed {
                     tool_name: call.name.clone(),
                     call_id: call.id.clone(),
-                    kind: failure.into(),
+                    kind: failure.as_str().into(),
                     message: message.clone(),
                 };
                 events.push(NewEvent::new(Some(name), failed));

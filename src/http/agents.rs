@@ -14,7 +14,7 @@ use super::AppState;
 use crate::db;
 use crate::domain::agent::is_valid_agent_name;
 use crate::domain::Agent;
-use crate::tools::specs::BUILTIN_TOOLS;
+use crate::tools::BUILTIN_TOOLS;
 
 #[derive(Deserialize, ToSchema)]
 pub struct PutAgent {

@@ -51,7 +51,7 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
     if !(schema.is_object() || schema.is_boolean()) {
         return Err("schema must be a JSON Schema object (or a boolean)".into());
     }
-    crate::tools::validate::compile_schema(schema)
+    crate::schema::compile_schema(schema)
         .map(|_| ())
         .map_err(|err| format!("schema: {err} (draft 2020-12 expected)"))
 }

@@ -1,41 +1,18 @@
-//! Definitions of the built-in tools every agent gets. Names and parameters
-//! are part of the public contract with models and must stay stable.
+//! The built-in tools' definitions against the contract: the generated input schemas and the
+//! descriptions are exactly the hand-written definitions the tools were first offered with, so
+//! models see the same tools.
 
 use serde_json::{json, Value};
 
-pub const CLOSE_TICKET: &str = "close_ticket";
-pub const HANDOVER_TICKET: &str = "handover_ticket";
-pub const READ_TICKETS: &str = "read_tickets";
-pub const MANAGE_TICKETS: &str = "manage_tickets";
+use super::{BUILTIN_TOOLS, CLOSE_TICKET, HANDOVER_TICKET, MANAGE_TICKETS, READ_TICKETS};
+use crate::schema::validate_against;
+use crate::tools::ToolRegistry;
 
-pub const BUILTIN_TOOLS: [&str; 4] = [CLOSE_TICKET, HANDOVER_TICKET, READ_TICKETS, MANAGE_TICKETS];
-
-/// A tool as offered to a model: name, usage description and the JSON Schema
-/// (draft 2020-12) of its arguments.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolDefinition {
-    pub name: &'static str,
-    pub description: String,
-    pub input_schema: Value,
-}
-
-/// A built-in tool's definition, built once: every request offers the agent's tools and every call
-/// is checked against its schema.
-pub fn builtin(name: &str) -> Option<&'static ToolDefinition> {
-    static ALL: std::sync::LazyLock<Vec<ToolDefinition>> =
-        std::sync::LazyLock::new(|| BUILTIN_TOOLS.iter().filter_map(|name| definition(name)).collect());
-    ALL.iter().find(|d| d.name == name)
-}
-
-/// Builds the definition of a built-in tool, or `None` when `name` is not one (see `builtin`).
-fn definition(name: &str) -> Option<ToolDefinition> {
-    match name {
-        CLOSE_TICKET => Some(close_ticket()),
-        HANDOVER_TICKET => Some(handover_ticket()),
-        READ_TICKETS => Some(read_tickets()),
-        MANAGE_TICKETS => Some(manage_tickets()),
-        _ => None,
-    }
+/// A definition as it was written by hand.
+struct ToolDefinition {
+    name: &'static str,
+    description: String,
+    input_schema: Value,
 }
 
 fn close_ticket() -> ToolDefinition {
@@ -168,95 +145,139 @@ fn manage_tickets() -> ToolDefinition {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+fn hand_written() -> [ToolDefinition; 4] {
+    [close_ticket(), handover_ticket(), read_tickets(), manage_tickets()]
+}
 
-    #[test]
-    fn every_builtin_has_a_definition_with_its_name() {
-        for name in BUILTIN_TOOLS {
-            let def = definition(name).expect("builtin tool must be defined");
-            assert_eq!(def.name, name);
-            assert!(!def.description.is_empty());
-            assert_eq!(builtin(name), Some(&def), "the kept definition is the same");
-        }
-        assert!(definition("no_such_tool").is_none());
-        assert!(builtin("no_such_tool").is_none());
-    }
+fn schema(name: &str) -> &'static Value {
+    ToolRegistry::builtin()
+        .get(name)
+        .expect("a built-in tool")
+        .input_schema()
+}
 
-    #[test]
-    fn schemas_are_closed_objects_that_compile() {
-        for name in BUILTIN_TOOLS {
-            let schema = definition(name).unwrap().input_schema;
-            assert_eq!(schema["type"], "object", "{name}");
-            assert_eq!(schema["additionalProperties"], false, "{name}");
-            crate::tools::validate::compile_schema(&schema).unwrap_or_else(|e| panic!("{name}: {e}"));
-        }
-    }
-
-    fn required(name: &str) -> Vec<String> {
-        let schema = definition(name).unwrap().input_schema;
-        serde_json::from_value(schema["required"].clone()).unwrap()
-    }
-
-    fn properties(name: &str) -> Vec<String> {
-        let schema = definition(name).unwrap().input_schema;
-        schema["properties"].as_object().unwrap().keys().cloned().collect()
-    }
-
-    #[test]
-    fn parameters_match_the_contract() {
-        assert_eq!(properties(CLOSE_TICKET), ["result"]);
-        assert_eq!(required(CLOSE_TICKET), ["result"]);
-        assert_eq!(properties(HANDOVER_TICKET), ["to", "task", "result", "schema"]);
-        assert_eq!(required(HANDOVER_TICKET), ["to", "task", "result"]);
-        assert_eq!(properties(READ_TICKETS), ["action", "key", "status", "label", "query"]);
-        assert_eq!(required(READ_TICKETS), ["action"]);
+#[test]
+fn the_definitions_are_the_hand_written_ones() {
+    for expected in hand_written() {
+        let tool = ToolRegistry::builtin().get(expected.name).expect("a built-in tool");
+        assert_eq!(tool.name(), expected.name);
+        assert_eq!(tool.description(), expected.description, "{}", expected.name);
+        // Same keywords and values, and the same text: a request body does not change.
+        assert_eq!(tool.input_schema(), &expected.input_schema, "{}", expected.name);
         assert_eq!(
-            properties(MANAGE_TICKETS),
-            ["action", "key", "status", "label", "query", "task", "labels", "schema"]
+            tool.input_schema().to_string(),
+            expected.input_schema.to_string(),
+            "{}",
+            expected.name
         );
-        assert_eq!(required(MANAGE_TICKETS), ["action"]);
     }
+}
 
-    #[test]
-    fn close_ticket_result_accepts_any_json() {
-        let schema = definition(CLOSE_TICKET).unwrap().input_schema;
-        for result in [json!(null), json!(1), json!("x"), json!([1]), json!({"a": 1})] {
-            assert!(crate::tools::validate::validate_against(&schema, &json!({ "result": result })).is_ok());
+#[test]
+fn the_definitions_agree_field_by_field() {
+    // Spelled out, so that a difference says where it is.
+    for expected in hand_written() {
+        let (generated, written) = (schema(expected.name), &expected.input_schema);
+        let name = expected.name;
+        assert_eq!(generated["type"], "object", "{name}");
+        assert_eq!(generated["additionalProperties"], false, "{name}");
+        assert_eq!(generated["required"], written["required"], "{name}");
+        let properties = generated["properties"].as_object().expect("properties");
+        let written_properties = written["properties"].as_object().expect("properties");
+        let keys: Vec<&String> = properties.keys().collect();
+        assert_eq!(keys, written_properties.keys().collect::<Vec<_>>(), "{name}");
+        for (key, property) in properties {
+            for keyword in ["type", "enum", "items", "minLength", "description"] {
+                assert_eq!(
+                    property.get(keyword),
+                    written_properties[key].get(keyword),
+                    "{name}.{key}: {keyword}"
+                );
+            }
         }
-        assert!(crate::tools::validate::validate_against(&schema, &json!({})).is_err());
     }
+}
 
-    #[test]
-    fn handover_rejects_empty_result_and_unknown_fields() {
-        let schema = definition(HANDOVER_TICKET).unwrap().input_schema;
-        let ok = json!({"to": "reviewer", "task": "Review {parent_key}", "result": "done"});
-        assert!(crate::tools::validate::validate_against(&schema, &ok).is_ok());
-        let empty = json!({"to": "reviewer", "task": "t", "result": ""});
-        assert!(crate::tools::validate::validate_against(&schema, &empty).is_err());
-        let extra = json!({"to": "r", "task": "t", "result": "x", "status": "done"});
-        assert!(crate::tools::validate::validate_against(&schema, &extra).is_err());
+#[test]
+fn every_schema_compiles() {
+    for name in BUILTIN_TOOLS {
+        crate::schema::compile_schema(schema(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+}
 
-    #[test]
-    fn actions_are_restricted() {
-        let read = definition(READ_TICKETS).unwrap().input_schema;
-        assert!(crate::tools::validate::validate_against(&read, &json!({"action": "list"})).is_ok());
-        assert!(crate::tools::validate::validate_against(&read, &json!({"action": "create"})).is_err());
-        let manage = definition(MANAGE_TICKETS).unwrap().input_schema;
-        let create = json!({"action": "create", "task": "t", "labels": ["a"], "schema": {"type": "string"}});
-        assert!(crate::tools::validate::validate_against(&manage, &create).is_ok());
-        assert!(crate::tools::validate::validate_against(&manage, &json!({"action": "close"})).is_err());
-    }
+fn required(name: &str) -> Vec<String> {
+    serde_json::from_value(schema(name)["required"].clone()).unwrap()
+}
 
-    #[test]
-    fn descriptions_steer_the_model() {
-        let close = definition(CLOSE_TICKET).unwrap().description;
-        assert!(close.contains("ONLY way"));
-        let handover = definition(HANDOVER_TICKET).unwrap().description;
-        assert!(handover.contains("{parent_key}") && handover.contains("{parent_result}"));
-        let manage = definition(MANAGE_TICKETS).unwrap().description;
-        assert!(manage.contains("never changes a ticket's status"));
+fn properties(name: &str) -> Vec<String> {
+    schema(name)["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn parameters_match_the_contract() {
+    assert_eq!(properties(CLOSE_TICKET), ["result"]);
+    assert_eq!(required(CLOSE_TICKET), ["result"]);
+    assert_eq!(properties(HANDOVER_TICKET), ["to", "task", "result", "schema"]);
+    assert_eq!(required(HANDOVER_TICKET), ["to", "task", "result"]);
+    assert_eq!(properties(READ_TICKETS), ["action", "key", "status", "label", "query"]);
+    assert_eq!(required(READ_TICKETS), ["action"]);
+    assert_eq!(
+        properties(MANAGE_TICKETS),
+        ["action", "key", "status", "label", "query", "task", "labels", "schema"]
+    );
+    assert_eq!(required(MANAGE_TICKETS), ["action"]);
+}
+
+#[test]
+fn close_ticket_result_accepts_any_json() {
+    let schema = schema(CLOSE_TICKET);
+    for result in [json!(null), json!(1), json!("x"), json!([1]), json!({"a": 1})] {
+        assert!(validate_against(schema, &json!({ "result": result })).is_ok());
     }
+    assert!(validate_against(schema, &json!({})).is_err());
+}
+
+#[test]
+fn handover_rejects_empty_result_and_unknown_fields() {
+    let schema = schema(HANDOVER_TICKET);
+    let ok = json!({"to": "reviewer", "task": "Review {parent_key}", "result": "done"});
+    assert!(validate_against(schema, &ok).is_ok());
+    let empty = json!({"to": "reviewer", "task": "t", "result": ""});
+    assert!(validate_against(schema, &empty).is_err());
+    let extra = json!({"to": "r", "task": "t", "result": "x", "status": "done"});
+    assert!(validate_against(schema, &extra).is_err());
+}
+
+#[test]
+fn actions_are_restricted() {
+    let read = schema(READ_TICKETS);
+    assert!(validate_against(read, &json!({"action": "list"})).is_ok());
+    assert!(validate_against(read, &json!({"action": "create"})).is_err());
+    let manage = schema(MANAGE_TICKETS);
+    let create = json!({"action": "create", "task": "t", "labels": ["a"], "schema": {"type": "string"}});
+    assert!(validate_against(manage, &create).is_ok());
+    assert!(validate_against(manage, &json!({"action": "close"})).is_err());
+}
+
+#[test]
+fn descriptions_steer_the_model() {
+    let description = |name| ToolRegistry::builtin().get(name).unwrap().description().to_owned();
+    assert!(description(CLOSE_TICKET).contains("ONLY way"));
+    let handover = description(HANDOVER_TICKET);
+    assert!(handover.contains("{parent_key}") && handover.contains("{parent_result}"));
+    assert!(description(MANAGE_TICKETS).contains("never changes a ticket's status"));
+}
+
+#[test]
+fn only_reads_and_finishers_write_nothing() {
+    let writes_nothing = |name| ToolRegistry::builtin().get(name).unwrap().writes_nothing();
+    assert!(writes_nothing(CLOSE_TICKET));
+    assert!(writes_nothing(HANDOVER_TICKET));
+    assert!(writes_nothing(READ_TICKETS));
+    assert!(!writes_nothing(MANAGE_TICKETS));
 }

@@ -1,0 +1,278 @@
+//! `manage_tickets`: reads like `read_tickets`, and creates sub-tickets and edits tickets.
+//! Each write is its own transaction that checks the claim's fence last.
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde_json::{json, Value};
+
+use super::view::{self, action, parse_ref, text_param, unknown_action, Filter};
+use super::{DEFAULT_MAX_ATTEMPTS, MANAGE_TICKETS};
+use crate::db;
+use crate::db::tickets::{NewTicket, TicketPatch};
+use crate::tools::args::args_schema;
+use crate::tools::{Tool, ToolContext, ToolFailure, ToolOutcome};
+use crate::transitions::{self, DeskError};
+
+const DESCRIPTION: &str = "View, create and edit tickets. Reading works like read_tickets (actions \
+    \"get\", \"list\", \"search\"). Use \"create\" to open a sub-ticket of the current \
+    ticket (`task` required; optional `labels` route it to agents, optional `schema` \
+    constrains its result). Use \"edit\" with `key` to change a ticket's `task`, \
+    `labels` or `schema`. This tool never changes a ticket's status: to finish your own \
+    ticket call close_ticket (or handover_ticket).";
+
+const CLAIM_LOST: &str = "this ticket is no longer held by this worker";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[schemars(rename_all = "lowercase")]
+pub enum Action {
+    Get,
+    List,
+    Search,
+    Create,
+    Edit,
+}
+
+/// The text parameters but `task` are trimmed, blank ones count as not given; each label is
+/// trimmed. Which parameters an action needs is checked when it runs.
+#[derive(Debug, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Args {
+    /// "get", "list" or "search" tickets, "create" a sub-ticket, or "edit" a ticket.
+    pub action: Action,
+    /// Ticket key; required for "get" and "edit".
+    pub key: Option<String>,
+    /// Only tickets with this status ("list" and "search").
+    pub status: Option<String>,
+    /// Only tickets with this label ("list" and "search").
+    pub label: Option<String>,
+    /// Text to search for; required for "search".
+    pub query: Option<String>,
+    /// The ticket's task; required for "create", optional for "edit".
+    pub task: Option<String>,
+    /// Labels of the ticket ("create" and "edit"); they decide which agents pick it up.
+    pub labels: Option<Vec<String>>,
+    /// Optional JSON Schema (draft 2020-12) the ticket's result must satisfy ("create" and "edit").
+    #[schemars(extend("type" = "object"))]
+    pub schema: Option<Value>,
+}
+
+impl Args {
+    pub fn parse(input: &Value) -> Result<Args, ToolFailure> {
+        let action = match action(input) {
+            Some("get") => Action::Get,
+            Some("list") => Action::List,
+            Some("search") => Action::Search,
+            Some("create") => Action::Create,
+            Some("edit") => Action::Edit,
+            other => return Err(unknown_action(other, "get, list, search, create or edit")),
+        };
+        let task = match input.get("task") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(ToolFailure::invalid("`task` must be a string")),
+        };
+        let labels = match input.get("labels") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(|item| item.as_str().map(|s| s.trim().to_string()))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(labels_not_strings)?,
+            ),
+            Some(_) => return Err(labels_not_strings()),
+        };
+        let schema = match input.get("schema") {
+            None | Some(Value::Null) => None,
+            Some(schema) => Some(schema.clone()),
+        };
+        Ok(Args {
+            action,
+            key: text_param(input, "key")?,
+            status: text_param(input, "status")?,
+            label: text_param(input, "label")?,
+            query: text_param(input, "query")?,
+            task,
+            labels,
+            schema,
+        })
+    }
+
+    fn filter(&self) -> Filter<'_> {
+        Filter {
+            status: self.status.as_deref(),
+            label: self.label.as_deref(),
+            query: self.query.as_deref(),
+        }
+    }
+
+    /// The labels, checked and without duplicates.
+    fn labels(&mut self) -> Result<Option<Vec<String>>, ToolFailure> {
+        match self.labels.take() {
+            None => Ok(None),
+            Some(labels) => transitions::normalize_labels(labels)
+                .map(Some)
+                .map_err(|e| ToolFailure::invalid(format!("`labels`: {e}"))),
+        }
+    }
+
+    /// The schema, checked to be a valid JSON Schema.
+    fn schema(&mut self) -> Result<Option<Value>, ToolFailure> {
+        match self.schema.take() {
+            None => Ok(None),
+            Some(schema) => transitions::check_schema(&schema)
+                .map(|()| Some(schema))
+                .map_err(|e| ToolFailure::invalid(format!("invalid `schema`: {e}"))),
+        }
+    }
+}
+
+fn labels_not_strings() -> ToolFailure {
+    ToolFailure::invalid("`labels` must be an array of strings")
+}
+
+pub struct ManageTickets {
+    schema: Value,
+}
+
+impl ManageTickets {
+    pub fn new() -> Self {
+        ManageTickets {
+            schema: args_schema::<Args>(),
+        }
+    }
+}
+
+impl Default for ManageTickets {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for ManageTickets {
+    fn name(&self) -> &str {
+        MANAGE_TICKETS
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+
+    async fn call(&self, ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
+        let args = match Args::parse(input) {
+            Ok(args) => args,
+            Err(failure) => return failure.into(),
+        };
+        let output = match args.action {
+            Action::Get => view::get(ctx, args.key.as_deref()).await,
+            Action::List => view::list(ctx, args.filter(), false).await,
+            Action::Search => view::list(ctx, args.filter(), true).await,
+            Action::Create => create(ctx, args).await,
+            Action::Edit => edit(ctx, args).await,
+        };
+        output.into()
+    }
+}
+
+async fn create(ctx: &ToolContext<'_>, mut args: Args) -> Result<String, ToolFailure> {
+    let task = match args.task.take() {
+        Some(task) if !task.trim().is_empty() => task,
+        Some(_) => return Err(ToolFailure::invalid("`task` must not be empty")),
+        None => return Err(ToolFailure::invalid("action \"create\" needs `task`")),
+    };
+    let labels = args.labels()?.unwrap_or_default();
+    let schema = args.schema()?;
+    let new = NewTicket {
+        task: Value::String(task),
+        labels,
+        priority: 0,
+        schema,
+        parent_id: Some(ctx.ticket.id),
+        metadata: json!({}),
+        max_attempts: DEFAULT_MAX_ATTEMPTS,
+        reporter: ctx.agent.to_string(),
+        idempotency: None,
+    };
+    let mut tx = ctx
+        .pool
+        .begin()
+        .await
+        .map_err(|e| ToolFailure::internal("opening a transaction for a tool failed", &e))?;
+    let created = transitions::create_ticket(&mut tx, new)
+        .await
+        .map_err(|e| desk_failure("creating a sub-ticket failed", e))?;
+    // Sent at commit; the loop wakes the local hub when the step commits.
+    db::tickets::notify_work(&mut tx)
+        .await
+        .map_err(|e| ToolFailure::internal("waking the workers failed", &e))?;
+    check_fence_last(ctx, &mut tx).await?;
+    tx.commit()
+        .await
+        .map_err(|e| ToolFailure::internal("committing a sub-ticket failed", &e))?;
+    Ok(format!("Created {}", created.key))
+}
+
+async fn edit(ctx: &ToolContext<'_>, mut args: Args) -> Result<String, ToolFailure> {
+    let Some(key) = args.key.take() else {
+        return Err(ToolFailure::invalid("action \"edit\" needs `key`, e.g. \"TICKET-12\""));
+    };
+    parse_ref(&key)?;
+    let task = match args.task.take() {
+        None => None,
+        Some(task) if !task.trim().is_empty() => Some(Value::String(task)),
+        Some(_) => return Err(ToolFailure::invalid("`task` must not be empty")),
+    };
+    let labels = args.labels()?;
+    let schema = args.schema()?;
+    if task.is_none() && labels.is_none() && schema.is_none() {
+        return Err(ToolFailure::invalid(
+            "action \"edit\" needs at least one of `task`, `labels` or `schema`",
+        ));
+    }
+    // Status, priority and metadata stay as they are: agents never move a ticket between statuses.
+    let patch = TicketPatch {
+        task,
+        labels,
+        priority: None,
+        schema: schema.map(Some),
+        metadata: None,
+    };
+    let mut tx = ctx
+        .pool
+        .begin()
+        .await
+        .map_err(|e| ToolFailure::internal("opening a transaction for a tool failed", &e))?;
+    let updated = transitions::patch_in(&mut tx, &key, patch)
+        .await
+        .map_err(|e| desk_failure("editing a ticket failed", e))?;
+    check_fence_last(ctx, &mut tx).await?;
+    tx.commit()
+        .await
+        .map_err(|e| ToolFailure::internal("committing a ticket edit failed", &e))?;
+    Ok(format!("Updated {}.\n{}", updated.key, view::describe(&updated)))
+}
+
+/// The fence of a tool's writes, checked last: the claim's row is locked only from here to the
+/// commit, so a tool waiting on another ticket's lock never keeps a cancel waiting on this one.
+/// A lost claim rolls everything back.
+async fn check_fence_last(ctx: &ToolContext<'_>, tx: &mut sqlx::PgConnection) -> Result<(), ToolFailure> {
+    match db::claims::holds(tx, ctx.fence).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(ToolFailure::conflict(CLAIM_LOST)),
+        Err(e) => Err(ToolFailure::internal("checking the claim failed", &e)),
+    }
+}
+
+fn desk_failure(context: &str, err: DeskError) -> ToolFailure {
+    match err {
+        DeskError::NotFound(key) => ToolFailure::not_found(format!("no ticket {key:?}")),
+        DeskError::Conflict(message) => ToolFailure::conflict(message),
+        DeskError::Invalid(message) => ToolFailure::invalid(message),
+        DeskError::Db(e) => ToolFailure::internal(context, &e),
+    }
+}

@@ -1,0 +1,43 @@
+//! The built-in tools every agent may get, one file each. Names and parameters are part of the
+//! public contract with models and must stay stable.
+
+mod close_ticket;
+mod handover_ticket;
+mod manage_tickets;
+mod read_tickets;
+mod text;
+mod view;
+
+#[cfg(test)]
+mod contract_tests;
+
+use std::sync::Arc;
+
+pub use close_ticket::CloseTicket;
+pub use handover_ticket::HandoverTicket;
+pub use manage_tickets::ManageTickets;
+pub use read_tickets::ReadTickets;
+
+use super::Tool;
+
+pub const CLOSE_TICKET: &str = "close_ticket";
+pub const HANDOVER_TICKET: &str = "handover_ticket";
+pub const READ_TICKETS: &str = "read_tickets";
+pub const MANAGE_TICKETS: &str = "manage_tickets";
+
+pub const BUILTIN_TOOLS: [&str; 4] = [CLOSE_TICKET, HANDOVER_TICKET, READ_TICKETS, MANAGE_TICKETS];
+
+/// Sub-tickets get the same attempt budget as tickets created over the API by default.
+pub(crate) const DEFAULT_MAX_ATTEMPTS: i32 = 3;
+/// Long fields (a schema, an error) shown to the model are cut to this many characters.
+const MAX_FIELD_CHARS: usize = 2000;
+
+/// The built-in tools, in [`BUILTIN_TOOLS`] order. Each builds its input schema when created.
+pub fn all() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(CloseTicket::new()),
+        Arc::new(HandoverTicket::new()),
+        Arc::new(ReadTickets::new()),
+        Arc::new(ManageTickets::new()),
+    ]
+}
