@@ -2,8 +2,12 @@
 //! request (no tools, not retried) condenses it, and the summary replaces every non-system
 //! comment in one transaction.
 
-use crate::domain::{Author, Comment, ContentBlock};
-use crate::llm::{Message, ModelRequest, Role};
+use super::step::Step;
+use super::{request, Flow, RunEnd, Stop};
+use crate::db;
+use crate::db::claims::Finish;
+use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, TicketUsage};
+use crate::llm::{Delta, Message, ModelRequest, Provider, Role};
 
 /// No request is sent at or above `window − BLOCKING_MARGIN` estimated tokens.
 pub const BLOCKING_MARGIN: u64 = 3_000;
@@ -150,6 +154,92 @@ pub fn summary_comment(summary: &str) -> Vec<ContentBlock> {
     vec![ContentBlock::text(format!(
         "Summary of the work on this ticket so far (the earlier transcript was compacted):\n\n{summary}"
     ))]
+}
+
+impl Step<'_> {
+    /// Summarises the transcript and replaces it. Ok(true) when compacted, Ok(false) when a
+    /// proactive compaction failed (the request still fits); a failed blocking or reactive
+    /// compaction fails the ticket.
+    pub(super) async fn compact(
+        &self,
+        provider: &dyn Provider,
+        window: u64,
+        reason: Reason,
+        tokens_before: u64,
+    ) -> Flow<bool> {
+        let name = self.name();
+        let started = EventData::CompactionStarted {
+            reason: reason.as_str().into(),
+        };
+        self.append_events(vec![NewEvent::new(Some(name), started)]).await?;
+        let comments = db::comments::all(&self.rt.pool, self.ticket.id).await?;
+        let summariser = summariser_request(&self.agent.model, &comments, window);
+        // One request, no tools, no retries: a failing summariser is reported, not hammered.
+        let mut ignore_deltas = |_: Delta| {};
+        let result = tokio::select! {
+            biased;
+            _ = self.signals.abort.cancelled() => return super::aborted(),
+            r = provider.stream(&summariser, &mut ignore_deltas, self.rt.stream_idle) => r,
+        };
+        let (usage, outcome) = match result {
+            Ok(response) if !response.text.trim().is_empty() => (Some(response.usage), Ok(response.text)),
+            Ok(response) => (
+                Some(response.usage),
+                Err("the summariser returned an empty summary".to_owned()),
+            ),
+            Err(err) => (None, Err(format!("{}: {}", err.kind.as_str(), err.message))),
+        };
+        let usage = usage
+            .map(|u| request::ticket_usage(&u, 1))
+            .unwrap_or_else(TicketUsage::default);
+        let mut tx = self.fenced(&usage).await?;
+        let compacted = match outcome {
+            Ok(summary) => {
+                // Only what the summariser saw is replaced: a comment written meanwhile stays.
+                let summarised = comments.iter().map(|c| c.seq).max().unwrap_or(0);
+                db::comments::delete_non_system(&mut tx, self.ticket.id, summarised).await?;
+                let content = summary_comment(&summary);
+                let comment = db::comments::insert(&mut tx, self.ticket.id, Author::User, None, &content).await?;
+                let kept = db::comments::all(&mut *tx, self.ticket.id).await?;
+                let tokens_after = estimate_tokens(&request::build(&self.agent, &self.ticket, &kept));
+                let finished = EventData::CompactionFinished {
+                    reason: reason.as_str().into(),
+                    tokens_before,
+                    tokens_after,
+                };
+                let events = [
+                    NewEvent::new(Some(name), EventData::CommentCreated { comment }),
+                    NewEvent::new(Some(name), finished),
+                ];
+                db::events::append(&mut tx, self.ticket.id, &events).await?;
+                true
+            }
+            Err(message) => {
+                let failed = NewEvent::new(
+                    Some(name),
+                    EventData::CompactionFailed {
+                        reason: reason.as_str().into(),
+                        message: message.clone(),
+                    },
+                );
+                if reason != Reason::Proactive {
+                    let outcome = Finish::Failed {
+                        kind: "compaction_failed".into(),
+                        message: format!("compaction failed: {message}"),
+                    };
+                    db::claims::finish(&mut tx, self.fence, &outcome, name, vec![failed]).await?;
+                    tx.commit().await?;
+                    self.rt.hub.wake();
+                    return Err(Stop::End(RunEnd::Failed));
+                }
+                db::events::append(&mut tx, self.ticket.id, &[failed]).await?;
+                false
+            }
+        };
+        tx.commit().await?;
+        self.rt.hub.wake();
+        Ok(compacted)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,217 @@
+//! Storing what a step produced: the model's response, a text reply's settlement, a failure.
+//! Every write is fenced by the claim: a transaction opened by `db::claims::fence`, or a group
+//! write that checks the claim in its statement; a lost claim stops the step (`aborted`) with
+//! nothing written. The tools' results are stored by `results`.
+
+use sqlx::{PgConnection, Postgres, Transaction};
+
+use super::step::Step;
+use super::tool_calls::PreparedCall;
+use super::{aborted, request, transcript, Flow, RunEnd, Runtime, Stop};
+use crate::db;
+use crate::db::claims::{Fence, Finish, Release};
+use crate::domain::{Agent, Author, Comment, ContentBlock, EventData, NewEvent, TicketUsage};
+use crate::llm::ModelResponse;
+
+pub(super) const STILL_TOO_LARGE: &str = "context still exceeds window after compaction";
+
+/// A model response as it is stored: the usage it adds, the assistant comment's content, and
+/// the events that go around that comment in the log.
+pub(super) struct ResponseRecord {
+    pub usage: TicketUsage,
+    content: Vec<ContentBlock>,
+    /// `request.finished`, logged before the comment.
+    finished: NewEvent,
+    /// `tool.started` of each call, logged after it.
+    tool_started: Vec<NewEvent>,
+}
+
+impl ResponseRecord {
+    pub fn of(agent: &Agent, response: &ModelResponse, calls: &[PreparedCall]) -> ResponseRecord {
+        let name = agent.name.as_str();
+        let mut content: Vec<ContentBlock> = response.thinking.clone();
+        if !response.text.is_empty() {
+            content.push(ContentBlock::text(response.text.clone()));
+        }
+        for call in calls {
+            content.push(ContentBlock::ToolUse {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                input: call.shown_input.clone(),
+            });
+        }
+        let model = if response.model.is_empty() {
+            agent.model.clone()
+        } else {
+            response.model.clone()
+        };
+        let finished = EventData::RequestFinished {
+            model,
+            usage: request::token_usage(&response.usage),
+            stop_reason: response.stop_reason.as_str().into(),
+        };
+        let tool_started = calls
+            .iter()
+            .map(|c| {
+                let started = EventData::ToolStarted {
+                    tool_name: c.name.clone(),
+                    call_id: c.id.clone(),
+                    input: c.shown_input.clone(),
+                };
+                NewEvent::new(Some(name), started)
+            })
+            .collect();
+        ResponseRecord {
+            usage: request::ticket_usage(&response.usage, 1),
+            content,
+            finished: NewEvent::new(Some(name), finished),
+            tool_started,
+        }
+    }
+
+    /// The response as a step stores it (`db::steps::store_step`): the assistant comment, the
+    /// events around it in log order, and which of them carries the comment (its index, 0).
+    pub fn into_step(mut self, ticket_id: uuid::Uuid, agent: &str) -> (Comment, Vec<NewEvent>, Vec<Option<usize>>) {
+        let content = std::mem::take(&mut self.content);
+        let comment = db::steps::new_comment(ticket_id, Author::Assistant, Some(agent), content);
+        let events = self.events(&comment, agent);
+        let carries = events
+            .iter()
+            .map(|e| (e.kind == crate::domain::event::kind::COMMENT_CREATED).then_some(0))
+            .collect();
+        (comment, events, carries)
+    }
+
+    /// The events in log order, once the comment is stored.
+    fn events(self, comment: &Comment, agent: &str) -> Vec<NewEvent> {
+        let created = NewEvent::new(Some(agent), EventData::CommentCreated { comment: comment.clone() });
+        let mut events = vec![self.finished, created];
+        events.extend(self.tool_started);
+        events
+    }
+}
+
+/// Ends the ticket `failed`, after `events`, in one fenced transaction.
+pub(super) async fn fail<T>(
+    rt: &Runtime,
+    fence: Fence,
+    agent: &str,
+    error_kind: &str,
+    message: &str,
+    events: Vec<NewEvent>,
+) -> Flow<T> {
+    let Some(mut tx) = db::claims::fence(&rt.pool, fence).await? else {
+        return aborted();
+    };
+    let outcome = Finish::Failed {
+        kind: error_kind.to_owned(),
+        message: message.to_owned(),
+    };
+    db::claims::finish(&mut tx, fence, &outcome, agent, events).await?;
+    tx.commit().await?;
+    rt.hub.wake();
+    Err(Stop::End(RunEnd::Failed))
+}
+
+impl Step<'_> {
+    /// Opens the claim's fenced transaction, adding `usage` to the ticket's counters; stops the
+    /// step when the claim is gone.
+    pub(super) async fn fenced(&self, usage: &TicketUsage) -> Flow<Transaction<'static, Postgres>> {
+        match db::claims::fence_adding(&self.rt.pool, self.fence, usage).await? {
+            Some(tx) => Ok(tx),
+            None => aborted(),
+        }
+    }
+
+    /// Appends events through the group writer (no transaction of this step's own).
+    pub(super) async fn append_events(&self, events: Vec<NewEvent>) -> Flow<()> {
+        if !self.rt.appender.append(self.fence, events).await? {
+            return aborted();
+        }
+        self.rt.hub.wake();
+        Ok(())
+    }
+
+    /// Ends the ticket `failed`, after `events`.
+    pub(super) async fn fail<T>(&self, error_kind: &str, message: &str, events: Vec<NewEvent>) -> Flow<T> {
+        fail(self.rt, self.fence, self.name(), error_kind, message, events).await
+    }
+
+    /// A model request that cannot succeed: `request.failed`, then the ticket fails with its kind.
+    pub(super) async fn fail_request<T>(&self, error_kind: &str, message: &str) -> Flow<T> {
+        let failed = EventData::RequestFailed {
+            kind: error_kind.into(),
+            message: message.into(),
+        };
+        let event = NewEvent::new(Some(self.name()), failed);
+        self.fail(error_kind, message, vec![event]).await
+    }
+
+    /// A reply without tool calls: on a schema-bound ticket a directive and a counted retry;
+    /// otherwise the agent is asking the humans something and the ticket waits for a comment.
+    pub(super) async fn settle_text_reply(&self, record: ResponseRecord) -> Flow<()> {
+        let name = self.name();
+        let ticket_id = self.ticket.id;
+        let mut tx = self.fenced(&record.usage).await?;
+        // The assistant comment, in this transaction (whose fence added the usage).
+        let comment = db::comments::insert(&mut tx, ticket_id, Author::Assistant, Some(name), &record.content).await?;
+        let mut events = record.events(&comment, name);
+        let end = if self.ticket.schema.is_some() {
+            let detail =
+                "This ticket needs a result that matches its JSON Schema: call close_ticket with it (or handover_ticket).";
+            match self.schema_retry(&mut tx, detail, &mut events).await? {
+                Some(fail_message) => {
+                    let outcome = Finish::Failed {
+                        kind: "max_schema_retries".into(),
+                        message: fail_message,
+                    };
+                    db::claims::finish(&mut tx, self.fence, &outcome, name, events).await?;
+                    Err(Stop::End(RunEnd::Failed))
+                }
+                None => {
+                    let directive = [ContentBlock::text(transcript::directive(detail))];
+                    let directive = db::comments::insert(&mut tx, ticket_id, Author::System, None, &directive).await?;
+                    events.push(NewEvent::new(Some(name), EventData::CommentCreated { comment: directive }));
+                    db::events::append(&mut tx, ticket_id, &events).await?;
+                    Ok(())
+                }
+            }
+        } else {
+            db::events::append(&mut tx, ticket_id, &events).await?;
+            db::claims::release(&mut tx, self.fence, Release::Waiting, name).await?;
+            Err(Stop::End(RunEnd::Waiting))
+        };
+        tx.commit().await?;
+        self.rt.hub.wake();
+        end
+    }
+
+    /// Counts a rejected reply on a schema-bound ticket: adds `schema.retried` to `events`, or,
+    /// past the agent's limit, `policy.violated` and returns the failure message.
+    pub(super) async fn schema_retry(
+        &self,
+        tx: &mut PgConnection,
+        detail: &str,
+        events: &mut Vec<NewEvent>,
+    ) -> Result<Option<String>, sqlx::Error> {
+        let max = self.agent.max_schema_retries.max(0);
+        let count = db::claims::bump_schema_retries(tx, self.ticket.id, false).await?;
+        if count > max {
+            let violated = EventData::PolicyViolated {
+                kind: "max_schema_retries".into(),
+                limit: max.into(),
+            };
+            events.push(NewEvent::new(Some(self.name()), violated));
+            return Ok(Some(format!(
+                "no acceptable result after {max} schema retries: {detail}"
+            )));
+        }
+        let retried = EventData::SchemaRetried {
+            attempt: count,
+            max_attempts: max,
+            message: detail.into(),
+        };
+        events.push(NewEvent::new(Some(self.name()), retried));
+        Ok(None)
+    }
+}

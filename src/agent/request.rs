@@ -1,0 +1,72 @@
+//! What one model request holds: the agent's role and the ticket's schema as the system prompt,
+//! the transcript as messages, the agent's tools and settings; and the limits checked before it.
+
+use super::transcript;
+use crate::domain::{Agent, Comment, Ticket, TicketUsage, TokenUsage};
+use crate::llm::{self, ModelRequest};
+use crate::tools::ToolRegistry;
+
+pub(super) fn build(agent: &Agent, ticket: &Ticket, comments: &[Comment]) -> ModelRequest {
+    ModelRequest {
+        model: agent.model.clone(),
+        system: system_prompt(agent, ticket),
+        messages: transcript::to_messages(comments),
+        // Built once per tool by the registry; a request only clones them.
+        tools: ToolRegistry::builtin().specs(agent.tools.iter().map(String::as_str)),
+        temperature: agent.temperature,
+        max_tokens: agent.max_tokens.map(|m| m as u32),
+        thinking_budget: agent.thinking_budget.map(|b| b as u32),
+    }
+}
+
+fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
+    let role = if agent.role.trim().is_empty() {
+        crate::app::DEFAULT_AGENT_ROLE
+    } else {
+        agent.role.as_str()
+    };
+    let mut prompt = format!("{role}\n\nYou are working on ticket {}.", ticket.key);
+    // In the system prompt, not the transcript, so that compaction cannot drop it.
+    if let Some(schema) = &ticket.schema {
+        prompt.push_str("\n\nThe result you pass to close_ticket must match this JSON Schema:\n");
+        prompt.push_str(&serde_json::to_string_pretty(schema).unwrap_or_default());
+    }
+    prompt
+}
+
+/// The agent's limits, checked before each request: (kind, limit) of the first one reached.
+pub(super) fn policy_violation(agent: &Agent, ticket: &Ticket) -> Option<(&'static str, i64)> {
+    let u = &ticket.usage;
+    if let Some(max) = agent.max_turns.map(i64::from).filter(|max| u.requests >= *max) {
+        return Some(("max_turns", max));
+    }
+    if let Some(max) = agent.max_input_tokens.filter(|max| u.input_tokens >= *max) {
+        return Some(("max_input_tokens", max));
+    }
+    if let Some(max) = agent.max_output_tokens.filter(|max| u.output_tokens >= *max) {
+        return Some(("max_output_tokens", max));
+    }
+    None
+}
+
+/// A response's tokens as its `request.finished` event reports them.
+pub(super) fn token_usage(usage: &llm::Usage) -> TokenUsage {
+    TokenUsage {
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        cache_read_tokens: usage.cache_read_tokens,
+        cache_creation_tokens: usage.cache_creation_tokens,
+    }
+}
+
+/// What `requests` responses with these tokens add to the ticket's counters.
+pub(super) fn ticket_usage(usage: &llm::Usage, requests: i64) -> TicketUsage {
+    TicketUsage {
+        input_tokens: usage.input_tokens as i64,
+        output_tokens: usage.output_tokens as i64,
+        cache_read_tokens: usage.cache_read_tokens as i64,
+        cache_creation_tokens: usage.cache_creation_tokens as i64,
+        requests,
+        tool_calls: 0,
+    }
+}

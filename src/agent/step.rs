@@ -1,0 +1,212 @@
+//! One step of the loop, top-down: check the ticket and the agent's limits, build the request
+//! (compacting first when it nears the window), call the model, then either settle a text reply
+//! or run the tool calls and store their results.
+
+use super::compaction::{self, Reason};
+use super::model_call::ModelOutcome;
+use super::persist::{self, ResponseRecord};
+use super::tool_calls::{self, PreparedCall};
+use super::{aborted, request, Flow, Runtime, Signals};
+use crate::db;
+use crate::db::claims::{Claim, Fence};
+use crate::db::steps::{StepResult, StepWrite};
+use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
+use crate::llm::{self, LlmError, ModelRequest, ModelResponse, Provider};
+
+/// What every part of a step works with: the process, the claim, the agent and the ticket as
+/// the step read them, and the signals that stop it.
+pub(super) struct Step<'a> {
+    pub rt: &'a Runtime,
+    pub fence: Fence,
+    pub agent: Agent,
+    pub ticket: Ticket,
+    pub signals: &'a Signals,
+}
+
+/// Runs one step of a claimed ticket. `first`: the first step of a new claim, which works from
+/// what the claim returned instead of reading it again.
+pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Flow<()> {
+    let fence = claim.fence();
+    let agent_name = claim.agent.as_str();
+    let state = if first {
+        Some((claim.ticket.clone(), claim.generation))
+    } else {
+        db::claims::loop_state(&rt.pool, fence.ticket_id).await?
+    };
+    let Some((ticket, generation)) = state else {
+        return aborted();
+    };
+    if generation != fence.generation || ticket.status != Status::InProgress {
+        return aborted();
+    }
+    let definition = match &claim.definition {
+        Some(agent) if first => Some(agent.clone()),
+        _ => db::agents::get(&rt.pool, agent_name).await?,
+    };
+    let Some(agent) = definition else {
+        let message = format!("agent {agent_name:?} no longer exists");
+        return persist::fail(rt, fence, agent_name, "agent_missing", &message, vec![]).await;
+    };
+    // As the claim wrote it: a comment posted since is seen by the next request, as one posted
+    // during this request would be.
+    let transcript = claim.transcript.as_ref().filter(|_| first).cloned();
+    let step = Step {
+        rt,
+        fence,
+        agent,
+        ticket,
+        signals,
+    };
+    step.work(transcript).await
+}
+
+impl Step<'_> {
+    pub fn name(&self) -> &str {
+        &self.agent.name
+    }
+
+    async fn work(&self, transcript: Option<Vec<Comment>>) -> Flow<()> {
+        if let Some((policy, limit)) = request::policy_violation(&self.agent, &self.ticket) {
+            let event = NewEvent::new(
+                Some(self.name()),
+                EventData::PolicyViolated {
+                    kind: policy.into(),
+                    limit,
+                },
+            );
+            let message = format!("the ticket reached the agent's {policy} limit ({limit}) before it was closed");
+            return self.fail(policy, &message, vec![event]).await;
+        }
+        let provider = match self.rt.providers.get(self.agent.provider.as_deref()) {
+            Ok(p) => p,
+            Err(err) => return self.fail_request(err.kind.as_str(), &err.message).await,
+        };
+        let window = self
+            .agent
+            .context_window
+            .map(|w| w as u64)
+            .or_else(|| llm::known_context_window(&self.agent.model).map(u64::from));
+        let transcript = match transcript {
+            Some(transcript) => transcript,
+            None => db::comments::all(&self.rt.pool, self.ticket.id).await?,
+        };
+        let mut request = request::build(&self.agent, &self.ticket, &transcript);
+        let compacted = match window {
+            Some(window) => self.compact_before_request(provider.as_ref(), window, &mut request).await?,
+            None => false,
+        };
+        let response = match self.call_model(provider.as_ref(), &request).await? {
+            ModelOutcome::Response(r) => r,
+            ModelOutcome::Overflow(err) => {
+                self.recover_from_overflow(provider.as_ref(), window, compacted, request, err)
+                    .await?
+            }
+        };
+        self.act_on(response).await
+    }
+
+    /// Compacts the transcript when the request nears the window (see `compaction::trigger`) and
+    /// rebuilds the request; true when it was compacted. A request still too large afterwards
+    /// fails the ticket.
+    async fn compact_before_request(
+        &self,
+        provider: &dyn Provider,
+        window: u64,
+        request: &mut ModelRequest,
+    ) -> Flow<bool> {
+        let estimated = compaction::estimate_tokens(request);
+        let Some(reason) = compaction::trigger(estimated, window, self.ticket.usage.requests > 0) else {
+            return Ok(false);
+        };
+        if reason == Reason::Blocking {
+            let data = EventData::ContextLimitExceeded {
+                estimated_tokens: estimated,
+                threshold_tokens: compaction::blocking_threshold(window),
+            };
+            self.append_events(vec![NewEvent::new(Some(self.name()), data)]).await?;
+        }
+        let compacted = self.compact(provider, window, reason, estimated).await?;
+        *request = self.rebuild_request().await?;
+        if compaction::estimate_tokens(request) >= compaction::blocking_threshold(window) {
+            return self.fail("context_window_exceeded", persist::STILL_TOO_LARGE, vec![]).await;
+        }
+        Ok(compacted)
+    }
+
+    /// Reactive compaction: the provider says the context is full. Compact once and try again; a
+    /// second overflow right after a compaction fails the ticket.
+    async fn recover_from_overflow(
+        &self,
+        provider: &dyn Provider,
+        window: Option<u64>,
+        compacted: bool,
+        request: ModelRequest,
+        err: LlmError,
+    ) -> Flow<ModelResponse> {
+        let Some(window) = window.filter(|_| !compacted) else {
+            return self.overflow_failure(&err, compacted).await;
+        };
+        let estimated = compaction::estimate_tokens(&request);
+        self.compact(provider, window, Reason::Reactive, estimated).await?;
+        let request = self.rebuild_request().await?;
+        match self.call_model(provider, &request).await? {
+            ModelOutcome::Response(r) => Ok(r),
+            ModelOutcome::Overflow(err) => self.overflow_failure(&err, true).await,
+        }
+    }
+
+    async fn rebuild_request(&self) -> Flow<ModelRequest> {
+        let comments = db::comments::all(&self.rt.pool, self.ticket.id).await?;
+        Ok(request::build(&self.agent, &self.ticket, &comments))
+    }
+
+    async fn overflow_failure<T>(&self, err: &LlmError, after_compaction: bool) -> Flow<T> {
+        let message = if after_compaction {
+            format!("{}: {}", persist::STILL_TOO_LARGE, err.message)
+        } else {
+            err.message.clone()
+        };
+        self.fail_request(err.kind.as_str(), &message).await
+    }
+
+    /// A text reply settles the step; tool calls run, and their results are stored.
+    async fn act_on(&self, response: ModelResponse) -> Flow<()> {
+        let calls = tool_calls::prepare(&self.agent, &response);
+        let record = ResponseRecord::of(&self.agent, &response, &calls);
+        if calls.is_empty() {
+            return self.settle_text_reply(record).await;
+        }
+        let tool_usage = TicketUsage {
+            tool_calls: calls.len() as i64,
+            ..TicketUsage::default()
+        };
+        if calls.iter().all(PreparedCall::writes_nothing) {
+            // Nothing these calls do writes (finishers apply at commit): run them first, then
+            // store the response, the results and the outcome in one transaction. A crash before
+            // the commit leaves no trace, exactly like a crash during the model call.
+            let outcomes = self.execute_tools(&calls).await?;
+            let usage = record.usage.plus(&tool_usage);
+            return self.store_results(&calls, outcomes, Some(record), &usage).await;
+        }
+        // Tools with side effects: the response and `tool.started` are stored before they run.
+        let usage = record.usage;
+        let (assistant, events, carries) = record.into_step(self.ticket.id, self.name());
+        let write = StepWrite {
+            fence: self.fence,
+            agent: self.agent.name.clone(),
+            step: StepResult {
+                usage,
+                comments: vec![assistant],
+                events,
+                carries,
+                outcome: None,
+            },
+        };
+        if !self.rt.steps.store(write).await? {
+            return aborted();
+        }
+        self.rt.hub.wake();
+        let outcomes = self.execute_tools(&calls).await?;
+        self.store_results(&calls, outcomes, None, &tool_usage).await
+    }
+}

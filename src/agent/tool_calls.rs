@@ -1,0 +1,77 @@
+//! A response's tool calls: prepared (the tool looked up, the input repaired and checked against
+//! its schema) and then run concurrently.
+
+use serde_json::Value;
+
+use super::step::Step;
+use super::{aborted, Flow};
+use crate::domain::Agent;
+use crate::llm::ModelResponse;
+use crate::tools::{self, Prepared, ToolContext, ToolFailure, ToolOutcome, ToolRegistry};
+
+/// A tool call as the model made it, with its input repaired and checked.
+pub(super) struct PreparedCall {
+    pub id: String,
+    pub name: String,
+    /// The tool and its repaired input (what is run, stored and shown), or why it cannot run.
+    pub input: Result<Prepared, ToolFailure>,
+    pub shown_input: Value,
+}
+
+impl PreparedCall {
+    /// Calls whose running writes nothing: reads, finishers (applied at commit), and calls that
+    /// do not run at all.
+    pub fn writes_nothing(&self) -> bool {
+        self.input.as_ref().map_or(true, |p| p.tool.writes_nothing())
+    }
+}
+
+pub(super) fn prepare(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
+    response
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let id = if call.id.is_empty() {
+                format!("call_{i}")
+            } else {
+                call.id.clone()
+            };
+            let input = ToolRegistry::builtin().prepare(&agent.tools, &call.name, &call.arguments);
+            let shown_input = match &input {
+                Ok(p) => p.input.clone(),
+                Err(_) => tools::repair_json(&call.arguments).0,
+            };
+            PreparedCall {
+                id,
+                name: call.name.clone(),
+                input,
+                shown_input,
+            }
+        })
+        .collect()
+}
+
+impl Step<'_> {
+    /// Runs the calls concurrently; outcomes keep call order. Cancel aborts them.
+    pub(super) async fn execute_tools(&self, calls: &[PreparedCall]) -> Flow<Vec<ToolOutcome>> {
+        let ctx = ToolContext {
+            pool: &self.rt.pool,
+            fence: self.fence,
+            ticket: &self.ticket,
+            agent: &self.agent.name,
+            cancel: self.signals.abort.clone(),
+        };
+        let runs = calls.iter().map(|call| async {
+            match &call.input {
+                Err(failure) => failure.clone().into(),
+                Ok(prepared) => prepared.run(&ctx).await,
+            }
+        });
+        tokio::select! {
+            biased;
+            _ = self.signals.abort.cancelled() => aborted(),
+            outcomes = futures::future::join_all(runs) => Ok(outcomes),
+        }
+    }
+}
