@@ -417,7 +417,7 @@ fn ticket_usage(usage: &llm::Usage, requests: i64) -> TicketUsage {
 
 fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
     let role = if agent.role.trim().is_empty() {
-        crate::app::DEFAULT_AGENT_ROLE
+        crate::domain::agent::DEFAULT_AGENT_ROLE
     } else {
         agent.role.as_str()
     };

@@ -12,7 +12,7 @@ use super::pagination::{Cursor, Page};
 use super::tickets::PageQuery;
 use super::AppState;
 use crate::db;
-use crate::domain::agent::is_valid_agent_name;
+use crate::domain::agent::{default_model, is_valid_agent_name};
 use crate::domain::Agent;
 use crate::tools::specs::BUILTIN_TOOLS;
 
@@ -53,15 +53,6 @@ fn positive<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T
     match v {
         Some(v) if v <= T::default() => Err(ApiError::Validation(format!("{name} must be positive"))),
         v => Ok(v),
-    }
-}
-
-/// The model an agent gets when it names none.
-pub fn default_model(configured: Option<&str>, provider: Option<&str>) -> String {
-    match (configured, provider) {
-        (Some(m), _) => m.to_owned(),
-        (None, Some("anthropic")) => "claude-sonnet-4-5".into(),
-        _ => "gpt-4o-mini".into(),
     }
 }
 
