@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::db;
+use crate::domain::agent::{default_model, DEFAULT_AGENT_ROLE};
 use crate::domain::Agent;
 use crate::events::EventHub;
 use crate::http::{self, AppState};
@@ -35,10 +36,6 @@ impl Mode {
         matches!(self, Mode::Serve | Mode::Worker)
     }
 }
-
-pub const DEFAULT_AGENT_ROLE: &str = "You are an agent working a ticket. Do what the ticket asks. \
-When you are done, call close_ticket with the result. If you need information only a human can give, \
-ask for it in plain text without calling a tool; the ticket waits for their reply.";
 
 pub struct App {
     /// Where the API listens (None in worker-only mode).
@@ -163,7 +160,7 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         name: "default".into(),
         role: DEFAULT_AGENT_ROLE.into(),
         provider: None,
-        model: http::agents::default_model(config.model.as_deref(), providers.detected()),
+        model: default_model(config.model.as_deref(), providers.detected()),
         labels: vec![],
         tools: BUILTIN_TOOLS.iter().map(|t| t.to_string()).collect(),
         context_window: None,

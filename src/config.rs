@@ -1,14 +1,29 @@
-//! One typed configuration, read from the environment (and `.env`). Secrets are never printed.
+//! One typed configuration, from command-line options, each of which can also be set by an
+//! environment variable (also from `.env`). Secrets are never printed.
 
+use std::ffi::OsStr;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
+
+use clap::builder::TypedValueParser;
+use clap::{Arg, Args, CommandFactory, FromArgMatches, Parser};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
     Json,
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        })
+    }
 }
 
 #[derive(Clone)]
@@ -67,60 +82,193 @@ impl Default for Config {
     }
 }
 
+/// Options of every subcommand.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalArgs {
+    /// Postgres connection string; unset: an embedded PostgreSQL under --data-dir
+    #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true, value_name = "URL",
+        value_parser = Setting(text))]
+    pub database_url: Option<String>,
+    /// Where the embedded PostgreSQL keeps its data
+    #[arg(long, global = true, env = "AGENTDESK_DATA_DIR", value_name = "DIR",
+        default_value_os_t = Config::default().data_dir, value_parser = Setting(path))]
+    pub data_dir: PathBuf,
+    /// Log format: text or json (the level comes from RUST_LOG)
+    #[arg(long, global = true, env = "AGENTDESK_LOG_FORMAT", value_name = "FORMAT",
+        default_value_t = Config::default().log_format, value_parser = Setting(log_format))]
+    pub log_format: LogFormat,
+}
+
+/// Where the API listens.
+#[derive(Args, Clone)]
+pub struct ListenArgs {
+    /// Listen address (port 0 picks a free port and logs it)
+    #[arg(long, env = "AGENTDESK_ADDR", value_name = "ADDR",
+        default_value_t = Config::default().addr, value_parser = Setting(parsed::<SocketAddr>))]
+    pub addr: SocketAddr,
+}
+
+/// Options of the processes that serve the API or work tickets.
+#[derive(Args, Clone)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    pub listen: ListenArgs,
+    /// Tickets this process works on at once
+    #[arg(long, env = "AGENTDESK_WORKERS", value_name = "N", allow_negative_numbers = true,
+        default_value_t = Config::default().workers, value_parser = Setting(parsed::<usize>))]
+    pub workers: usize,
+    /// A claim's lease, in seconds; renewed while the worker works
+    #[arg(long, env = "AGENTDESK_LEASE_SECS", value_name = "SECS", allow_negative_numbers = true,
+        default_value_t = Config::default().lease.as_secs_f64(), value_parser = Setting(seconds))]
+    pub lease_secs: f64,
+    /// A model stream silent this long (seconds) is a stall
+    #[arg(long, env = "AGENTDESK_STREAM_IDLE_SECS", value_name = "SECS", allow_negative_numbers = true,
+        default_value_t = Config::default().stream_idle.as_secs_f64(), value_parser = Setting(seconds))]
+    pub stream_idle_secs: f64,
+    /// Comma-separated bearer tokens; when set, every /v1/* request needs one
+    #[arg(long, env = "AGENTDESK_API_TOKENS", hide_env_values = true, value_name = "TOKENS",
+        value_parser = Setting(text))]
+    pub api_tokens: Option<String>,
+    /// Model of the `default` agent created when no agent exists; unset: by the provider found
+    #[arg(long, env = "AGENTDESK_MODEL", value_name = "MODEL", value_parser = Setting(text))]
+    pub model: Option<String>,
+    /// Interval of `: ping` comments on event streams, in seconds (at most 15)
+    #[arg(long, env = "AGENTDESK_SSE_PING_SECS", value_name = "SECS", allow_negative_numbers = true,
+        default_value_t = Config::default().sse_ping.as_secs_f64(), value_parser = Setting(seconds))]
+    pub sse_ping_secs: f64,
+    /// On shutdown, how long (seconds) running steps may finish before their tickets are released
+    #[arg(long, env = "AGENTDESK_SHUTDOWN_GRACE_SECS", value_name = "SECS", allow_negative_numbers = true,
+        default_value_t = Config::default().shutdown_grace.as_secs_f64(), value_parser = Setting(seconds))]
+    pub shutdown_grace_secs: f64,
+    /// Size of the process's Postgres connection pool
+    #[arg(long, env = "AGENTDESK_DB_MAX_CONNECTIONS", value_name = "N", allow_negative_numbers = true,
+        default_value_t = Config::default().db_max_connections, value_parser = Setting(parsed::<u32>))]
+    pub db_max_connections: u32,
+}
+
+/// Every setting, for `Config::from_lookup`.
+#[derive(Parser)]
+#[command(no_binary_name = true)]
+struct Settings {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
 impl Config {
+    /// The configuration these options give; what they do not cover keeps its default.
+    pub fn from_args(global: &GlobalArgs, server: Option<&ServerArgs>) -> Config {
+        let mut config = Config {
+            database_url: global.database_url.clone().filter(|url| !url.is_empty()),
+            data_dir: global.data_dir.clone(),
+            log_format: global.log_format,
+            ..Config::default()
+        };
+        if let Some(server) = server {
+            config.addr = server.listen.addr;
+            config.workers = server.workers;
+            config.lease = Duration::from_secs_f64(server.lease_secs);
+            config.stream_idle = Duration::from_secs_f64(server.stream_idle_secs);
+            config.api_tokens = server
+                .api_tokens
+                .iter()
+                .flat_map(|tokens| tokens.split(','))
+                .map(|token| token.trim().to_owned())
+                .filter(|token| !token.is_empty())
+                .collect();
+            config.model = server.model.clone().filter(|model| !model.is_empty());
+            config.sse_ping = Duration::from_secs_f64(server.sse_ping_secs).min(Duration::from_secs(15));
+            config.shutdown_grace = Duration::from_secs_f64(server.shutdown_grace_secs);
+            config.db_max_connections = server.db_max_connections;
+        }
+        config
+    }
+
     /// Reads the environment; a malformed value is an error naming the variable.
     pub fn from_env() -> Result<Config, String> {
         Config::from_lookup(|name| std::env::var(name).ok())
     }
 
+    /// Every setting, by the name of its variable, parsed as the command line parses it.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
-        let get = |name: &str| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let d = Config::default();
-        fn parse<T: std::str::FromStr>(name: &str, value: Option<String>, default: T) -> Result<T, String> {
-            match value {
-                None => Ok(default),
-                Some(v) => v.parse().map_err(|_| format!("{name}: cannot parse {v:?}")),
-            }
-        }
-        let secs = |name: &str, default: Duration| -> Result<Duration, String> {
-            let v: f64 = parse(name, get(name), default.as_secs_f64())?;
-            if !(v > 0.0 && v < 1e9) {
-                return Err(format!("{name}: must be a positive number of seconds"));
-            }
-            Ok(Duration::from_secs_f64(v))
+        // Every option goes on the command line, an unset one as an empty value (the default), so
+        // that only `get` is read, not the process's environment.
+        let command = Settings::command();
+        let args: Vec<String> = command
+            .get_arguments()
+            .filter_map(|arg| {
+                let value = get(arg.get_env()?.to_str()?).unwrap_or_default();
+                Some(format!("--{}={value}", arg.get_long()?))
+            })
+            .collect();
+        // The parsers' own message names the variable; clap's adds the option's name around it.
+        let message = |err: clap::Error| match std::error::Error::source(&err) {
+            Some(source) => source.to_string(),
+            None => err.to_string(),
         };
-        let workers: usize = parse("AGENTDESK_WORKERS", get("AGENTDESK_WORKERS"), d.workers)?;
-        let sse_ping = secs("AGENTDESK_SSE_PING_SECS", d.sse_ping)?.min(Duration::from_secs(15));
-        Ok(Config {
-            database_url: get("DATABASE_URL"),
-            addr: parse("AGENTDESK_ADDR", get("AGENTDESK_ADDR"), d.addr)?,
-            workers,
-            lease: secs("AGENTDESK_LEASE_SECS", d.lease)?,
-            stream_idle: secs("AGENTDESK_STREAM_IDLE_SECS", d.stream_idle)?,
-            api_tokens: get("AGENTDESK_API_TOKENS")
-                .map(|v| {
-                    v.split(',')
-                        .map(|t| t.trim().to_owned())
-                        .filter(|t| !t.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default(),
-            model: get("AGENTDESK_MODEL"),
-            log_format: match get("AGENTDESK_LOG_FORMAT").as_deref() {
-                None | Some("text") => LogFormat::Text,
-                Some("json") => LogFormat::Json,
-                Some(other) => return Err(format!("AGENTDESK_LOG_FORMAT: expected text or json, got {other:?}")),
-            },
-            sse_ping,
-            shutdown_grace: secs("AGENTDESK_SHUTDOWN_GRACE_SECS", d.shutdown_grace)?,
-            data_dir: get("AGENTDESK_DATA_DIR").map(PathBuf::from).unwrap_or(d.data_dir),
-            db_max_connections: parse(
-                "AGENTDESK_DB_MAX_CONNECTIONS",
-                get("AGENTDESK_DB_MAX_CONNECTIONS"),
-                d.db_max_connections,
-            )?,
-        })
+        let matches = command.try_get_matches_from(args).map_err(message)?;
+        let settings = Settings::from_arg_matches(&matches).map_err(message)?;
+        Ok(Config::from_args(&settings.global, Some(&settings.server)))
     }
+}
+
+/// Reads an option's value as the environment has always been read: blanks around it are ignored,
+/// an empty value means the default (docker compose passes an unset variable as empty), and a bad
+/// value is reported with the variable's name.
+#[derive(Clone)]
+struct Setting<T>(fn(&str, &str) -> Result<T, String>);
+
+impl<T: Clone + Send + Sync + 'static> TypedValueParser for Setting<T> {
+    type Value = T;
+
+    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&Arg>, value: &OsStr) -> Result<T, clap::Error> {
+        let name = arg
+            .and_then(Arg::get_env)
+            .map(OsStr::to_string_lossy)
+            .unwrap_or_default()
+            .into_owned();
+        let default = arg
+            .and_then(|arg| arg.get_default_values().first())
+            .map(|default| default.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let parse = self.0;
+        // A closure is a value parser whose errors clap reports with the option and the value.
+        let parser = move |value: &str| {
+            let value = value.trim();
+            parse(&name, if value.is_empty() { &default } else { value })
+        };
+        parser.parse_ref(cmd, arg, value)
+    }
+}
+
+fn parsed<T: FromStr>(name: &str, value: &str) -> Result<T, String> {
+    value.parse().map_err(|_| format!("{name}: cannot parse {value:?}"))
+}
+
+fn seconds(name: &str, value: &str) -> Result<f64, String> {
+    let secs: f64 = parsed(name, value)?;
+    if !(secs > 0.0 && secs < 1e9) {
+        return Err(format!("{name}: must be a positive number of seconds"));
+    }
+    Ok(secs)
+}
+
+fn log_format(name: &str, value: &str) -> Result<LogFormat, String> {
+    match value {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!("{name}: expected text or json, got {other:?}")),
+    }
+}
+
+fn text(_: &str, value: &str) -> Result<String, String> {
+    Ok(value.to_owned())
+}
+
+fn path(_: &str, value: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(value))
 }
 
 #[cfg(test)]
@@ -156,5 +304,32 @@ mod tests {
         assert!(err.contains("AGENTDESK_WORKERS"));
         let err = Config::from_lookup(|n| (n == "AGENTDESK_LEASE_SECS").then(|| "-1".to_owned())).unwrap_err();
         assert!(err.contains("AGENTDESK_LEASE_SECS"));
+    }
+
+    #[test]
+    fn the_settings_are_well_formed() {
+        Settings::command().debug_assert();
+    }
+
+    #[test]
+    fn unset_and_blank_values_mean_the_defaults() {
+        let d = Config::default();
+        for value in [None, Some(""), Some("  ")] {
+            let c = Config::from_lookup(|_| value.map(str::to_owned)).unwrap();
+            assert_eq!(
+                (c.addr, c.workers, c.db_max_connections),
+                (d.addr, d.workers, d.db_max_connections)
+            );
+            assert_eq!(
+                (c.lease, c.stream_idle, c.sse_ping, c.shutdown_grace),
+                (d.lease, d.stream_idle, d.sse_ping, d.shutdown_grace)
+            );
+            assert_eq!((c.log_format, &c.data_dir), (d.log_format, &d.data_dir));
+            assert!(c.database_url.is_none() && c.model.is_none() && c.api_tokens.is_empty());
+        }
+        let c = Config::from_lookup(|n| (n == "AGENTDESK_WORKERS").then(|| " 8 ".to_owned())).unwrap();
+        assert_eq!(c.workers, 8);
+        let c = Config::from_lookup(|n| (n == "AGENTDESK_SSE_PING_SECS").then(|| "60".to_owned())).unwrap();
+        assert_eq!(c.sse_ping, Duration::from_secs(15));
     }
 }

@@ -1,48 +1,57 @@
-//! `agentdesk [serve|api|worker|migrate|healthcheck]`: parse config, init tracing, run until a signal.
+//! `agentdesk [serve|api|worker|migrate|healthcheck] [OPTIONS]`: parse the command line (clap; every
+//! option also has an environment variable), init tracing, run until a signal.
 
+use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use agentdesk::app::{App, Mode};
-use agentdesk::config::{Config, LogFormat};
+use agentdesk::config::{Config, GlobalArgs, ListenArgs, LogFormat, ServerArgs};
 use agentdesk::embedded_pg::EmbeddedPostgres;
 use agentdesk::llm::Providers;
+use clap::error::ErrorKind;
+use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
-const USAGE: &str = "usage: agentdesk [serve|api|worker|migrate|healthcheck]
+#[derive(Parser)]
+#[command(
+    name = "agentdesk",
+    version,
+    about,
+    after_help = "With no command, agentdesk serves (and takes serve's options). `agentdesk <COMMAND> --help` shows \
+a command's options; each can also be set by the environment variable shown with it, or in a .env file."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    global: GlobalArgs,
+}
 
-  serve        API and workers in one process (default)
-  api          only the HTTP API
-  worker       only the workers
-  migrate      apply database migrations and exit
-  healthcheck  GET /healthz of a local instance (for container health checks)
-
-Configuration comes from the environment (and .env); see the README.";
+#[derive(Subcommand)]
+enum Command {
+    /// Apply migrations, then run the API and the workers in one process (the default)
+    Serve(ServerArgs),
+    /// Only the HTTP API (any number of API and worker processes may share one database)
+    Api(ServerArgs),
+    /// Only the workers
+    Worker(ServerArgs),
+    /// Apply database migrations and exit
+    Migrate,
+    /// GET /healthz of a local instance (for container health checks)
+    Healthcheck(ListenArgs),
+}
 
 fn main() -> ExitCode {
     agentdesk::tune_allocator();
+    // Before parsing: options read their variables from the environment `.env` adds to.
     let _ = dotenvy::dotenv();
-    let command = std::env::args().nth(1).unwrap_or_else(|| "serve".into());
-    let mode = match command.as_str() {
-        "serve" => Some(Mode::Serve),
-        "api" => Some(Mode::Api),
-        "worker" => Some(Mode::Worker),
-        "migrate" | "healthcheck" => None,
-        "-h" | "--help" | "help" => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        other => {
-            eprintln!("unknown command {other:?}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let (command, global) = parse_command_line();
+    let server = match &command {
+        Command::Serve(args) | Command::Api(args) | Command::Worker(args) => Some(args),
+        Command::Migrate | Command::Healthcheck(_) => None,
     };
-    let config = match Config::from_env() {
-        Ok(c) => c,
-        Err(err) => {
-            eprintln!("agentdesk: invalid configuration: {err}");
-            return ExitCode::from(2);
-        }
-    };
+    let config = Config::from_args(&global, server);
     init_tracing(config.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
@@ -52,10 +61,12 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match (command.as_str(), mode) {
-            ("healthcheck", _) => healthcheck(&config).await,
-            (_, None) => migrate(config).await,
-            (_, Some(mode)) => serve(config, mode).await,
+        match command {
+            Command::Serve(_) => serve(config, Mode::Serve).await,
+            Command::Api(_) => serve(config, Mode::Api).await,
+            Command::Worker(_) => serve(config, Mode::Worker).await,
+            Command::Migrate => migrate(config).await,
+            Command::Healthcheck(listen) => healthcheck(listen.addr).await,
         }
     });
     match result {
@@ -65,6 +76,31 @@ fn main() -> ExitCode {
             eprintln!("agentdesk: {err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The command and the global options. `agentdesk [OPTIONS]` with no command, or with an option
+/// that is not a global one, is `agentdesk serve [OPTIONS]`. Exits with 2 and a message on a bad
+/// option or value, with 0 after --help.
+fn parse_command_line() -> (Command, GlobalArgs) {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let parsed = match Cli::try_parse_from(&args) {
+        Ok(Cli { command: None, .. }) => None,
+        Err(err) if err.kind() == ErrorKind::UnknownArgument => None,
+        parsed => Some(parsed),
+    };
+    let parsed = parsed.unwrap_or_else(|| {
+        let mut serve = args;
+        serve.insert(1.min(serve.len()), "serve".into());
+        Cli::try_parse_from(serve)
+    });
+    match parsed {
+        Ok(Cli {
+            command: Some(command),
+            global,
+        }) => (command, global),
+        Ok(Cli { command: None, .. }) => unreachable!("serve was given"),
+        Err(err) => err.exit(),
     }
 }
 
@@ -149,9 +185,9 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Exit 0 when the local instance answers /healthz.
-async fn healthcheck(config: &Config) -> anyhow::Result<()> {
-    let url = format!("http://127.0.0.1:{}/healthz", config.addr.port());
+/// Exit 0 when the local instance listening on `addr`'s port answers /healthz.
+async fn healthcheck(addr: SocketAddr) -> anyhow::Result<()> {
+    let url = format!("http://127.0.0.1:{}/healthz", addr.port());
     let response = reqwest::Client::new()
         .get(&url)
         .timeout(std::time::Duration::from_secs(3))
@@ -159,4 +195,14 @@ async fn healthcheck(config: &Config) -> anyhow::Result<()> {
         .await?;
     anyhow::ensure!(response.status().is_success(), "{url} answered {}", response.status());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
 }

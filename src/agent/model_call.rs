@@ -24,7 +24,8 @@ impl Step<'_> {
         let started = EventData::RequestStarted {
             model: self.agent.model.clone(),
         };
-        self.append_events(vec![NewEvent::new(Some(self.name()), started)]).await?;
+        self.append_events(vec![NewEvent::new(Some(self.name()), started)])
+            .await?;
         let max_retries = self.agent.max_request_retries.max(0) as u32;
         let base_delay = Duration::from_millis(self.agent.request_retry_delay_ms.max(0) as u64);
         let mut attempt = 0u32;

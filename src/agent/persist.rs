@@ -84,7 +84,12 @@ impl ResponseRecord {
 
     /// The events in log order, once the comment is stored.
     fn events(self, comment: &Comment, agent: &str) -> Vec<NewEvent> {
-        let created = NewEvent::new(Some(agent), EventData::CommentCreated { comment: comment.clone() });
+        let created = NewEvent::new(
+            Some(agent),
+            EventData::CommentCreated {
+                comment: comment.clone(),
+            },
+        );
         let mut events = vec![self.finished, created];
         events.extend(self.tool_started);
         events
@@ -171,7 +176,10 @@ impl Step<'_> {
                 None => {
                     let directive = [ContentBlock::text(transcript::directive(detail))];
                     let directive = db::comments::insert(&mut tx, ticket_id, Author::System, None, &directive).await?;
-                    events.push(NewEvent::new(Some(name), EventData::CommentCreated { comment: directive }));
+                    events.push(NewEvent::new(
+                        Some(name),
+                        EventData::CommentCreated { comment: directive },
+                    ));
                     db::events::append(&mut tx, ticket_id, &events).await?;
                     Ok(())
                 }

@@ -21,7 +21,7 @@ pub(super) fn build(agent: &Agent, ticket: &Ticket, comments: &[Comment]) -> Mod
 
 fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
     let role = if agent.role.trim().is_empty() {
-        crate::app::DEFAULT_AGENT_ROLE
+        crate::domain::agent::DEFAULT_AGENT_ROLE
     } else {
         agent.role.as_str()
     };

@@ -161,7 +161,8 @@ impl Step<'_> {
                 ToolOutcome::Finish(finisher) => {
                     applied.created_work |= matches!(finisher, Finisher::Handover { .. });
                     let conn = prelude.conn().await?;
-                    let (output, result) = tools::apply_finisher(conn, self.fence, &self.ticket, name, &finisher).await?;
+                    let (output, result) =
+                        tools::apply_finisher(conn, self.fence, &self.ticket, name, &finisher).await?;
                     applied.closed_with = Some(result);
                     ToolOutcome::Output(output)
                 }

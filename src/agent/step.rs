@@ -92,7 +92,10 @@ impl Step<'_> {
         };
         let mut request = request::build(&self.agent, &self.ticket, &transcript);
         let compacted = match window {
-            Some(window) => self.compact_before_request(provider.as_ref(), window, &mut request).await?,
+            Some(window) => {
+                self.compact_before_request(provider.as_ref(), window, &mut request)
+                    .await?
+            }
             None => false,
         };
         let response = match self.call_model(provider.as_ref(), &request).await? {
@@ -128,7 +131,9 @@ impl Step<'_> {
         let compacted = self.compact(provider, window, reason, estimated).await?;
         *request = self.rebuild_request().await?;
         if compaction::estimate_tokens(request) >= compaction::blocking_threshold(window) {
-            return self.fail("context_window_exceeded", persist::STILL_TOO_LARGE, vec![]).await;
+            return self
+                .fail("context_window_exceeded", persist::STILL_TOO_LARGE, vec![])
+                .await;
         }
         Ok(compacted)
     }

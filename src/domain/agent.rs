@@ -38,3 +38,17 @@ pub fn is_valid_agent_name(name: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
+
+/// The system prompt of the `default` agent, and of any agent whose role is blank.
+pub const DEFAULT_AGENT_ROLE: &str = "You are an agent working a ticket. Do what the ticket asks. \
+When you are done, call close_ticket with the result. If you need information only a human can give, \
+ask for it in plain text without calling a tool; the ticket waits for their reply.";
+
+/// The model an agent gets when it names none: the configured one, else the provider's default.
+pub fn default_model(configured: Option<&str>, provider: Option<&str>) -> String {
+    match (configured, provider) {
+        (Some(m), _) => m.to_owned(),
+        (None, Some("anthropic")) => "claude-sonnet-4-5".into(),
+        _ => "gpt-4o-mini".into(),
+    }
+}

@@ -12,7 +12,7 @@ use super::pagination::{Cursor, Page};
 use super::tickets::PageQuery;
 use super::AppState;
 use crate::db;
-use crate::domain::agent::is_valid_agent_name;
+use crate::domain::agent::{default_model, is_valid_agent_name};
 use crate::domain::Agent;
 use crate::tools::BUILTIN_TOOLS;
 
@@ -56,17 +56,8 @@ fn positive<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T
     }
 }
 
-/// The model an agent gets when it names none.
-pub fn default_model(configured: Option<&str>, provider: Option<&str>) -> String {
-    match (configured, provider) {
-        (Some(m), _) => m.to_owned(),
-        (None, Some("anthropic")) => "claude-sonnet-4-5".into(),
-        _ => "gpt-4o-mini".into(),
-    }
-}
-
 /// Create or replace an agent
-#[utoipa::path(put, path = "/v1/agents/{name}", tag = "agents", request_body = PutAgent,
+#[utoipa::path(put, path = "/agents/{name}", tag = "agents", request_body = PutAgent,
     params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'; at most 64")),
     responses((status = 201, description = "Created", body = Agent), (status = 200, description = "Replaced", body = Agent),
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
@@ -159,7 +150,7 @@ pub async fn put_agent(
 }
 
 /// Get an agent
-#[utoipa::path(get, path = "/v1/agents/{name}", tag = "agents",
+#[utoipa::path(get, path = "/agents/{name}", tag = "agents",
     params(("name" = String, Path)),
     responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
 pub async fn get_agent(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<Json<Agent>> {
@@ -176,7 +167,7 @@ pub struct AgentList {
 }
 
 /// List agents
-#[utoipa::path(get, path = "/v1/agents", tag = "agents", params(PageQuery),
+#[utoipa::path(get, path = "/agents", tag = "agents", params(PageQuery),
     responses((status = 200, body = AgentList), (status = 400, body = ErrorBody)))]
 pub async fn list_agents(
     State(state): State<AppState>,
@@ -199,7 +190,7 @@ pub async fn list_agents(
 }
 
 /// Delete an agent
-#[utoipa::path(delete, path = "/v1/agents/{name}", tag = "agents",
+#[utoipa::path(delete, path = "/agents/{name}", tag = "agents",
     params(("name" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
 pub async fn delete_agent(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {

@@ -51,7 +51,7 @@ pub struct TicketEventsQuery {
 /// then streams live ones, including `text.delta` and `thinking.delta` while the model streams.
 /// Each persisted event has SSE `id:` = its `seq`. The stream ends after the ticket's latest
 /// event when that is `ticket.done`, `ticket.failed` or `ticket.cancelled`.
-#[utoipa::path(get, path = "/v1/tickets/{ticket}/events", tag = "events",
+#[utoipa::path(get, path = "/tickets/{ticket}/events", tag = "events",
     params(("ticket" = String, Path, description = "Ticket id or key"), TicketEventsQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this seq")),
     responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::TicketEvent),
@@ -109,7 +109,7 @@ fn comma_list(s: Option<&str>) -> Vec<String> {
 /// Without a cursor it starts with new events. SSE `id:` is an opaque cursor; resuming with
 /// `Last-Event-ID` or `?after=` delivers every persisted event after it exactly once, each
 /// ticket's events in `seq` order, even while many tickets write at once.
-#[utoipa::path(get, path = "/v1/events", tag = "events",
+#[utoipa::path(get, path = "/events", tag = "events",
     params(GlobalEventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this cursor")),
     responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::TicketEvent),
         (status = 400, body = ErrorBody)))]

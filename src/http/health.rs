@@ -30,7 +30,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Ticket statistics, overall and per label and agent
-#[utoipa::path(get, path = "/v1/stats", tag = "stats",
+#[utoipa::path(get, path = "/stats", tag = "stats",
     responses((status = 200, body = Stats), (status = 401, body = ErrorBody)))]
 pub async fn stats(State(state): State<AppState>) -> ApiResult<Json<Stats>> {
     Ok(Json(db::desk_stats::compute(&state.pool).await?))

@@ -15,13 +15,16 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
+use bytes::Bytes;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use utoipa_scalar::{Scalar, Servable};
 
 use crate::config::Config;
@@ -44,49 +47,53 @@ pub struct AppState {
     pub shutdown: CancellationToken,
 }
 
+/// The `/v1` endpoints. Each one's path (relative to `/v1`) and method come from its handler's
+/// `#[utoipa::path]`; `routes!` groups the handlers of one path.
+fn v1_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(tickets::create_ticket, tickets::list_tickets))
+        .routes(routes!(tickets::get_ticket, tickets::patch_ticket))
+        .routes(routes!(tickets::cancel_ticket))
+        .routes(routes!(tickets::retry_ticket))
+        .routes(routes!(tickets::list_comments, tickets::create_comment))
+        .routes(routes!(events::ticket_events))
+        .routes(routes!(tickets::get_output))
+        .routes(routes!(events::global_events))
+        .routes(routes!(agents::list_agents))
+        .routes(routes!(agents::get_agent, agents::put_agent, agents::delete_agent))
+        .routes(routes!(health::stats))
+}
+
+/// Every documented endpoint, with `v1` (the routes of `v1_routes`, with whatever route layers
+/// the caller gave them) under `/v1`: the one place both the axum routes and the OpenAPI paths
+/// come from.
+fn documented(v1: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .nest("/v1", v1)
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+}
+
 pub fn router(state: AppState) -> Router {
-    let v1 = Router::new()
-        .route("/tickets", post(tickets::create_ticket).get(tickets::list_tickets))
-        .route(
-            "/tickets/{ticket}",
-            get(tickets::get_ticket).patch(tickets::patch_ticket),
-        )
-        .route("/tickets/{ticket}/cancel", post(tickets::cancel_ticket))
-        .route("/tickets/{ticket}/retry", post(tickets::retry_ticket))
-        .route(
-            "/tickets/{ticket}/comments",
-            get(tickets::list_comments).post(tickets::create_comment),
-        )
-        .route("/tickets/{ticket}/events", get(events::ticket_events))
-        .route("/tickets/{ticket}/outputs/{call_id}", get(tickets::get_output))
-        .route("/events", get(events::global_events))
-        .route("/agents", get(agents::list_agents))
-        .route(
-            "/agents/{name}",
-            get(agents::get_agent)
-                .put(agents::put_agent)
-                .delete(agents::delete_agent),
-        )
-        .route("/stats", get(health::stats))
+    let v1 = v1_routes()
         .fallback(not_found)
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
+    let (routes, api) = documented(v1).split_for_parts();
+    let document = Bytes::from(openapi::to_json(&api));
+    let openapi_json = move || {
+        let document = document.clone();
+        async move { ([(header::CONTENT_TYPE, "application/json")], document) }
+    };
 
-    Router::new()
-        .nest("/v1", v1)
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
+    routes
         .route("/openapi.json", get(openapi_json))
-        .merge(Scalar::with_url("/docs", openapi::ApiDoc::openapi()))
+        .merge(Scalar::with_url("/docs", api))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal.into_response()))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
-}
-
-async fn openapi_json() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], openapi::document_json()).into_response()
 }
 
 async fn not_found() -> ApiError {

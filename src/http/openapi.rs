@@ -1,9 +1,8 @@
-//! The OpenAPI document, generated from the handlers' annotations.
+//! The OpenAPI document: what `ApiDoc` declares (info, schemas, security, tags) and the paths of
+//! the routes in `http::documented`, generated from the handlers' annotations.
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
-
-use super::{agents, events, health, tickets};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -11,14 +10,6 @@ use super::{agents, events, health, tickets};
         title = "agentdesk",
         description = "A ticket desk where AI agents work tickets: a durable queue, an agent runtime and a replayable event log on Postgres.",
         license(name = "Apache-2.0")
-    ),
-    paths(
-        tickets::create_ticket, tickets::list_tickets, tickets::get_ticket, tickets::patch_ticket,
-        tickets::cancel_ticket, tickets::retry_ticket, tickets::list_comments, tickets::create_comment,
-        tickets::get_output,
-        events::ticket_events, events::global_events,
-        agents::put_agent, agents::get_agent, agents::list_agents, agents::delete_agent,
-        health::healthz, health::readyz, health::stats,
     ),
     components(schemas(
         crate::domain::Ticket, crate::domain::Status, crate::domain::TicketUsage, crate::domain::TicketError,
@@ -57,9 +48,19 @@ impl Modify for BearerAuth {
     }
 }
 
+/// The document of the routes `http::router` serves.
+pub fn document() -> utoipa::openapi::OpenApi {
+    super::documented(super::v1_routes()).into_openapi()
+}
+
 /// The document as committed in `openapi/openapi.json`.
 pub fn document_json() -> String {
-    let mut text = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
+    to_json(&document())
+}
+
+/// The text served at `/openapi.json`.
+pub(super) fn to_json(document: &utoipa::openapi::OpenApi) -> String {
+    let mut text = document.to_pretty_json().unwrap_or_default();
     text.push('\n');
     text
 }

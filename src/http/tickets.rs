@@ -92,7 +92,7 @@ fn canonical_hash(value: &Value) -> String {
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
 /// Create a ticket
-#[utoipa::path(post, path = "/v1/tickets", tag = "tickets",
+#[utoipa::path(post, path = "/tickets", tag = "tickets",
     request_body = CreateTicket,
     params(("Idempotency-Key" = Option<String>, Header, description = "A repeat with the same key and body returns the first ticket (200); the same key with another body is 409.")),
     responses(
@@ -224,7 +224,7 @@ pub struct TicketList {
 }
 
 /// List tickets
-#[utoipa::path(get, path = "/v1/tickets", tag = "tickets", params(ListTicketsQuery),
+#[utoipa::path(get, path = "/tickets", tag = "tickets", params(ListTicketsQuery),
     responses((status = 200, body = TicketList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn list_tickets(
     State(state): State<AppState>,
@@ -294,7 +294,7 @@ pub async fn list_tickets(
 }
 
 /// Get a ticket
-#[utoipa::path(get, path = "/v1/tickets/{ticket}", tag = "tickets",
+#[utoipa::path(get, path = "/tickets/{ticket}", tag = "tickets",
     params(("ticket" = String, Path, description = "Ticket id or key (TICKET-7)")),
     responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn get_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Json<Ticket>> {
@@ -318,7 +318,7 @@ pub struct PatchTicket {
 }
 
 /// Edit a todo or waiting ticket
-#[utoipa::path(patch, path = "/v1/tickets/{ticket}", tag = "tickets", request_body = PatchTicket,
+#[utoipa::path(patch, path = "/tickets/{ticket}", tag = "tickets", request_body = PatchTicket,
     params(("ticket" = String, Path, description = "Ticket id or key")),
     responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
@@ -357,7 +357,7 @@ pub async fn patch_ticket(
 ///
 /// `todo`/`waiting` tickets are cancelled at once; for an `in_progress` ticket the claim ends here
 /// and its worker aborts the model stream and running tools. Cancelling a cancelled ticket returns it.
-#[utoipa::path(post, path = "/v1/tickets/{ticket}/cancel", tag = "tickets",
+#[utoipa::path(post, path = "/tickets/{ticket}/cancel", tag = "tickets",
     params(("ticket" = String, Path, description = "Ticket id or key")),
     responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn cancel_ticket(
@@ -370,7 +370,7 @@ pub async fn cancel_ticket(
 }
 
 /// Retry a failed or cancelled ticket
-#[utoipa::path(post, path = "/v1/tickets/{ticket}/retry", tag = "tickets",
+#[utoipa::path(post, path = "/tickets/{ticket}/retry", tag = "tickets",
     params(("ticket" = String, Path, description = "Ticket id or key")),
     responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn retry_ticket(
@@ -397,7 +397,7 @@ pub struct CommentList {
 }
 
 /// The transcript
-#[utoipa::path(get, path = "/v1/tickets/{ticket}/comments", tag = "comments",
+#[utoipa::path(get, path = "/tickets/{ticket}/comments", tag = "comments",
     params(("ticket" = String, Path, description = "Ticket id or key"), PageQuery),
     responses((status = 200, body = CommentList), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn list_comments(
@@ -434,7 +434,7 @@ pub const MAX_COMMENT_LEN: usize = 512 * 1024;
 ///
 /// A `waiting` ticket goes back to `todo`; an `in_progress` ticket's agent sees the comment on its
 /// next model request; a finished ticket is reopened to `todo`.
-#[utoipa::path(post, path = "/v1/tickets/{ticket}/comments", tag = "comments", request_body = CreateComment,
+#[utoipa::path(post, path = "/tickets/{ticket}/comments", tag = "comments", request_body = CreateComment,
     params(("ticket" = String, Path, description = "Ticket id or key")),
     responses((status = 201, body = Comment), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
         (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
@@ -464,7 +464,7 @@ pub async fn create_comment(
 }
 
 /// The whole output of a tool call that was too large to show the model
-#[utoipa::path(get, path = "/v1/tickets/{ticket}/outputs/{call_id}", tag = "tickets",
+#[utoipa::path(get, path = "/tickets/{ticket}/outputs/{call_id}", tag = "tickets",
     params(("ticket" = String, Path, description = "Ticket id or key"), ("call_id" = String, Path, description = "The tool call's id")),
     responses((status = 200, description = "The output, as text", content_type = "text/plain", body = String),
         (status = 404, body = ErrorBody)))]
