@@ -176,7 +176,7 @@ enum EventType {
 struct Event<'a> {
     #[serde(rename = "type")]
     kind: Tag<EventType>,
-    /// The content block of content_block_* events.
+    /// Which content block a content_block_* event is about.
     #[serde(borrow)]
     index: Json<'a>,
     /// message_start's message; an error event without an error object may carry its text here.
@@ -514,3 +514,6 @@ impl Provider for Anthropic {
         stream::run(rb, idle_timeout, key, Parser::new(&req.model, key), on_delta).await
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -399,3 +399,6 @@ impl Provider for OpenAi {
         stream::run(rb, idle_timeout, key, Parser::new(&req.model, key), on_delta).await
     }
 }
+
+#[cfg(test)]
+mod tests;

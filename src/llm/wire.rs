@@ -15,9 +15,10 @@ use serde::{Deserialize, Deserializer};
 
 /// A JSON value kept by shape: a string, an unsigned integer, an object read as `T`, or anything
 /// else (which is skipped).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) enum Json<'a, T = IgnoredAny> {
     /// The field was not there.
+    #[default]
     Missing,
     Null,
     Str(Cow<'a, str>),
@@ -25,12 +26,6 @@ pub(crate) enum Json<'a, T = IgnoredAny> {
     Obj(T),
     /// A bool, a negative or fractional number, or an array.
     Other,
-}
-
-impl<T> Default for Json<'_, T> {
-    fn default() -> Self {
-        Json::Missing
-    }
 }
 
 impl<T> Json<'_, T> {
