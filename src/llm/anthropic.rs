@@ -4,9 +4,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use reqwest::header::ACCEPT;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::http::{self, EventStream};
+use super::http::{self, ErrorInfo};
+use super::stream::{self, Flow, StreamParser};
+use super::wire::{self, Json, Tag, WireError};
 use super::{
     ContentBlock, Delta, LlmError, ModelRequest, ModelResponse, Provider, RequestBody, Role, StopReason, ToolCall,
 };
@@ -149,6 +152,128 @@ fn stop_reason(s: &str) -> StopReason {
     }
 }
 
+/// The `type` of a stream event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum EventType {
+    MessageStart,
+    ContentBlockStart,
+    ContentBlockDelta,
+    ContentBlockStop,
+    MessageDelta,
+    MessageStop,
+    Ping,
+    Error,
+    /// Event types added after this code was written.
+    #[serde(other)]
+    Unknown,
+}
+
+/// One stream event. The fields of all event types are optional here because the type is only
+/// known once the event is read (and comes from the SSE `event:` field when the data lacks it).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Event<'a> {
+    #[serde(rename = "type")]
+    kind: Tag<EventType>,
+    /// Which content block a content_block_* event is about.
+    #[serde(borrow)]
+    index: Json<'a>,
+    /// message_start's message; an error event without an error object may carry its text here.
+    #[serde(borrow)]
+    message: Json<'a, MessageStart<'a>>,
+    #[serde(borrow)]
+    content_block: Json<'a, BlockStart<'a>>,
+    /// content_block_delta's block delta, or message_delta's message delta.
+    #[serde(borrow)]
+    delta: Json<'a, EventDelta<'a>>,
+    #[serde(borrow)]
+    usage: Json<'a, WireUsage<'a>>,
+    #[serde(borrow)]
+    error: Json<'a, WireError<'a>>,
+    #[serde(borrow)]
+    code: Json<'a>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct MessageStart<'a> {
+    #[serde(borrow)]
+    model: Json<'a>,
+    #[serde(borrow)]
+    usage: Json<'a, WireUsage<'a>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum BlockType {
+    Text,
+    ToolUse,
+    Thinking,
+    /// redacted_thinking, server tools and future block types: kept out of the response.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct BlockStart<'a> {
+    #[serde(rename = "type")]
+    kind: Tag<BlockType>,
+    #[serde(borrow)]
+    text: Json<'a>,
+    #[serde(borrow)]
+    id: Json<'a>,
+    #[serde(borrow)]
+    name: Json<'a>,
+    #[serde(borrow)]
+    thinking: Json<'a>,
+    #[serde(borrow)]
+    signature: Json<'a>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum DeltaType {
+    TextDelta,
+    ThinkingDelta,
+    SignatureDelta,
+    InputJsonDelta,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct EventDelta<'a> {
+    #[serde(rename = "type")]
+    kind: Tag<DeltaType>,
+    #[serde(borrow)]
+    text: Json<'a>,
+    #[serde(borrow)]
+    thinking: Json<'a>,
+    #[serde(borrow)]
+    signature: Json<'a>,
+    #[serde(borrow)]
+    partial_json: Json<'a>,
+    /// message_delta only.
+    #[serde(borrow)]
+    stop_reason: Json<'a>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct WireUsage<'a> {
+    #[serde(borrow)]
+    input_tokens: Json<'a>,
+    #[serde(borrow)]
+    output_tokens: Json<'a>,
+    #[serde(borrow)]
+    cache_read_input_tokens: Json<'a>,
+    #[serde(borrow)]
+    cache_creation_input_tokens: Json<'a>,
+}
+
 enum Block {
     Text,
     ToolUse(ToolCall),
@@ -156,8 +281,212 @@ enum Block {
     Other,
 }
 
-fn u64_of(v: &Value, key: &str) -> Option<u64> {
-    v.get(key).and_then(|x| x.as_u64())
+/// Accumulates the events of one response.
+struct Parser<'k> {
+    api_key: Option<&'k str>,
+    out: ModelResponse,
+    /// By the index the server gives each content block.
+    blocks: BTreeMap<u64, Block>,
+    stop: Option<StopReason>,
+}
+
+impl<'k> Parser<'k> {
+    fn new(model: &str, api_key: Option<&'k str>) -> Self {
+        Parser {
+            api_key,
+            out: ModelResponse {
+                model: model.to_string(),
+                ..Default::default()
+            },
+            blocks: BTreeMap::new(),
+            stop: None,
+        }
+    }
+
+    fn message_start(&mut self, msg: &MessageStart<'_>) {
+        if let Some(m) = msg.model.str() {
+            self.out.model = m.to_string();
+        }
+        if !matches!(msg.usage, Json::Missing) {
+            // Present but not an object: every count reads as 0.
+            let u = msg.usage.obj();
+            let usage = &mut self.out.usage;
+            usage.input_tokens = u.and_then(|u| u.input_tokens.u64()).unwrap_or(0);
+            usage.cache_read_tokens = u.and_then(|u| u.cache_read_input_tokens.u64()).unwrap_or(0);
+            usage.cache_creation_tokens = u.and_then(|u| u.cache_creation_input_tokens.u64()).unwrap_or(0);
+            usage.output_tokens = u.and_then(|u| u.output_tokens.u64()).unwrap_or(0);
+        }
+    }
+
+    fn block_start(&mut self, cb: Option<&BlockStart<'_>>, on_delta: &mut (dyn FnMut(Delta) + Send)) -> Block {
+        let Some(cb) = cb else { return Block::Other };
+        let s = |field: &Json<'_>| field.str().unwrap_or("").to_string();
+        match cb.kind.0 {
+            Some(BlockType::Text) => {
+                let t = cb.text.str().unwrap_or("");
+                if !t.is_empty() {
+                    self.out.text.push_str(t);
+                    on_delta(Delta::Text(t.to_string()));
+                }
+                Block::Text
+            }
+            Some(BlockType::ToolUse) => Block::ToolUse(ToolCall {
+                id: s(&cb.id),
+                name: s(&cb.name),
+                // The start event carries `input: {}`; the real input streams as
+                // input_json_delta fragments.
+                arguments: String::new(),
+            }),
+            Some(BlockType::Thinking) => {
+                let t = s(&cb.thinking);
+                if !t.is_empty() {
+                    on_delta(Delta::Thinking(t.clone()));
+                }
+                Block::Thinking {
+                    text: t,
+                    signature: cb.signature.str().filter(|x| !x.is_empty()).map(String::from),
+                }
+            }
+            Some(BlockType::Other) | None => Block::Other,
+        }
+    }
+
+    fn block_delta(&mut self, index: u64, d: Option<&EventDelta<'_>>, on_delta: &mut (dyn FnMut(Delta) + Send)) {
+        let Some(d) = d else { return };
+        match (d.kind.0, self.blocks.get_mut(&index)) {
+            (Some(DeltaType::TextDelta), _) => {
+                let t = d.text.str().unwrap_or("");
+                if !t.is_empty() {
+                    self.out.text.push_str(t);
+                    on_delta(Delta::Text(t.to_string()));
+                }
+            }
+            (Some(DeltaType::InputJsonDelta), Some(Block::ToolUse(call))) => {
+                call.arguments.push_str(d.partial_json.str().unwrap_or(""));
+            }
+            (Some(DeltaType::ThinkingDelta), Some(Block::Thinking { text, .. })) => {
+                let t = d.thinking.str().unwrap_or("");
+                if !t.is_empty() {
+                    text.push_str(t);
+                    on_delta(Delta::Thinking(t.to_string()));
+                }
+            }
+            (Some(DeltaType::SignatureDelta), Some(Block::Thinking { signature, .. })) => {
+                let sig = d.signature.str().unwrap_or("");
+                match signature {
+                    Some(existing) => existing.push_str(sig),
+                    None => *signature = Some(sig.to_string()),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn message_delta(&mut self, ev: &Event<'_>) {
+        if let Some(r) = ev.delta.obj().and_then(|d| d.stop_reason.str()) {
+            self.stop = Some(stop_reason(r));
+        }
+        if let Some(u) = ev.usage.obj() {
+            // Cumulative counts: the last one is the total.
+            let usage = &mut self.out.usage;
+            for (field, value) in [
+                (&mut usage.output_tokens, &u.output_tokens),
+                (&mut usage.input_tokens, &u.input_tokens),
+                (&mut usage.cache_read_tokens, &u.cache_read_input_tokens),
+                (&mut usage.cache_creation_tokens, &u.cache_creation_input_tokens),
+            ] {
+                if let Some(n) = value.u64() {
+                    *field = n;
+                }
+            }
+        }
+    }
+
+    /// An `error` event: `{"type":"error","error":{"type":..,"message":..}}`.
+    fn error(&self, chunk: &Json<'_, Event<'_>>, data: &str) -> LlmError {
+        let info = match chunk {
+            Json::Obj(ev) if !matches!(ev.error, Json::Missing) => ErrorInfo::from_wire(&ev.error, ev.message.str()),
+            Json::Obj(ev) => {
+                // Without an error object the event itself is read as one.
+                let own = WireError {
+                    message: ev.message.str().map_or(Json::Missing, |m| Json::Str(m.into())),
+                    kind: match ev.kind.0 {
+                        Some(_) => Json::Str("error".into()),
+                        None => Json::Missing,
+                    },
+                    code: ev.code.clone(),
+                };
+                ErrorInfo::from_object(&own, ev.message.str())
+            }
+            Json::Str(m) => ErrorInfo::message_only(Some(m)),
+            _ => ErrorInfo::default(),
+        };
+        http::stream_error(NAME, info, data, self.api_key)
+    }
+}
+
+impl StreamParser for Parser<'_> {
+    const PROVIDER: &'static str = NAME;
+    type Chunk<'a> = Json<'a, Event<'a>>;
+
+    fn on_chunk(
+        &mut self,
+        event: Option<&str>,
+        chunk: Json<'_, Event<'_>>,
+        data: &str,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<Flow, LlmError> {
+        let ev = chunk.obj();
+        // The data's own `type` wins; the SSE event name stands in when the data has none.
+        let kind = match ev.and_then(|ev| ev.kind.0) {
+            Some(kind) => kind,
+            None => event.and_then(wire::tag).unwrap_or(EventType::Unknown),
+        };
+        let index = || ev.and_then(|ev| ev.index.u64()).unwrap_or(0);
+        match kind {
+            EventType::MessageStart => {
+                if let Some(msg) = ev.and_then(|ev| ev.message.obj()) {
+                    self.message_start(msg);
+                }
+            }
+            EventType::ContentBlockStart => {
+                let block = self.block_start(ev.and_then(|ev| ev.content_block.obj()), on_delta);
+                self.blocks.insert(index(), block);
+            }
+            EventType::ContentBlockDelta => self.block_delta(index(), ev.and_then(|ev| ev.delta.obj()), on_delta),
+            EventType::MessageDelta => {
+                if let Some(ev) = ev {
+                    self.message_delta(ev);
+                }
+            }
+            EventType::MessageStop => return Ok(Flow::Stop),
+            EventType::Error => return Err(self.error(&chunk, data)),
+            EventType::ContentBlockStop | EventType::Ping | EventType::Unknown => {}
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn finish(self, stopped: bool) -> Result<ModelResponse, LlmError> {
+        if !stopped {
+            return Err(stream::interrupted(NAME, "message_stop"));
+        }
+        let Parser {
+            mut out, blocks, stop, ..
+        } = self;
+        for (_, block) in blocks {
+            match block {
+                Block::ToolUse(call) => out.tool_calls.push(call),
+                Block::Thinking { text, signature } => out.thinking.push(ContentBlock::Thinking { text, signature }),
+                Block::Text | Block::Other => {}
+            }
+        }
+        out.stop_reason = stop.unwrap_or(if out.tool_calls.is_empty() {
+            StopReason::EndTurn
+        } else {
+            StopReason::ToolUse
+        });
+        Ok(out)
+    }
 }
 
 #[async_trait::async_trait]
@@ -182,160 +511,9 @@ impl Provider for Anthropic {
             rb = rb.header("x-api-key", key);
         }
         let key = self.api_key.as_deref();
-        let resp = http::send(NAME, rb, idle_timeout, key).await?;
-        let mut events = EventStream::new(NAME, resp, idle_timeout);
-
-        let mut out = ModelResponse {
-            model: req.model.clone(),
-            ..Default::default()
-        };
-        let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
-        let mut stop: Option<StopReason> = None;
-        let mut finished = false;
-
-        while let Some(ev) = events.next().await? {
-            let data = ev.data.trim();
-            if data.is_empty() {
-                continue;
-            }
-            let v = http::parse_json(NAME, data)?;
-            let etype = v
-                .get("type")
-                .and_then(|t| t.as_str())
-                .or(ev.event.as_deref())
-                .unwrap_or("");
-            match etype {
-                "message_start" => {
-                    let msg = v.get("message").unwrap_or(&Value::Null);
-                    if let Some(m) = msg.get("model").and_then(|m| m.as_str()) {
-                        out.model = m.to_string();
-                    }
-                    if let Some(u) = msg.get("usage") {
-                        out.usage.input_tokens = u64_of(u, "input_tokens").unwrap_or(0);
-                        out.usage.cache_read_tokens = u64_of(u, "cache_read_input_tokens").unwrap_or(0);
-                        out.usage.cache_creation_tokens = u64_of(u, "cache_creation_input_tokens").unwrap_or(0);
-                        out.usage.output_tokens = u64_of(u, "output_tokens").unwrap_or(0);
-                    }
-                }
-                "content_block_start" => {
-                    let index = u64_of(&v, "index").unwrap_or(0);
-                    let cb = v.get("content_block").unwrap_or(&Value::Null);
-                    let s = |k: &str| cb.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
-                    let block = match cb.get("type").and_then(|t| t.as_str()) {
-                        Some("text") => {
-                            let t = s("text");
-                            if !t.is_empty() {
-                                out.text.push_str(&t);
-                                on_delta(Delta::Text(t));
-                            }
-                            Block::Text
-                        }
-                        Some("tool_use") => Block::ToolUse(ToolCall {
-                            id: s("id"),
-                            name: s("name"),
-                            // The start event carries `input: {}`; the real input streams as
-                            // input_json_delta fragments.
-                            arguments: String::new(),
-                        }),
-                        Some("thinking") => {
-                            let t = s("thinking");
-                            if !t.is_empty() {
-                                on_delta(Delta::Thinking(t.clone()));
-                            }
-                            Block::Thinking {
-                                text: t,
-                                signature: cb
-                                    .get("signature")
-                                    .and_then(|x| x.as_str())
-                                    .filter(|x| !x.is_empty())
-                                    .map(String::from),
-                            }
-                        }
-                        _ => Block::Other,
-                    };
-                    blocks.insert(index, block);
-                }
-                "content_block_delta" => {
-                    let index = u64_of(&v, "index").unwrap_or(0);
-                    let d = v.get("delta").unwrap_or(&Value::Null);
-                    let s = |k: &str| d.get(k).and_then(|x| x.as_str()).unwrap_or("");
-                    match (d.get("type").and_then(|t| t.as_str()), blocks.get_mut(&index)) {
-                        (Some("text_delta"), _) => {
-                            let t = s("text");
-                            if !t.is_empty() {
-                                out.text.push_str(t);
-                                on_delta(Delta::Text(t.to_string()));
-                            }
-                        }
-                        (Some("input_json_delta"), Some(Block::ToolUse(call))) => {
-                            call.arguments.push_str(s("partial_json"));
-                        }
-                        (Some("thinking_delta"), Some(Block::Thinking { text, .. })) => {
-                            let t = s("thinking");
-                            if !t.is_empty() {
-                                text.push_str(t);
-                                on_delta(Delta::Thinking(t.to_string()));
-                            }
-                        }
-                        (Some("signature_delta"), Some(Block::Thinking { signature, .. })) => {
-                            let sig = s("signature");
-                            match signature {
-                                Some(existing) => existing.push_str(sig),
-                                None => *signature = Some(sig.to_string()),
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                "message_delta" => {
-                    if let Some(r) = v
-                        .get("delta")
-                        .and_then(|d| d.get("stop_reason"))
-                        .and_then(|r| r.as_str())
-                    {
-                        stop = Some(stop_reason(r));
-                    }
-                    if let Some(u) = v.get("usage") {
-                        // Cumulative counts: the last one is the total.
-                        if let Some(n) = u64_of(u, "output_tokens") {
-                            out.usage.output_tokens = n;
-                        }
-                        if let Some(n) = u64_of(u, "input_tokens") {
-                            out.usage.input_tokens = n;
-                        }
-                        if let Some(n) = u64_of(u, "cache_read_input_tokens") {
-                            out.usage.cache_read_tokens = n;
-                        }
-                        if let Some(n) = u64_of(u, "cache_creation_input_tokens") {
-                            out.usage.cache_creation_tokens = n;
-                        }
-                    }
-                }
-                "message_stop" => {
-                    finished = true;
-                    events.drain().await;
-                    break;
-                }
-                "error" => return Err(http::classify_stream_error(NAME, &v, key)),
-                _ => {} // ping, content_block_stop and future event types
-            }
-        }
-
-        if !finished {
-            return Err(http::interrupted(NAME, "message_stop"));
-        }
-        for (_, block) in blocks {
-            match block {
-                Block::ToolUse(call) => out.tool_calls.push(call),
-                Block::Thinking { text, signature } => out.thinking.push(ContentBlock::Thinking { text, signature }),
-                Block::Text | Block::Other => {}
-            }
-        }
-        out.stop_reason = stop.unwrap_or(if out.tool_calls.is_empty() {
-            StopReason::EndTurn
-        } else {
-            StopReason::ToolUse
-        });
-        Ok(out)
+        stream::run(rb, idle_timeout, key, Parser::new(&req.model, key), on_delta).await
     }
 }
+
+#[cfg(test)]
+mod tests;

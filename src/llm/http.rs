@@ -1,16 +1,12 @@
-//! HTTP plumbing shared by the providers: the client, idle timeouts, SSE framing and the
-//! classification of provider errors into [`LlmErrorKind`]s.
+//! HTTP plumbing shared by the providers: the client, sending a request under the idle timeout,
+//! and the classification of provider errors into [`LlmErrorKind`]s.
 
-use std::collections::VecDeque;
-use std::pin::Pin;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use serde_json::Value;
 
-use super::sse::{SseEvent, SseParser};
+use super::wire::{Json, WireError};
 use super::{LlmError, LlmErrorKind};
 
 const MAX_BODY_IN_MESSAGE: usize = 500;
@@ -100,92 +96,6 @@ fn send_error(provider: &str, e: &reqwest::Error) -> LlmError {
     )
 }
 
-type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
-
-/// The SSE events of a response body, with the idle timeout applied between network reads.
-pub(crate) struct EventStream {
-    provider: &'static str,
-    body: ByteStream,
-    parser: SseParser,
-    pending: VecDeque<SseEvent>,
-    idle: Duration,
-    ended: bool,
-}
-
-impl EventStream {
-    pub fn new(provider: &'static str, resp: reqwest::Response, idle: Duration) -> Self {
-        EventStream {
-            provider,
-            body: Box::pin(resp.bytes_stream()),
-            parser: SseParser::new(),
-            pending: VecDeque::new(),
-            idle,
-            ended: false,
-        }
-    }
-
-    /// The next event; `Ok(None)` when the body ended (cleanly, as far as HTTP is concerned).
-    pub async fn next(&mut self) -> Result<Option<SseEvent>, LlmError> {
-        loop {
-            if let Some(ev) = self.pending.pop_front() {
-                return Ok(Some(ev));
-            }
-            if self.ended {
-                return Ok(None);
-            }
-            let mut out = Vec::new();
-            match tokio::time::timeout(self.idle, self.body.next()).await {
-                Err(_) => {
-                    return Err(LlmError::new(
-                        LlmErrorKind::StreamStalled,
-                        format!("{}: stream silent for {} ms", self.provider, self.idle.as_millis()),
-                    ))
-                }
-                Ok(Some(Ok(bytes))) => self.parser.feed(&bytes, &mut out),
-                Ok(Some(Err(e))) => {
-                    return Err(LlmError::new(
-                        LlmErrorKind::StreamInterrupted,
-                        format!("{}: stream broke off: {e}", self.provider),
-                    ))
-                }
-                Ok(None) => {
-                    self.parser.finish(&mut out);
-                    self.ended = true;
-                }
-            }
-            self.pending.extend(out);
-        }
-    }
-}
-
-impl EventStream {
-    /// Reads the (normally already arriving) end of the body after the final event, so the
-    /// connection goes back to the pool instead of being torn down; bounded so a server that
-    /// keeps the stream open costs little.
-    pub async fn drain(&mut self) {
-        let _ = tokio::time::timeout(Duration::from_millis(250), async {
-            while let Ok(Some(_)) = self.next().await {}
-        })
-        .await;
-    }
-}
-
-pub(crate) fn parse_json(provider: &str, data: &str) -> Result<Value, LlmError> {
-    serde_json::from_str(data).map_err(|e| {
-        LlmError::new(
-            LlmErrorKind::ResponseMalformed,
-            format!("{provider}: unparseable event data ({e}): {}", truncate(data, 200)),
-        )
-    })
-}
-
-pub(crate) fn interrupted(provider: &str, what: &str) -> LlmError {
-    LlmError::new(
-        LlmErrorKind::StreamInterrupted,
-        format!("{provider}: stream ended before {what}"),
-    )
-}
-
 pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
@@ -222,7 +132,8 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// The provider's own words about the error: `error.message` plus type/code when present.
-struct ErrorInfo {
+#[derive(Debug, Default)]
+pub(crate) struct ErrorInfo {
     message: Option<String>,
     etype: Option<String>,
     code: Option<String>,
@@ -249,6 +160,35 @@ fn error_info(v: &Value) -> ErrorInfo {
             .get("code")
             .and_then(|c| c.as_u64())
             .and_then(|c| u16::try_from(c).ok()),
+    }
+}
+
+impl ErrorInfo {
+    /// A typed chunk's error value, read as [`error_info`] reads it from a `Value`; `top_message`
+    /// is the chunk's own `message` string, the fallback when the error has none.
+    pub fn from_wire(err: &Json<'_, WireError<'_>>, top_message: Option<&str>) -> ErrorInfo {
+        match err {
+            Json::Str(m) => ErrorInfo::message_only(Some(m)),
+            Json::Obj(e) => ErrorInfo::from_object(e, top_message),
+            _ => ErrorInfo::message_only(top_message),
+        }
+    }
+
+    pub fn from_object(e: &WireError<'_>, top_message: Option<&str>) -> ErrorInfo {
+        let s = |j: &Json<'_>| j.str().filter(|x| !x.is_empty()).map(str::to_string);
+        ErrorInfo {
+            message: s(&e.message).or_else(|| top_message.map(str::to_string)),
+            etype: s(&e.kind),
+            code: s(&e.code),
+            numeric_code: e.code.u64().and_then(|c| u16::try_from(c).ok()),
+        }
+    }
+
+    pub fn message_only(message: Option<&str>) -> ErrorInfo {
+        ErrorInfo {
+            message: message.map(str::to_string),
+            ..ErrorInfo::default()
+        }
     }
 }
 
@@ -321,10 +261,14 @@ pub(crate) fn classify_http(
 /// Classifies an error object delivered inside a 200 stream (OpenAI `{"error":{..}}`, Anthropic
 /// `{"type":"error","error":{..}}`), where only the error's type/code say what went wrong.
 pub(crate) fn classify_stream_error(provider: &str, v: &Value, api_key: Option<&str>) -> LlmError {
-    let info = error_info(v);
+    stream_error(provider, error_info(v), &v.to_string(), api_key)
+}
+
+/// Classifies a stream error from what the chunk said about it; `body` is the chunk's text.
+pub(crate) fn stream_error(provider: &str, info: ErrorInfo, body: &str, api_key: Option<&str>) -> LlmError {
     if let Some(status) = info.numeric_code.filter(|c| (400..=599).contains(c)) {
         // vLLM and friends put the HTTP status they would have used in `code`.
-        let mut e = classify_http(provider, status, None, &v.to_string(), api_key);
+        let mut e = classify_http(provider, status, None, body, api_key);
         e.status = None;
         return e;
     }

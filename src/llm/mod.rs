@@ -8,6 +8,8 @@ pub mod anthropic;
 mod http;
 pub mod openai;
 mod sse;
+mod stream;
+mod wire;
 
 use std::fmt;
 use std::sync::Arc;

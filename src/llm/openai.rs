@@ -4,9 +4,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use reqwest::header::ACCEPT;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::http::{self, EventStream};
+use super::http::{self, ErrorInfo};
+use super::stream::{self, Flow, StreamParser};
+use super::wire::{Json, List, WireError};
 use super::{
     ContentBlock, Delta, LlmError, Message, ModelRequest, ModelResponse, Provider, RequestBody, Role, StopReason,
     ToolCall, Usage,
@@ -153,12 +156,223 @@ fn stop_reason(s: &str) -> StopReason {
     }
 }
 
-fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
-    let mut cur = v;
-    for p in path {
-        cur = cur.get(p)?;
+/// One `chat.completion.chunk` event. Every field is optional; a chunk that is not a JSON object
+/// carries nothing.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Chunk<'a> {
+    #[serde(borrow)]
+    model: Json<'a>,
+    #[serde(borrow)]
+    choices: List<Json<'a, Choice<'a>>>,
+    #[serde(borrow)]
+    usage: Json<'a, WireUsage<'a>>,
+    /// `{"error": {..}}` (or a bare string) in place of a chunk: the request failed mid-stream.
+    #[serde(borrow)]
+    error: Json<'a, WireError<'a>>,
+    /// Read only for an error without a message of its own.
+    #[serde(borrow)]
+    message: Json<'a>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    index: Json<'a>,
+    #[serde(borrow)]
+    delta: Json<'a, ChoiceDelta<'a>>,
+    #[serde(borrow)]
+    finish_reason: Json<'a>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ChoiceDelta<'a> {
+    #[serde(borrow)]
+    content: Json<'a>,
+    /// Reasoning text: `reasoning_content` (DeepSeek, vLLM) or `reasoning` (OpenRouter, Ollama).
+    #[serde(borrow)]
+    reasoning_content: Json<'a>,
+    #[serde(borrow)]
+    reasoning: Json<'a>,
+    #[serde(borrow)]
+    tool_calls: List<Json<'a, ToolCallDelta<'a>>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ToolCallDelta<'a> {
+    #[serde(borrow)]
+    index: Json<'a>,
+    #[serde(borrow)]
+    id: Json<'a>,
+    #[serde(borrow)]
+    function: Json<'a, FunctionDelta<'a>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct FunctionDelta<'a> {
+    #[serde(borrow)]
+    name: Json<'a>,
+    /// A fragment of the JSON text; some servers send the whole arguments object in one go.
+    #[serde(borrow)]
+    arguments: Json<'a, Value>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct WireUsage<'a> {
+    #[serde(borrow)]
+    prompt_tokens: Json<'a>,
+    #[serde(borrow)]
+    completion_tokens: Json<'a>,
+    #[serde(borrow)]
+    prompt_tokens_details: Json<'a, PromptTokensDetails<'a>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct PromptTokensDetails<'a> {
+    #[serde(borrow)]
+    cached_tokens: Json<'a>,
+}
+
+/// Accumulates the chunks of one response.
+struct Parser<'k> {
+    api_key: Option<&'k str>,
+    out: ModelResponse,
+    /// By the index the server gives each call.
+    calls: BTreeMap<u64, ToolCall>,
+    finish: Option<StopReason>,
+}
+
+impl<'k> Parser<'k> {
+    fn new(model: &str, api_key: Option<&'k str>) -> Self {
+        Parser {
+            api_key,
+            out: ModelResponse {
+                model: model.to_string(),
+                ..Default::default()
+            },
+            calls: BTreeMap::new(),
+            finish: None,
+        }
     }
-    cur.as_u64()
+
+    fn on_delta(&mut self, delta: &ChoiceDelta<'_>, on_delta: &mut (dyn FnMut(Delta) + Send)) {
+        if let Some(t) = delta.content.str().filter(|t| !t.is_empty()) {
+            self.out.text.push_str(t);
+            on_delta(Delta::Text(t.to_string()));
+        }
+        let reasoning = delta.reasoning_content.str().or_else(|| delta.reasoning.str());
+        if let Some(t) = reasoning.filter(|t| !t.is_empty()) {
+            on_delta(Delta::Thinking(t.to_string()));
+        }
+        for (pos, tc) in delta.tool_calls.0.iter().enumerate() {
+            let tc = tc.obj();
+            let index = tc.and_then(|tc| tc.index.u64()).unwrap_or(pos as u64);
+            let entry = self.calls.entry(index).or_insert_with(|| ToolCall {
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+            });
+            let Some(tc) = tc else { continue };
+            if let Some(id) = tc.id.str().filter(|id| !id.is_empty()) {
+                entry.id = id.to_string();
+            }
+            let Some(func) = tc.function.obj() else { continue };
+            if let Some(name) = func.name.str() {
+                if entry.name.is_empty() {
+                    entry.name = name.to_string();
+                }
+            }
+            match &func.arguments {
+                Json::Str(a) => entry.arguments.push_str(a),
+                Json::Obj(a) => entry.arguments.push_str(&a.to_string()),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl StreamParser for Parser<'_> {
+    const PROVIDER: &'static str = NAME;
+    const END_MARKER: Option<&'static str> = Some("[DONE]");
+    type Chunk<'a> = Json<'a, Chunk<'a>>;
+
+    fn on_chunk(
+        &mut self,
+        _event: Option<&str>,
+        chunk: Json<'_, Chunk<'_>>,
+        data: &str,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<Flow, LlmError> {
+        let Json::Obj(chunk) = chunk else {
+            return Ok(Flow::Continue);
+        };
+        if chunk.error.is_set() {
+            let info = ErrorInfo::from_wire(&chunk.error, chunk.message.str());
+            return Err(http::stream_error(NAME, info, data, self.api_key));
+        }
+        if let Some(m) = chunk.model.str().filter(|m| !m.is_empty()) {
+            if self.out.model != m {
+                self.out.model = m.to_string();
+            }
+        }
+        if let Some(u) = chunk.usage.obj() {
+            self.out.usage = Usage {
+                input_tokens: u.prompt_tokens.u64().unwrap_or(0),
+                output_tokens: u.completion_tokens.u64().unwrap_or(0),
+                cache_read_tokens: u
+                    .prompt_tokens_details
+                    .obj()
+                    .and_then(|d| d.cached_tokens.u64())
+                    .unwrap_or(0),
+                cache_creation_tokens: 0,
+            };
+        }
+        // Only the first choice is ours: n is never set above 1.
+        for choice in chunk.choices.0.iter().filter_map(Json::obj) {
+            if choice.index.u64().unwrap_or(0) != 0 {
+                continue;
+            }
+            if let Some(delta) = choice.delta.obj() {
+                self.on_delta(delta, on_delta);
+            }
+            if let Some(f) = choice.finish_reason.str() {
+                self.finish = Some(stop_reason(f));
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn finish(self, stopped: bool) -> Result<ModelResponse, LlmError> {
+        let Parser {
+            mut out, calls, finish, ..
+        } = self;
+        if !stopped && finish.is_none() {
+            return Err(stream::interrupted(NAME, "a finish_reason or [DONE]"));
+        }
+        out.tool_calls = calls
+            .into_iter()
+            .map(|(index, mut c)| {
+                if c.id.is_empty() {
+                    // Some local servers omit ids; the transcript still needs them to pair results.
+                    c.id = format!("call_{index}");
+                }
+                c
+            })
+            .collect();
+        out.stop_reason = match finish {
+            // Some OpenAI-compatible servers report "stop" even when they called tools.
+            Some(StopReason::EndTurn) | None if !out.tool_calls.is_empty() => StopReason::ToolUse,
+            Some(r) => r,
+            None => StopReason::EndTurn,
+        };
+        Ok(out)
+    }
 }
 
 #[async_trait::async_trait]
@@ -182,120 +396,9 @@ impl Provider for OpenAi {
             rb = rb.bearer_auth(key);
         }
         let key = self.api_key.as_deref();
-        let resp = http::send(NAME, rb, idle_timeout, key).await?;
-        let mut events = EventStream::new(NAME, resp, idle_timeout);
-
-        let mut out = ModelResponse {
-            model: req.model.clone(),
-            ..Default::default()
-        };
-        let mut calls: BTreeMap<u64, ToolCall> = BTreeMap::new();
-        let mut finish: Option<StopReason> = None;
-        let mut done = false;
-
-        while let Some(ev) = events.next().await? {
-            let data = ev.data.trim();
-            if data.is_empty() {
-                continue;
-            }
-            if data == "[DONE]" {
-                done = true;
-                events.drain().await;
-                break;
-            }
-            let v = http::parse_json(NAME, data)?;
-            if v.get("error").is_some_and(|e| !e.is_null()) {
-                return Err(http::classify_stream_error(NAME, &v, key));
-            }
-            if let Some(m) = v.get("model").and_then(|m| m.as_str()) {
-                if !m.is_empty() {
-                    out.model = m.to_string();
-                }
-            }
-            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                out.usage = Usage {
-                    input_tokens: u64_at(u, &["prompt_tokens"]).unwrap_or(0),
-                    output_tokens: u64_at(u, &["completion_tokens"]).unwrap_or(0),
-                    cache_read_tokens: u64_at(u, &["prompt_tokens_details", "cached_tokens"]).unwrap_or(0),
-                    cache_creation_tokens: 0,
-                };
-            }
-            let Some(choices) = v.get("choices").and_then(|c| c.as_array()) else {
-                continue;
-            };
-            for choice in choices {
-                if choice.get("index").and_then(|i| i.as_u64()).unwrap_or(0) != 0 {
-                    continue;
-                }
-                if let Some(delta) = choice.get("delta") {
-                    if let Some(t) = delta.get("content").and_then(|c| c.as_str()) {
-                        if !t.is_empty() {
-                            out.text.push_str(t);
-                            on_delta(Delta::Text(t.to_string()));
-                        }
-                    }
-                    let reasoning = delta
-                        .get("reasoning_content")
-                        .and_then(|c| c.as_str())
-                        .or_else(|| delta.get("reasoning").and_then(|c| c.as_str()));
-                    if let Some(t) = reasoning {
-                        if !t.is_empty() {
-                            on_delta(Delta::Thinking(t.to_string()));
-                        }
-                    }
-                    if let Some(tcs) = delta.get("tool_calls").and_then(|c| c.as_array()) {
-                        for (pos, tc) in tcs.iter().enumerate() {
-                            let index = tc.get("index").and_then(|i| i.as_u64()).unwrap_or(pos as u64);
-                            let entry = calls.entry(index).or_insert_with(|| ToolCall {
-                                id: String::new(),
-                                name: String::new(),
-                                arguments: String::new(),
-                            });
-                            if let Some(id) = tc.get("id").and_then(|i| i.as_str()) {
-                                if !id.is_empty() {
-                                    entry.id = id.to_string();
-                                }
-                            }
-                            let func = tc.get("function");
-                            if let Some(name) = func.and_then(|f| f.get("name")).and_then(|n| n.as_str()) {
-                                if entry.name.is_empty() {
-                                    entry.name = name.to_string();
-                                }
-                            }
-                            match func.and_then(|f| f.get("arguments")) {
-                                Some(Value::String(a)) => entry.arguments.push_str(a),
-                                // Some servers send the arguments as an object in one go.
-                                Some(a @ Value::Object(_)) => entry.arguments.push_str(&a.to_string()),
-                                _ => {}
-                            }
-                        }
-                    }
-                }
-                if let Some(f) = choice.get("finish_reason").and_then(|f| f.as_str()) {
-                    finish = Some(stop_reason(f));
-                }
-            }
-        }
-
-        if !done && finish.is_none() {
-            return Err(http::interrupted(NAME, "a finish_reason or [DONE]"));
-        }
-        out.tool_calls = calls
-            .into_iter()
-            .map(|(index, mut c)| {
-                if c.id.is_empty() {
-                    // Some local servers omit ids; the transcript still needs them to pair results.
-                    c.id = format!("call_{index}");
-                }
-                c
-            })
-            .collect();
-        out.stop_reason = match finish {
-            // Some OpenAI-compatible servers report "stop" even when they called tools.
-            Some(StopReason::EndTurn) | None if !out.tool_calls.is_empty() => StopReason::ToolUse,
-            Some(r) => r,
-            None => StopReason::EndTurn,
-        };
-        Ok(out)
+        stream::run(rb, idle_timeout, key, Parser::new(&req.model, key), on_delta).await
     }
 }
+
+#[cfg(test)]
+mod tests;
