@@ -43,8 +43,9 @@ pub mod kind {
     }
 }
 
-/// An event as clients receive it in an SSE `data:` line.
-#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+/// An event as clients receive it in an SSE `data:` line. Its OpenAPI description is
+/// `TicketEventSchema`, which spells out each kind's `data`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TicketEvent {
     pub ticket_id: Uuid,
     pub ticket_key: String,
@@ -55,8 +56,22 @@ pub struct TicketEvent {
     pub at: DateTime<Utc>,
     // JSON text: read from the log and written to streams without being parsed into a tree and
     // encoded again.
-    #[schema(value_type = Value)]
     pub data: Box<RawValue>,
+}
+
+/// An event as clients receive it in an SSE `data:` line: the ticket it belongs to, its place in
+/// the ticket's log, and its `kind` with that kind's `data`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = TicketEvent)]
+pub struct TicketEventSchema {
+    pub ticket_id: Uuid,
+    pub ticket_key: String,
+    /// The ticket's event sequence number (1, 2, 3 … without gaps); null for live-only deltas.
+    pub seq: Option<i64>,
+    pub agent: Option<String>,
+    pub at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub event: EventData,
 }
 
 /// An event to append to a ticket's log, in the transaction of the change it describes. Its data
@@ -118,7 +133,7 @@ pub enum EventData {
     },
     #[serde(rename = "ticket.done")]
     TicketDone {
-        #[schema(value_type = Object)]
+        #[schema(value_type = Value)]
         result: Value,
     },
     #[serde(rename = "ticket.failed")]
@@ -157,7 +172,7 @@ pub enum EventData {
     ToolStarted {
         tool_name: String,
         call_id: String,
-        #[schema(value_type = Object)]
+        #[schema(value_type = Value)]
         input: Value,
     },
     #[serde(rename = "tool.finished")]
