@@ -27,16 +27,14 @@ struct Prelude<'s, 'a> {
 impl Prelude<'_, '_> {
     /// The open transaction; stops the step when the claim is lost.
     async fn conn(&mut self) -> Flow<&mut PgConnection> {
-        if self.tx.is_none() {
-            match db::claims::fence(&self.step.rt.pool, self.step.fence).await? {
-                Some(tx) => self.tx = Some(tx),
+        let tx = match self.tx.take() {
+            Some(tx) => tx,
+            None => match db::claims::fence(&self.step.rt.pool, self.step.fence).await? {
+                Some(tx) => tx,
                 None => return aborted(),
-            }
-        }
-        match self.tx.as_deref_mut() {
-            Some(conn) => Ok(conn),
-            None => aborted(),
-        }
+            },
+        };
+        Ok(&mut **self.tx.insert(tx))
     }
 }
 

@@ -119,7 +119,8 @@ pub struct TokenUsage {
 }
 
 /// Every kind of event with its payload: `kind` names the variant, `data` holds its fields. This
-/// is the one place an event's shape is defined; the OpenAPI document describes it from here.
+/// is where an event's shape is defined, and the OpenAPI document describes it from here (the
+/// live deltas, built per token, are written in the same shape by `events::hub::delta_data`).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "kind", content = "data")]
 pub enum EventData {
@@ -252,18 +253,16 @@ impl EventData {
     /// The payload alone (the event's `data`) as JSON text.
     pub fn data_json(&self) -> String {
         // Serialised whole, the enum is `{"kind":"<kind>","data":<payload>}` (serde writes the tag
-        // first, then the content); the payload is what lies between that prefix and the last
-        // brace. One serialisation, no intermediate tree.
-        let Ok(mut text) = serde_json::to_string(self) else {
-            // Unreachable for these types (every map key is a string); an empty payload rather
-            // than a panic.
-            return "{}".to_owned();
-        };
-        let prefix = r#"{"kind":""#.len() + self.kind().len() + r#"","data":"#.len();
-        debug_assert!(text[..prefix].ends_with(r#"","data":"#), "unexpected layout: {text}");
-        text.pop();
-        text.drain(..prefix);
-        text
+        // first, then the content); the payload is what follows the first `","data":` (a quote
+        // inside the kind would be escaped) up to the last brace. One serialisation, no tree.
+        const DATA: &str = r#"","data":"#;
+        let text = serde_json::to_string(self).unwrap_or_default();
+        match text.find(DATA) {
+            Some(at) if text.ends_with('}') => text[at + DATA.len()..text.len() - 1].to_owned(),
+            // Unreachable for these types (every map key is a string, the tag comes first): an
+            // empty payload rather than a panic or a corrupt log.
+            _ => "{}".to_owned(),
+        }
     }
 }
 
@@ -315,6 +314,111 @@ mod tests {
             .data_json(),
             r#"{"attempt":2,"max_attempts":10,"kind":"overloaded","message":"m","delay_ms":7}"#
         );
+    }
+
+    /// One event of every kind.
+    fn every_kind() -> Vec<EventData> {
+        let now = chrono::Utc::now();
+        let ticket: Ticket = serde_json::from_value(json!({
+            "id": Uuid::nil(), "key": "TICKET-1", "task": "t", "labels": [], "status": "todo", "agent": null,
+            "reporter": "user", "priority": 0, "parent_id": null, "parent_key": null, "schema": null,
+            "result": null, "error": null, "attempts": 0, "max_attempts": 3, "metadata": {},
+            "usage": super::super::TicketUsage::default(), "created_at": now, "updated_at": now, "started_at": null,
+            "finished_at": null
+        }))
+        .unwrap();
+        let comment: Comment = serde_json::from_value(json!({
+            "id": Uuid::nil(), "ticket_id": Uuid::nil(), "seq": 1, "author": "user", "agent": null,
+            "content": [{"type": "text", "text": "hi"}], "created_at": now
+        }))
+        .unwrap();
+        let s = String::new;
+        vec![
+            EventData::TicketCreated { ticket: ticket.clone() },
+            EventData::TicketStarted { agent: s(), attempt: 1 },
+            EventData::TicketDone { result: json!(1) },
+            EventData::TicketFailed {
+                error: TicketError {
+                    kind: s(),
+                    message: s(),
+                },
+            },
+            EventData::TicketCancelled {},
+            EventData::TicketWaiting {},
+            EventData::TicketRequeued {
+                reason: RequeueReason::Retry,
+            },
+            EventData::TicketUpdated { ticket },
+            EventData::CommentCreated { comment },
+            EventData::RequestStarted { model: s() },
+            EventData::RequestFinished {
+                model: s(),
+                usage: TokenUsage::default(),
+                stop_reason: s(),
+            },
+            EventData::RequestRetried {
+                attempt: 1,
+                max_attempts: 1,
+                kind: s(),
+                message: s(),
+                delay_ms: 1,
+            },
+            EventData::RequestFailed {
+                kind: s(),
+                message: s(),
+            },
+            EventData::ToolStarted {
+                tool_name: s(),
+                call_id: s(),
+                input: json!({}),
+            },
+            EventData::ToolFinished {
+                tool_name: s(),
+                call_id: s(),
+                output: s(),
+            },
+            EventData::ToolFailed {
+                tool_name: s(),
+                call_id: s(),
+                kind: s(),
+                message: s(),
+            },
+            EventData::SchemaRetried {
+                attempt: 1,
+                max_attempts: 1,
+                message: s(),
+            },
+            EventData::PolicyViolated { kind: s(), limit: 1 },
+            EventData::CompactionStarted { reason: s() },
+            EventData::CompactionFinished {
+                reason: s(),
+                tokens_before: 1,
+                tokens_after: 1,
+            },
+            EventData::CompactionFailed {
+                reason: s(),
+                message: s(),
+            },
+            EventData::ContextLimitExceeded {
+                estimated_tokens: 1,
+                threshold_tokens: 1,
+            },
+            EventData::TextDelta { delta: s() },
+            EventData::ThinkingDelta { delta: s() },
+        ]
+    }
+
+    #[test]
+    fn every_kind_serialises_with_its_kind_as_the_tag() {
+        let events = every_kind();
+        let kinds: std::collections::HashSet<&str> = events.iter().map(EventData::kind).collect();
+        assert_eq!(kinds.len(), events.len(), "one event per kind");
+        for event in &events {
+            let whole = serde_json::to_value(event).unwrap();
+            assert_eq!(whole["kind"], event.kind());
+            let data: Value = serde_json::from_str(&event.data_json()).unwrap();
+            assert_eq!(data, whole["data"], "{}", event.kind());
+        }
     }
 
     #[test]

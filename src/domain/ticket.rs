@@ -118,8 +118,6 @@ pub struct Ticket {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// A ticket reference in a path: its id, or its key `TICKET-<number>` (kept as the number, which
-/// is what the database indexes).
 impl Ticket {
     /// What the model reads as the ticket's task (its first user comment): a string task as it
     /// is, any other JSON pretty-printed.
@@ -131,6 +129,8 @@ impl Ticket {
     }
 }
 
+/// A ticket reference in a path: its id, or its key `TICKET-<number>` (kept as the number, which
+/// is what the database indexes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TicketRef {
     Id(Uuid),
