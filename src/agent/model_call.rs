@@ -11,6 +11,7 @@ use super::step::Step;
 use super::{aborted, Flow};
 use crate::domain::event::kind;
 use crate::domain::{EventData, NewEvent, TicketEvent};
+use crate::events::hub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
 
 pub(super) enum ModelOutcome {
@@ -83,9 +84,14 @@ impl Step<'_> {
 
     /// A live-only delta to the ticket's subscribers (never stored).
     fn publish_delta(&self, delta: Delta) {
-        let (delta_kind, text) = match delta {
-            Delta::Text(t) => (kind::TEXT_DELTA, t),
-            Delta::Thinking(t) => (kind::THINKING_DELTA, t),
+        let (delta_kind, data) = match &delta {
+            Delta::Text(t) => (kind::TEXT_DELTA, hub::delta_data(t)),
+            Delta::Thinking(t) => (kind::THINKING_DELTA, hub::delta_data(t)),
+            Delta::ToolCall {
+                call_id,
+                tool_name,
+                delta,
+            } => (kind::TOOL_CALL_DELTA, hub::tool_call_delta_data(call_id, tool_name, delta)),
         };
         let event = TicketEvent {
             ticket_id: self.ticket.id,
@@ -94,7 +100,7 @@ impl Step<'_> {
             kind: delta_kind.to_owned(),
             agent: Some(self.agent.name.clone()),
             at: Utc::now(),
-            data: crate::events::hub::delta_data(&text),
+            data,
         };
         let labels = self.ticket.labels.clone();
         self.rt.hub.publish_delta(event, labels, Some(self.agent.name.clone()));
