@@ -273,7 +273,10 @@ fn input_json_fragments_stream_as_deltas_of_their_call() {
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"ls\"}"}}"#,
         ),
-        ("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#),
+        (
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#,
+        ),
         STOP,
     ]));
     assert_eq!(r.unwrap().tool_calls[0].arguments, r#"{"cmd":"ls"}"#);
