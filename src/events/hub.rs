@@ -477,3 +477,56 @@ async fn listen_for_events(hub: EventHub, shutdown: CancellationToken) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(kind: &str, data: Box<serde_json::value::RawValue>) -> Arc<StreamItem> {
+        let event = TicketEvent {
+            ticket_id: uuid::Uuid::nil(),
+            ticket_key: "TICKET-1".into(),
+            seq: None,
+            kind: kind.into(),
+            agent: Some("a".into()),
+            at: chrono::Utc::now(),
+            data,
+        };
+        let (frame, json) = sse_frame(None, &event);
+        Arc::new(StreamItem {
+            cursor: None,
+            event,
+            ticket_labels: vec![],
+            ticket_agent: None,
+            json,
+            frame,
+        })
+    }
+
+    #[test]
+    fn forwarded_deltas_keep_their_fields_when_split() {
+        let long = "x".repeat(MAX_PAYLOAD * 2);
+        let items = [
+            item(kind::TEXT_DELTA, delta_data("hi")),
+            item(kind::TOOL_CALL_DELTA, tool_call_delta_data("c1", "close_ticket", &long)),
+        ];
+        let payloads = delta_payloads(&items);
+        let forwarded: Vec<ForwardedDelta> = payloads
+            .iter()
+            .flat_map(|p| serde_json::from_str::<Vec<ForwardedDelta>>(p).unwrap())
+            .collect();
+        assert!(payloads.iter().all(|p| p.len() <= MAX_PAYLOAD + 200));
+        let data: Vec<serde_json::Value> = forwarded
+            .iter()
+            .map(|f| serde_json::from_str(f.event.data.get()).unwrap())
+            .collect();
+        assert_eq!(data[0], serde_json::json!({ "delta": "hi" }));
+        assert!(data.len() > 2);
+        let mut joined = String::new();
+        for d in &data[1..] {
+            assert_eq!((&d["call_id"], &d["tool_name"]), (&"c1".into(), &"close_ticket".into()));
+            joined.push_str(d["delta"].as_str().unwrap());
+        }
+        assert_eq!(joined, long);
+    }
+}
