@@ -215,6 +215,24 @@ async fn a_small_task_is_kept_verbatim_through_compaction_in_a_4096_window() {
 }
 
 #[tokio::test]
+async fn a_short_task_on_a_2048_window_is_sent_without_compaction() {
+    let (app, llm) = start().await;
+    set_default_agent(&app, json!({ "context_window": 2048, "tools": ["close_ticket"] })).await;
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "hi" })));
+    let ticket = app.create_ticket(json!({ "task": "Say hi." })).await;
+    wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    let kinds = event_kinds(&app, ticket["id"].as_str().unwrap()).await;
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| k.starts_with("compaction.") || k == "context.limit_exceeded"),
+        "{kinds:?}"
+    );
+    assert_eq!(llm.request_count(), 1);
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_task_larger_than_a_quarter_of_the_window_is_summarised_with_the_rest() {
     let (app, llm) = start().await;
     set_default_agent(&app, json!({ "context_window": 4096, "tools": ["close_ticket"] })).await;

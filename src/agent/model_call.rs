@@ -1,6 +1,7 @@
 //! One model response, with the retry policy: retryable errors back off (Retry-After wins) and try
 //! again, unless output was already shown to clients; exhausted or terminal errors fail the
-//! ticket. Text and thinking deltas go to the hub as they arrive.
+//! ticket. Text, thinking and tool-call deltas go to the hub as they arrive (each counts as shown
+//! output); a cancel keeps the text shown so far.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -16,7 +16,7 @@ use crate::llm::ModelResponse;
 pub(super) const STILL_TOO_LARGE: &str = "context still exceeds window after compaction";
 
 /// What the model is told after a reply cut at the output limit.
-pub(super) const CONTINUE_DIRECTIVE: &str = "Your previous reply was cut off at the output limit. Continue exactly \
+const CONTINUE_DIRECTIVE: &str = "Your previous reply was cut off at the output limit. Continue exactly \
 where it stopped, without repeating what you already wrote. To finish the ticket, call a tool.";
 
 /// A model response as it is stored: the usage it adds, the assistant comment's content, and
