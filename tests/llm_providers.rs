@@ -225,6 +225,7 @@ async fn anthropic_thinking_round_trip() {
     // The signature delta emits nothing: every delta is thinking text or answer text.
     assert!(deltas.iter().all(|d| match d {
         Delta::Text(t) | Delta::Thinking(t) => !t.contains("sig-XYZ"),
+        Delta::ToolCall { delta, .. } => !delta.contains("sig-XYZ"),
     }));
     assert_eq!(
         r.thinking,

@@ -1,6 +1,7 @@
 //! One model response, with the retry policy: retryable errors back off (Retry-After wins) and try
 //! again, unless output was already shown to clients; exhausted or terminal errors fail the
-//! ticket. Text and thinking deltas go to the hub as they arrive.
+//! ticket. Text, thinking and tool-call deltas go to the hub as they arrive (each counts as shown
+//! output); a cancel keeps the text shown so far.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -9,8 +10,10 @@ use chrono::Utc;
 
 use super::step::Step;
 use super::{aborted, Flow};
+use crate::db;
 use crate::domain::event::kind;
-use crate::domain::{EventData, NewEvent, TicketEvent};
+use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent};
+use crate::events::hub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
 
 pub(super) enum ModelOutcome {
@@ -29,6 +32,8 @@ impl Step<'_> {
         let max_retries = self.agent.max_request_retries.max(0) as u32;
         let base_delay = Duration::from_millis(self.agent.request_retry_delay_ms.max(0) as u64);
         let mut attempt = 0u32;
+        // The text shown so far, kept if a cancel stops the response.
+        let mut streamed = String::new();
         loop {
             let shown = AtomicBool::new(false);
             let mut on_delta = |delta: Delta| {
@@ -36,12 +41,18 @@ impl Step<'_> {
                     return;
                 }
                 shown.store(true, Ordering::Relaxed);
+                if let Delta::Text(text) = &delta {
+                    streamed.push_str(text);
+                }
                 self.publish_delta(delta);
             };
             let result = tokio::select! {
                 biased;
-                _ = self.signals.abort.cancelled() => return aborted(),
-                r = provider.stream(request, &mut on_delta, self.rt.stream_idle) => r,
+                _ = self.signals.abort.cancelled() => None,
+                r = provider.stream(request, &mut on_delta, self.rt.stream_idle) => Some(r),
+            };
+            let Some(result) = result else {
+                return self.keep_cancelled_text(streamed).await;
             };
             let err: LlmError = match result {
                 Ok(response) => return Ok(ModelOutcome::Response(response)),
@@ -81,11 +92,31 @@ impl Step<'_> {
         }
     }
 
+    /// The response was stopped: after a cancel, the text it had shown stays in the transcript
+    /// (`db::claims::store_cancelled_output` checks that it was a cancel, not a lost claim).
+    async fn keep_cancelled_text<T>(&self, streamed: String) -> Flow<T> {
+        if !streamed.is_empty() {
+            let content = [ContentBlock::text(streamed)];
+            if db::claims::store_cancelled_output(&self.rt.pool, self.fence, self.name(), &content).await? {
+                self.rt.hub.wake();
+            }
+        }
+        aborted()
+    }
+
     /// A live-only delta to the ticket's subscribers (never stored).
     fn publish_delta(&self, delta: Delta) {
-        let (delta_kind, text) = match delta {
-            Delta::Text(t) => (kind::TEXT_DELTA, t),
-            Delta::Thinking(t) => (kind::THINKING_DELTA, t),
+        let (delta_kind, data) = match &delta {
+            Delta::Text(t) => (kind::TEXT_DELTA, hub::delta_data(t)),
+            Delta::Thinking(t) => (kind::THINKING_DELTA, hub::delta_data(t)),
+            Delta::ToolCall {
+                call_id,
+                tool_name,
+                delta,
+            } => (
+                kind::TOOL_CALL_DELTA,
+                hub::tool_call_delta_data(call_id, tool_name, delta),
+            ),
         };
         let event = TicketEvent {
             ticket_id: self.ticket.id,
@@ -94,7 +125,7 @@ impl Step<'_> {
             kind: delta_kind.to_owned(),
             agent: Some(self.agent.name.clone()),
             at: Utc::now(),
-            data: crate::events::hub::delta_data(&text),
+            data,
         };
         let labels = self.ticket.labels.clone();
         self.rt.hub.publish_delta(event, labels, Some(self.agent.name.clone()));

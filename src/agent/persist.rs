@@ -15,6 +15,10 @@ use crate::llm::ModelResponse;
 
 pub(super) const STILL_TOO_LARGE: &str = "context still exceeds window after compaction";
 
+/// What the model is told after a reply cut at the output limit.
+const CONTINUE_DIRECTIVE: &str = "Your previous reply was cut off at the output limit. Continue exactly \
+where it stopped, without repeating what you already wrote. To finish the ticket, call a tool.";
+
 /// A model response as it is stored: the usage it adds, the assistant comment's content, and
 /// the events that go around that comment in the log.
 pub(super) struct ResponseRecord {
@@ -192,6 +196,55 @@ impl Step<'_> {
         tx.commit().await?;
         self.rt.hub.wake();
         end
+    }
+
+    /// A reply cut at the output limit without a tool call: it is stored, and the model is asked
+    /// to go on, at most `max_schema_retries` times in a row; then the ticket fails with
+    /// `output_truncated`.
+    pub(super) async fn continue_truncated_reply(&self, record: ResponseRecord) -> Flow<()> {
+        let name = self.name();
+        let ticket_id = self.ticket.id;
+        let max = self.agent.max_schema_retries.max(0);
+        let count = self.streaks.truncated.get() + 1;
+        self.streaks.truncated.set(count);
+        let mut tx = self.fenced(&record.usage).await?;
+        let mut events = if record.content.is_empty() {
+            // Nothing to store (a cut reply with no text), only that it came.
+            vec![record.finished]
+        } else {
+            let comment =
+                db::comments::insert(&mut tx, ticket_id, Author::Assistant, Some(name), &record.content).await?;
+            record.events(&comment, name)
+        };
+        if count > max {
+            let violated = EventData::PolicyViolated {
+                kind: "max_schema_retries".into(),
+                limit: max.into(),
+            };
+            events.push(NewEvent::new(Some(name), violated));
+            let outcome = Finish::Failed {
+                kind: "output_truncated".into(),
+                message: format!(
+                    "the reply was cut at the output limit {count} times in a row (max_schema_retries is {max}); \
+                     raise the agent's max_tokens"
+                ),
+            };
+            db::claims::finish(&mut tx, self.fence, &outcome, name, events).await?;
+            tx.commit().await?;
+            self.rt.hub.wake();
+            return Err(Stop::End(RunEnd::Failed));
+        }
+        let directive = [ContentBlock::text(CONTINUE_DIRECTIVE)];
+        // A user comment, like the tools' results: compaction folds it away with the rest.
+        let directive = db::comments::insert(&mut tx, ticket_id, Author::User, None, &directive).await?;
+        events.push(NewEvent::new(
+            Some(name),
+            EventData::CommentCreated { comment: directive },
+        ));
+        db::events::append(&mut tx, ticket_id, &events).await?;
+        tx.commit().await?;
+        self.rt.hub.wake();
+        Ok(())
     }
 
     /// Counts a rejected reply on a schema-bound ticket: adds `schema.retried` to `events`, or,

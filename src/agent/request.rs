@@ -34,11 +34,16 @@ fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
     prompt
 }
 
+/// The requests a ticket may make when the agent sets no `max_turns`: a model that never
+/// finishes stops here.
+pub const DEFAULT_MAX_TURNS: i64 = 100;
+
 /// The agent's limits, checked before each request: (kind, limit) of the first one reached.
 pub(super) fn policy_violation(agent: &Agent, ticket: &Ticket) -> Option<(&'static str, i64)> {
     let u = &ticket.usage;
-    if let Some(max) = agent.max_turns.map(i64::from).filter(|max| u.requests >= *max) {
-        return Some(("max_turns", max));
+    let max_turns = agent.max_turns.map_or(DEFAULT_MAX_TURNS, i64::from);
+    if u.requests >= max_turns {
+        return Some(("max_turns", max_turns));
     }
     if let Some(max) = agent.max_input_tokens.filter(|max| u.input_tokens >= *max) {
         return Some(("max_input_tokens", max));

@@ -6,12 +6,12 @@ use super::compaction::{self, Reason};
 use super::model_call::ModelOutcome;
 use super::persist::{self, ResponseRecord};
 use super::tool_calls::{self, PreparedCall};
-use super::{aborted, request, Flow, Runtime, Signals};
+use super::{aborted, request, Flow, Runtime, Signals, Streaks};
 use crate::db;
 use crate::db::claims::{Claim, Fence};
 use crate::db::steps::{StepResult, StepWrite};
 use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
-use crate::llm::{self, LlmError, ModelRequest, ModelResponse, Provider};
+use crate::llm::{self, LlmError, ModelRequest, ModelResponse, Provider, StopReason};
 
 /// What every part of a step works with: the process, the claim, the agent and the ticket as
 /// the step read them, and the signals that stop it.
@@ -21,11 +21,12 @@ pub(super) struct Step<'a> {
     pub agent: Agent,
     pub ticket: Ticket,
     pub signals: &'a Signals,
+    pub streaks: &'a Streaks,
 }
 
 /// Runs one step of a claimed ticket. `first`: the first step of a new claim, which works from
 /// what the claim returned instead of reading it again.
-pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Flow<()> {
+pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, streaks: &Streaks, first: bool) -> Flow<()> {
     let fence = claim.fence();
     let agent_name = claim.agent.as_str();
     let state = if first {
@@ -56,6 +57,7 @@ pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, first: b
         agent,
         ticket,
         signals,
+        streaks,
     };
     step.work(transcript).await
 }
@@ -178,6 +180,10 @@ impl Step<'_> {
     async fn act_on(&self, response: ModelResponse) -> Flow<()> {
         let calls = tool_calls::prepare(&self.agent, &response);
         let record = ResponseRecord::of(&self.agent, &response, &calls);
+        if calls.is_empty() && response.stop_reason == StopReason::MaxTokens {
+            return self.continue_truncated_reply(record).await;
+        }
+        self.streaks.truncated.set(0);
         if calls.is_empty() {
             return self.settle_text_reply(record).await;
         }

@@ -36,6 +36,12 @@ pub mod kind {
     /// Live-only: never stored, no `seq`, no SSE id.
     pub const TEXT_DELTA: &str = "text.delta";
     pub const THINKING_DELTA: &str = "thinking.delta";
+    pub const TOOL_CALL_DELTA: &str = "tool_call.delta";
+
+    /// The live-only kinds.
+    pub fn is_delta(kind: &str) -> bool {
+        matches!(kind, TEXT_DELTA | THINKING_DELTA | TOOL_CALL_DELTA)
+    }
 
     /// The kinds after which a ticket's stream ends (when it is the ticket's latest event).
     pub fn is_final(kind: &str) -> bool {
@@ -218,6 +224,13 @@ pub enum EventData {
     /// Live-only, like `text.delta`.
     #[serde(rename = "thinking.delta")]
     ThinkingDelta { delta: String },
+    /// Live-only: a fragment of a tool call's arguments as the model writes them.
+    #[serde(rename = "tool_call.delta")]
+    ToolCallDelta {
+        call_id: String,
+        tool_name: String,
+        delta: String,
+    },
 }
 
 impl EventData {
@@ -247,6 +260,7 @@ impl EventData {
             EventData::ContextLimitExceeded { .. } => kind::CONTEXT_LIMIT_EXCEEDED,
             EventData::TextDelta { .. } => kind::TEXT_DELTA,
             EventData::ThinkingDelta { .. } => kind::THINKING_DELTA,
+            EventData::ToolCallDelta { .. } => kind::TOOL_CALL_DELTA,
         }
     }
 
@@ -295,6 +309,11 @@ mod tests {
                 threshold_tokens: 5,
             },
             EventData::TextDelta { delta: "hé}".into() },
+            EventData::ToolCallDelta {
+                call_id: "c1".into(),
+                tool_name: "close_ticket".into(),
+                delta: r#"{"result": "#.into(),
+            },
         ];
         for event in events {
             let whole = serde_json::to_value(&event).unwrap();

@@ -48,8 +48,8 @@ pub struct TicketEventsQuery {
 /// A ticket's events (SSE)
 ///
 /// Replays the ticket's persisted events (from the first, or after `Last-Event-ID` / `?after=`),
-/// then streams live ones, including `text.delta` and `thinking.delta` while the model streams.
-/// Each persisted event has SSE `id:` = its `seq`. The stream ends after the ticket's latest
+/// then streams live ones, including `text.delta`, `thinking.delta` and `tool_call.delta` while
+/// the model streams. Each persisted event has SSE `id:` = its `seq`. The stream ends after the ticket's latest
 /// event when that is `ticket.done`, `ticket.failed` or `ticket.cancelled`.
 #[utoipa::path(get, path = "/tickets/{ticket}/events", tag = "events",
     params(("ticket" = String, Path, description = "Ticket id or key"), TicketEventsQuery,

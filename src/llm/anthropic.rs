@@ -362,7 +362,15 @@ impl<'k> Parser<'k> {
                 }
             }
             (Some(DeltaType::InputJsonDelta), Some(Block::ToolUse(call))) => {
-                call.arguments.push_str(d.partial_json.str().unwrap_or(""));
+                let fragment = d.partial_json.str().unwrap_or("");
+                if !fragment.is_empty() {
+                    call.arguments.push_str(fragment);
+                    on_delta(Delta::ToolCall {
+                        call_id: call.id.clone(),
+                        tool_name: call.name.clone(),
+                        delta: fragment.to_string(),
+                    });
+                }
             }
             (Some(DeltaType::ThinkingDelta), Some(Block::Thinking { text, .. })) => {
                 let t = d.thinking.str().unwrap_or("");

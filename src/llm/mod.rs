@@ -79,6 +79,12 @@ pub struct ModelRequest {
 pub enum Delta {
     Text(String),
     Thinking(String),
+    /// A fragment of a tool call's arguments (JSON text) as it arrives, with the call it belongs to.
+    ToolCall {
+        call_id: String,
+        tool_name: String,
+        delta: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -227,7 +233,8 @@ pub trait Provider: Send + Sync {
     /// "openai" | "anthropic"
     fn name(&self) -> &'static str;
 
-    /// Streams one model response. Each text/thinking delta is passed to `on_delta` as it arrives.
+    /// Streams one model response. Each text, thinking and tool-call argument delta is passed to
+    /// `on_delta` as it arrives.
     /// A stream silent for `idle_timeout` between chunks (or before the first) fails with StreamStalled.
     /// Dropping the future aborts the HTTP request (that is how cancel works).
     async fn stream(

@@ -288,11 +288,26 @@ impl<'k> Parser<'k> {
                     entry.name = name.to_string();
                 }
             }
-            match &func.arguments {
-                Json::Str(a) => entry.arguments.push_str(a),
-                Json::Obj(a) => entry.arguments.push_str(&a.to_string()),
-                _ => {}
+            let fragment = match &func.arguments {
+                Json::Str(a) => a.to_string(),
+                Json::Obj(a) => a.to_string(),
+                _ => continue,
+            };
+            if fragment.is_empty() {
+                continue;
             }
+            entry.arguments.push_str(&fragment);
+            let call_id = if entry.id.is_empty() {
+                // As `finish` names a call the server gave no id.
+                format!("call_{index}")
+            } else {
+                entry.id.clone()
+            };
+            on_delta(Delta::ToolCall {
+                call_id,
+                tool_name: entry.name.clone(),
+                delta: fragment,
+            });
         }
     }
 }
