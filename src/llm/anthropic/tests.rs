@@ -148,7 +148,20 @@ fn thinking_signatures_and_tool_input_accumulate_per_block() {
         STOP,
     ]));
     let r = r.unwrap();
-    assert_eq!(deltas, [Delta::Thinking("Hm".into()), Delta::Thinking("Pre".into())]);
+    let call = |delta: &str| Delta::ToolCall {
+        call_id: "toolu_1".into(),
+        tool_name: "run".into(),
+        delta: delta.into(),
+    };
+    assert_eq!(
+        deltas,
+        [
+            Delta::Thinking("Hm".into()),
+            Delta::Thinking("Pre".into()),
+            call(r#"{"cmd":"#),
+            call(r#""ls"}"#)
+        ]
+    );
     assert_eq!(
         r.thinking,
         [
