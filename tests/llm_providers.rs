@@ -455,6 +455,7 @@ fn conversation() -> ModelRequest {
         temperature: Some(0.2),
         max_tokens: None,
         thinking_budget: None,
+        tool_choice: Default::default(),
     }
 }
 

@@ -1,0 +1,53 @@
+//! Model providers by name: the built-in `openai` and `anthropic` (from the environment) and the
+//! ones defined through the API.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// The names configured from the environment; they cannot be defined through the API.
+pub const BUILTIN_PROVIDERS: [&str; 2] = ["openai", "anthropic"];
+
+pub const DEFAULT_PROVIDER_TIMEOUT_MS: i64 = 600_000;
+pub const MIN_PROVIDER_TIMEOUT_MS: i64 = 1_000;
+pub const MAX_PROVIDER_TIMEOUT_MS: i64 = 3_600_000;
+
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProviderDef {
+    pub name: String,
+    /// The wire format: `openai` (chat completions, and the many servers copying it) or
+    /// `anthropic` (Messages).
+    #[schema(example = "openai")]
+    pub kind: String,
+    /// OpenAI: including the version path (`http://127.0.0.1:8000/v1`); Anthropic: without it.
+    pub base_url: String,
+    /// As given: `${env:NAME}` is replaced from the service's environment only when a request is
+    /// sent, and never shown expanded. Built-in providers show the variable they read.
+    pub api_key: Option<String>,
+    /// Extra request headers; values may hold `${env:NAME}` templates.
+    pub headers: BTreeMap<String, String>,
+    /// Overall limit of one model request, in milliseconds.
+    pub timeout_ms: i64,
+    /// `openai` and `anthropic`, configured from the environment (read-only here).
+    pub builtin: bool,
+    /// Whether the provider can be used: always for defined ones; built-in ones need their
+    /// environment variables.
+    pub configured: bool,
+    pub created_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl ProviderDef {
+    /// What the model client is built from.
+    pub fn config(&self) -> crate::llm::named::ProviderConfig {
+        crate::llm::named::ProviderConfig {
+            kind: self.kind.clone(),
+            base_url: self.base_url.clone(),
+            api_key: self.api_key.clone(),
+            headers: self.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            timeout_ms: self.timeout_ms.max(0) as u64,
+        }
+    }
+}
