@@ -29,7 +29,7 @@ impl From<ProviderRow> for ProviderDef {
             base_url: r.base_url,
             api_key: r.api_key,
             headers: r.headers.0,
-            timeout_ms: r.timeout_ms,
+            timeout_ms: Some(r.timeout_ms),
             builtin: false,
             configured: true,
             created_at: Some(r.created_at),
@@ -54,7 +54,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, p: &ProviderDef) -> Result<(Pro
         .bind(&p.base_url)
         .bind(&p.api_key)
         .bind(Json(&p.headers))
-        .bind(p.timeout_ms)
+        .bind(p.timeout_ms.unwrap_or(crate::domain::provider::DEFAULT_PROVIDER_TIMEOUT_MS))
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row};

@@ -28,8 +28,9 @@ pub struct ProviderDef {
     pub api_key: Option<String>,
     /// Extra request headers; values may hold `${env:NAME}` templates.
     pub headers: BTreeMap<String, String>,
-    /// Overall limit of one model request, in milliseconds.
-    pub timeout_ms: i64,
+    /// Overall limit of one model request, in milliseconds (built-in providers: null, no limit
+    /// beyond the stream's idle timeout).
+    pub timeout_ms: Option<i64>,
     /// `openai` and `anthropic`, configured from the environment (read-only here).
     pub builtin: bool,
     /// Whether the provider can be used: always for defined ones; built-in ones need their
@@ -47,7 +48,7 @@ impl ProviderDef {
             base_url: self.base_url.clone(),
             api_key: self.api_key.clone(),
             headers: self.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            timeout_ms: self.timeout_ms.max(0) as u64,
+            timeout_ms: self.timeout_ms.unwrap_or(DEFAULT_PROVIDER_TIMEOUT_MS).max(1) as u64,
         }
     }
 }
