@@ -11,6 +11,8 @@ CREATE TABLE providers (
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
+-- An agent's provider may now name a defined provider (checked by the API).
+ALTER TABLE agents DROP CONSTRAINT agents_provider_check;
 ALTER TABLE agents ADD COLUMN tool_choice text NOT NULL DEFAULT 'auto';
 
 ALTER TABLE tickets ADD COLUMN usage_estimated boolean NOT NULL DEFAULT false;
