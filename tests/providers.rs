@@ -22,9 +22,7 @@ async fn start() -> (TestApp, FakeLlm) {
 /// Points the `default` agent at `provider` with the extra agent fields.
 async fn default_agent(app: &TestApp, provider: &str, extra: Value) {
     let mut body = json!({ "provider": provider, "model": "local-model", "request_retry_delay_ms": 1 });
-    body.as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
+    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     let (code, agent) = app.put("/v1/agents/default", body).await;
     assert_eq!(code, StatusCode::OK, "{agent}");
 }
@@ -81,8 +79,14 @@ async fn providers_are_defined_listed_read_and_deleted_with_the_key_shown_as_its
         ("local", json!({ "kind": "openai", "base_url": "ftp://example.com" })),
         ("local", json!({ "kind": "openai", "base_url": "not a url" })),
         ("local", json!({ "kind": "openai", "base_url": url, "timeout_ms": 0 })),
-        ("local", json!({ "kind": "openai", "base_url": url, "timeout_ms": 99_999_999 })),
-        ("local", json!({ "kind": "openai", "base_url": url, "headers": { "bad header": "x" } })),
+        (
+            "local",
+            json!({ "kind": "openai", "base_url": url, "timeout_ms": 99_999_999 }),
+        ),
+        (
+            "local",
+            json!({ "kind": "openai", "base_url": url, "headers": { "bad header": "x" } }),
+        ),
         ("bad name!", json!({ "kind": "openai", "base_url": url })),
     ] {
         let answer = define(&app, &name.replace(' ', "%20"), bad.clone()).await;
@@ -101,11 +105,23 @@ async fn providers_are_defined_listed_read_and_deleted_with_the_key_shown_as_its
 
     // An agent that uses it keeps it.
     default_agent(&app, "local", json!({})).await;
-    assert_error(&app.delete("/v1/providers/local").await, StatusCode::CONFLICT, "conflict");
+    assert_error(
+        &app.delete("/v1/providers/local").await,
+        StatusCode::CONFLICT,
+        "conflict",
+    );
     default_agent(&app, "openai", json!({})).await;
     assert_eq!(app.delete("/v1/providers/local").await.0, StatusCode::NO_CONTENT);
-    assert_error(&app.get("/v1/providers/local").await, StatusCode::NOT_FOUND, "not_found");
-    assert_error(&app.delete("/v1/providers/local").await, StatusCode::NOT_FOUND, "not_found");
+    assert_error(
+        &app.get("/v1/providers/local").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &app.delete("/v1/providers/local").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
     app.shutdown().await;
 }
 
@@ -169,7 +185,12 @@ async fn a_ticket_is_worked_through_a_named_provider_whose_key_is_expanded_only_
 
     // A changed definition takes effect with the next request.
     let moved = FakeLlm::start().await;
-    define(&app, "local", json!({ "kind": "openai", "base_url": moved.openai_base_url() })).await;
+    define(
+        &app,
+        "local",
+        json!({ "kind": "openai", "base_url": moved.openai_base_url() }),
+    )
+    .await;
     moved.push(Reply::tool_call("close_ticket", json!({ "result": "moved" })));
     let ticket = app.create_ticket(json!({ "task": "again" })).await;
     let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
@@ -180,14 +201,25 @@ async fn a_ticket_is_worked_through_a_named_provider_whose_key_is_expanded_only_
 
 /// The `tool_choice` of the last request `llm` received.
 fn last_tool_choice(llm: &FakeLlm) -> Value {
-    llm.requests().pop().unwrap().body.get("tool_choice").cloned().unwrap_or(Value::Null)
+    llm.requests()
+        .pop()
+        .unwrap()
+        .body
+        .get("tool_choice")
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 #[tokio::test]
 async fn tool_choice_is_sent_in_each_providers_own_form() {
     let (app, llm) = start().await;
     let url = llm.openai_base_url();
-    define(&app, "claude-like", json!({ "kind": "anthropic", "base_url": llm.anthropic_base_url() })).await;
+    define(
+        &app,
+        "claude-like",
+        json!({ "kind": "anthropic", "base_url": llm.anthropic_base_url() }),
+    )
+    .await;
     let cases = [
         ("openai", "auto", Value::Null),
         ("openai", "required", json!("required")),
@@ -200,13 +232,19 @@ async fn tool_choice_is_sent_in_each_providers_own_form() {
         ("claude-like", "auto", Value::Null),
         ("claude-like", "required", json!({ "type": "any" })),
         ("claude-like", "none", json!({ "type": "none" })),
-        ("claude-like", "close_ticket", json!({ "type": "tool", "name": "close_ticket" })),
+        (
+            "claude-like",
+            "close_ticket",
+            json!({ "type": "tool", "name": "close_ticket" }),
+        ),
     ];
     for (provider, choice, expected) in cases {
         default_agent(&app, provider, json!({ "tool_choice": choice })).await;
         assert_eq!(app.get("/v1/agents/default").await.1["tool_choice"], choice);
         llm.push(Reply::tool_call("close_ticket", json!({ "result": choice })));
-        let ticket = app.create_ticket(json!({ "task": format!("{provider} {choice}") })).await;
+        let ticket = app
+            .create_ticket(json!({ "task": format!("{provider} {choice}") }))
+            .await;
         wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
         assert_eq!(last_tool_choice(&llm), expected, "{provider} {choice}");
     }
@@ -223,10 +261,7 @@ async fn tool_choice_is_sent_in_each_providers_own_form() {
 #[tokio::test]
 async fn an_assistant_turn_of_tool_calls_only_is_sent_with_empty_content_never_null() {
     let (app, llm) = start().await;
-    llm.push(Reply::tool_call(
-        "read_tickets",
-        json!({ "action": "list" }),
-    ));
+    llm.push(Reply::tool_call("read_tickets", json!({ "action": "list" })));
     llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })));
     let ticket = app.create_ticket(json!({ "task": "look around" })).await;
     wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
@@ -270,7 +305,9 @@ async fn limits_apply_to_estimated_usage() {
     let (app, llm) = start().await;
     default_agent(&app, "openai", json!({ "max_input_tokens": 50 })).await;
     llm.set_reply(Reply::tool_call("read_tickets", json!({ "action": "list" })).without_usage());
-    let ticket = app.create_ticket(json!({ "task": "a task long enough to pass fifty estimated tokens" })).await;
+    let ticket = app
+        .create_ticket(json!({ "task": "a task long enough to pass fifty estimated tokens" }))
+        .await;
     let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
     assert_eq!(failed["error"]["kind"], "max_input_tokens", "{failed}");
     assert_eq!(failed["usage"]["requests"], 1);
@@ -290,14 +327,23 @@ async fn failed_requests_count_and_an_error_keeps_the_providers_body() {
     assert_eq!(done["usage"]["requests"], 3, "two failed requests and one answer");
 
     // A long body (a stack trace, say) keeps the part that matters at its end.
-    let body = format!("Traceback (most recent call last):\n{}\nTHE ACTUAL CAUSE", "  frame\n".repeat(180));
+    let body = format!(
+        "Traceback (most recent call last):\n{}\nTHE ACTUAL CAUSE",
+        "  frame\n".repeat(180)
+    );
     assert!(body.len() > 1_400 && body.len() < 2_000);
     default_agent(&app, "openai", json!({ "max_request_retries": 0 })).await;
     llm.push(Reply::status(500).with_error_body(&body));
     let ticket = app.create_ticket(json!({ "task": "broken" })).await;
     let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
     assert_eq!(failed["error"]["kind"], "server_error");
-    assert!(failed["error"]["message"].as_str().unwrap().contains("THE ACTUAL CAUSE"), "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("THE ACTUAL CAUSE"),
+        "{failed}"
+    );
     let events = event_data(&app, failed["id"].as_str().unwrap(), "request.failed").await;
     assert!(events[0]["message"].as_str().unwrap().contains("THE ACTUAL CAUSE"));
     assert_eq!(failed["usage"]["requests"], 1, "a request that failed is a request");

@@ -13,8 +13,8 @@ use super::{aborted, request, Flow, Runtime, Signals};
 use crate::db;
 use crate::db::claims::{Claim, Fence};
 use crate::db::steps::{StepResult, StepWrite};
-use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
 use crate::domain::provider::BUILTIN_PROVIDERS;
+use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
 use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
 
 /// What every part of a step works with: the process, the claim, the agent and the ticket as

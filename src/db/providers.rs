@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use sqlx::types::Json;
 use sqlx::PgExecutor;
 
+use crate::domain::provider::ProviderKind;
 use crate::domain::ProviderDef;
 
 const PROVIDER_COLUMNS: &str = "name, kind, base_url, api_key, headers, timeout_ms, created_at, updated_at";
@@ -25,7 +26,8 @@ impl From<ProviderRow> for ProviderDef {
     fn from(r: ProviderRow) -> ProviderDef {
         ProviderDef {
             name: r.name,
-            kind: r.kind,
+            // The CHECK constraint admits only known kinds.
+            kind: ProviderKind::parse(&r.kind).unwrap_or(ProviderKind::Openai),
             base_url: r.base_url,
             api_key: r.api_key,
             headers: r.headers.0,
@@ -50,11 +52,14 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, p: &ProviderDef) -> Result<(Pro
     );
     let row = sqlx::query(&sql)
         .bind(&p.name)
-        .bind(&p.kind)
+        .bind(p.kind.as_str())
         .bind(&p.base_url)
         .bind(&p.api_key)
         .bind(Json(&p.headers))
-        .bind(p.timeout_ms.unwrap_or(crate::domain::provider::DEFAULT_PROVIDER_TIMEOUT_MS))
+        .bind(
+            p.timeout_ms
+                .unwrap_or(crate::domain::provider::DEFAULT_PROVIDER_TIMEOUT_MS),
+        )
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row};
@@ -63,11 +68,10 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, p: &ProviderDef) -> Result<(Pro
 }
 
 pub async fn get<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Option<ProviderDef>, sqlx::Error> {
-    let row: Option<ProviderRow> =
-        sqlx::query_as(&format!("SELECT {PROVIDER_COLUMNS} FROM providers WHERE name = $1"))
-            .bind(name)
-            .fetch_optional(db)
-            .await?;
+    let row: Option<ProviderRow> = sqlx::query_as(&format!("SELECT {PROVIDER_COLUMNS} FROM providers WHERE name = $1"))
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
     Ok(row.map(ProviderDef::from))
 }
 

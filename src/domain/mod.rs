@@ -8,6 +8,6 @@ pub mod ticket;
 
 pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};
-pub use provider::ProviderDef;
 pub use event::{EventData, NewEvent, RequeueReason, TicketEvent, TokenUsage};
+pub use provider::ProviderDef;
 pub use ticket::{Status, Ticket, TicketError, TicketRef, TicketUsage};

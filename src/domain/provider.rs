@@ -14,13 +14,36 @@ pub const DEFAULT_PROVIDER_TIMEOUT_MS: i64 = 600_000;
 pub const MIN_PROVIDER_TIMEOUT_MS: i64 = 1_000;
 pub const MAX_PROVIDER_TIMEOUT_MS: i64 = 3_600_000;
 
+/// The wire format a provider speaks: `openai` (chat completions, and the many servers copying
+/// it: vLLM, Ollama, llama.cpp, LM Studio, LiteLLM) or `anthropic` (Messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    Openai,
+    Anthropic,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ProviderKind> {
+        match s {
+            "openai" => Some(ProviderKind::Openai),
+            "anthropic" => Some(ProviderKind::Anthropic),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProviderDef {
     pub name: String,
-    /// The wire format: `openai` (chat completions, and the many servers copying it) or
-    /// `anthropic` (Messages).
-    #[schema(example = "openai")]
-    pub kind: String,
+    pub kind: ProviderKind,
     /// OpenAI: including the version path (`http://127.0.0.1:8000/v1`); Anthropic: without it.
     pub base_url: String,
     /// As given: `${env:NAME}` is replaced from the service's environment only when a request is
@@ -44,7 +67,7 @@ impl ProviderDef {
     /// What the model client is built from.
     pub fn config(&self) -> crate::llm::named::ProviderConfig {
         crate::llm::named::ProviderConfig {
-            kind: self.kind.clone(),
+            kind: self.kind.as_str().to_owned(),
             base_url: self.base_url.clone(),
             api_key: self.api_key.clone(),
             headers: self.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),

@@ -79,7 +79,7 @@ pub async fn put_agent(
         None => (None, None),
         Some(p @ ("openai" | "anthropic")) => (Some(p.to_owned()), Some(p.to_owned())),
         Some(other) => match db::providers::get(&state.pool, other).await? {
-            Some(def) => (Some(other.to_owned()), Some(def.kind)),
+            Some(def) => (Some(other.to_owned()), Some(def.kind.as_str().to_owned())),
             None => {
                 return Err(ApiError::Validation(format!(
                     "unknown provider {other:?}: use openai, anthropic or a provider defined with PUT /v1/providers/{{name}}"

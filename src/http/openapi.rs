@@ -15,6 +15,7 @@ use utoipa::{Modify, OpenApi};
         crate::domain::Ticket, crate::domain::Status, crate::domain::TicketUsage, crate::domain::TicketError,
         crate::domain::Comment, crate::domain::ContentBlock, crate::domain::Author,
         crate::domain::Agent, crate::domain::TicketEvent, crate::domain::ProviderDef,
+        crate::domain::provider::ProviderKind,
         crate::db::desk_stats::Stats, crate::db::desk_stats::Figures, crate::db::desk_stats::StatusCounts,
         super::error::ErrorBody, super::error::ErrorDetail,
     )),

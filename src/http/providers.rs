@@ -15,17 +15,14 @@ use super::AppState;
 use crate::db;
 use crate::domain::agent::is_valid_agent_name;
 use crate::domain::provider::{
-    BUILTIN_PROVIDERS, DEFAULT_PROVIDER_TIMEOUT_MS, MAX_PROVIDER_TIMEOUT_MS, MIN_PROVIDER_TIMEOUT_MS,
+    ProviderKind, BUILTIN_PROVIDERS, DEFAULT_PROVIDER_TIMEOUT_MS, MAX_PROVIDER_TIMEOUT_MS, MIN_PROVIDER_TIMEOUT_MS,
 };
 use crate::domain::ProviderDef;
-use crate::llm::named::KINDS;
 use crate::llm::{anthropic, openai, Providers};
 
 #[derive(Deserialize, ToSchema)]
 pub struct PutProvider {
-    /// `openai` (chat completions: vLLM, Ollama, llama.cpp, LM Studio, LiteLLM …) or `anthropic`.
-    #[schema(example = "openai")]
-    pub kind: String,
+    pub kind: ProviderKind,
     /// An http(s) URL. OpenAI: with the version path (`http://127.0.0.1:8000/v1`); Anthropic: without.
     #[schema(example = "http://127.0.0.1:8000/v1")]
     pub base_url: String,
@@ -71,7 +68,7 @@ fn builtin(providers: &Providers, name: &str) -> ProviderDef {
     };
     ProviderDef {
         name: name.to_owned(),
-        kind: name.to_owned(),
+        kind: ProviderKind::parse(name).unwrap_or(ProviderKind::Openai),
         base_url,
         api_key: has_key.then(|| format!("${{env:{env}_API_KEY}}")),
         headers: BTreeMap::new(),
@@ -88,9 +85,6 @@ fn validate(name: &str, req: PutProvider) -> ApiResult<ProviderDef> {
         return Err(validation(format!(
             "invalid provider name {name:?}: use 1 to 64 letters, digits, '-', '_' or '.'"
         )));
-    }
-    if !KINDS.contains(&req.kind.as_str()) {
-        return Err(validation(format!("kind must be openai or anthropic, not {:?}", req.kind)));
     }
     let url = reqwest::Url::parse(req.base_url.trim())
         .map_err(|e| validation(format!("base_url {:?} is not a URL: {e}", req.base_url)))?;

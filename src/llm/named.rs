@@ -8,9 +8,6 @@ use std::time::Duration;
 
 use super::{anthropic, openai, Provider};
 
-/// The two wire formats a provider can speak.
-pub const KINDS: [&str; 2] = ["openai", "anthropic"];
-
 /// What a named provider is built from. `api_key` and header values are templates: `${env:NAME}`
 /// is replaced from the environment each time a request is sent, never before.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,7 +34,10 @@ impl ProviderConfig {
 
 /// Providers built from definitions, by name; a changed definition builds a new one.
 #[derive(Clone, Default)]
-pub(super) struct Cache(Arc<Mutex<HashMap<String, (ProviderConfig, Arc<dyn Provider>)>>>);
+pub(super) struct Cache(Arc<Mutex<HashMap<String, Built>>>);
+
+/// A provider with the definition it was built from.
+type Built = (ProviderConfig, Arc<dyn Provider>);
 
 impl Cache {
     pub(super) fn get(&self, name: &str, config: &ProviderConfig) -> Arc<dyn Provider> {
