@@ -4,14 +4,10 @@
 
 mod support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use support::{assert_error, event_data, wait_status};
 use support::{StatusCode, TestApp};
 use testkit::fake_llm::{FakeLlm, Reply};
-
-const WAIT: Duration = Duration::from_secs(20);
 
 async fn start() -> (TestApp, FakeLlm) {
     let llm = FakeLlm::start().await;
@@ -254,7 +250,6 @@ async fn tool_choice_is_sent_in_each_providers_own_form() {
     let ticket = app.create_ticket(json!({ "task": "no tools" })).await;
     wait_status(&app, ticket["key"].as_str().unwrap(), "waiting").await;
     assert_eq!(last_tool_choice(&llm), Value::Null);
-    let _ = url;
     app.shutdown().await;
 }
 
@@ -365,6 +360,5 @@ async fn an_empty_answer_is_retried_twice_then_fails_as_empty_response() {
     assert!(retried
         .iter()
         .all(|r| r["kind"] == "empty_response" && r["max_attempts"] == 2));
-    let _ = WAIT;
     app.shutdown().await;
 }
