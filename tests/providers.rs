@@ -209,7 +209,6 @@ fn last_tool_choice(llm: &FakeLlm) -> Value {
 #[tokio::test]
 async fn tool_choice_is_sent_in_each_providers_own_form() {
     let (app, llm) = start().await;
-    let url = llm.openai_base_url();
     define(
         &app,
         "claude-like",
