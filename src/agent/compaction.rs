@@ -6,7 +6,7 @@ use super::step::Step;
 use super::{request, Flow, RunEnd, Stop};
 use crate::db;
 use crate::db::claims::Finish;
-use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, TicketUsage};
+use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent};
 use crate::llm::{Delta, Message, ModelRequest, Provider, Role};
 
 /// The most a window keeps free for the reply (see `reserve`).
@@ -152,6 +152,7 @@ pub fn summariser_request(model: &str, comments: &[Comment], window: u64) -> Mod
         temperature: None,
         max_tokens: Some(reserve(window) as u32),
         thinking_budget: None,
+        tool_choice: Default::default(),
     }
 }
 
@@ -209,17 +210,23 @@ impl Step<'_> {
             _ = self.signals.abort.cancelled() => return super::aborted(),
             r = provider.stream(&summariser, &mut ignore_deltas, self.rt.stream_idle) => r,
         };
-        let (usage, outcome) = match result {
-            Ok(response) if !response.text.trim().is_empty() => (Some(response.usage), Ok(response.text)),
-            Ok(response) => (
-                Some(response.usage),
-                Err("the summariser returned an empty summary".to_owned()),
-            ),
-            Err(err) => (None, Err(format!("{}: {}", err.kind.as_str(), err.message))),
+        let result = result.map(|mut response| {
+            request::estimate_usage(&summariser, &mut response);
+            response
+        });
+        if let Err(err) = &result {
+            self.log_failure(provider, err, "compaction fails");
+        }
+        // A failed summariser request counts as a request too.
+        let usage = match &result {
+            Ok(r) => request::ticket_usage(&r.usage, 1, !r.usage_reported),
+            Err(_) => request::ticket_usage(&Default::default(), 1, false),
         };
-        let usage = usage
-            .map(|u| request::ticket_usage(&u, 1))
-            .unwrap_or_else(TicketUsage::default);
+        let outcome = match result {
+            Ok(response) if !response.text.trim().is_empty() => Ok(response.text),
+            Ok(_) => Err("the summariser returned an empty summary".to_owned()),
+            Err(err) => Err(format!("{}: {}", err.kind.as_str(), err.message)),
+        };
         let mut tx = self.fenced(&usage).await?;
         let compacted = match outcome {
             Ok(summary) => {

@@ -9,12 +9,15 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::step::Step;
-use super::{aborted, Flow};
+use super::{aborted, request, Flow};
 use crate::db;
 use crate::domain::event::kind;
 use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent};
 use crate::events::hub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
+
+/// How often an empty answer is sent again, whatever the agent's `max_request_retries`.
+const MAX_EMPTY_RETRIES: u32 = 2;
 
 pub(super) enum ModelOutcome {
     Response(ModelResponse),
@@ -34,6 +37,7 @@ impl Step<'_> {
         let mut attempt = 0u32;
         // The text shown so far, kept if a cancel stops the response.
         let mut streamed = String::new();
+        let mut empty = 0u32;
         loop {
             let shown = AtomicBool::new(false);
             let mut on_delta = |delta: Delta| {
@@ -55,17 +59,34 @@ impl Step<'_> {
                 return self.keep_cancelled_text(streamed).await;
             };
             let err: LlmError = match result {
-                Ok(response) => return Ok(ModelOutcome::Response(response)),
-                Err(err) if err.kind == LlmErrorKind::ContextWindowExceeded => return Ok(ModelOutcome::Overflow(err)),
+                Ok(mut response) => {
+                    request::estimate_usage(request, &mut response);
+                    return Ok(ModelOutcome::Response(response));
+                }
                 Err(err) => err,
             };
+            // A request that failed was still sent: it counts.
+            self.count_failed_request();
+            if err.kind == LlmErrorKind::ContextWindowExceeded {
+                self.log_failure(provider, &err, "context window exceeded");
+                return Ok(ModelOutcome::Overflow(err));
+            }
             attempt += 1;
             let partial = shown.load(Ordering::Relaxed);
-            if err.kind.is_retryable() && !partial && attempt <= max_retries {
-                let delay = llm::backoff_delay(attempt, base_delay, err.retry_after);
+            // An empty answer is retried a few times only: a server that answers nothing usually
+            // does so for every repeat of the same request.
+            let (tries, limit) = if err.kind == LlmErrorKind::EmptyResponse {
+                empty += 1;
+                (empty, MAX_EMPTY_RETRIES)
+            } else {
+                (attempt, max_retries)
+            };
+            if err.kind.is_retryable() && !partial && tries <= limit {
+                let delay = llm::backoff_delay(tries, base_delay, err.retry_after);
+                self.log_failure(provider, &err, "retrying");
                 let retried = EventData::RequestRetried {
-                    attempt,
-                    max_attempts: max_retries,
+                    attempt: tries,
+                    max_attempts: limit,
                     kind: err.kind.as_str().into(),
                     message: err.message.clone(),
                     delay_ms: delay.as_millis() as u64,
@@ -78,13 +99,14 @@ impl Step<'_> {
                     _ = tokio::time::sleep(delay) => continue,
                 }
             }
+            self.log_failure(provider, &err, "giving up");
             let message = if partial && err.kind.is_retryable() {
                 format!(
                     "{} (after partial output, so the request was not repeated)",
                     err.message
                 )
             } else if err.kind.is_retryable() {
-                format!("{} (gave up after {max_retries} retries)", err.message)
+                format!("{} (gave up after {limit} retries)", err.message)
             } else {
                 err.message.clone()
             };
@@ -102,6 +124,20 @@ impl Step<'_> {
             }
         }
         aborted()
+    }
+
+    /// One warn line per failed request, with what an operator needs to find the cause.
+    pub(super) fn log_failure(&self, provider: &dyn Provider, err: &LlmError, action: &str) {
+        tracing::warn!(
+            ticket = %self.ticket.key,
+            agent = %self.agent.name,
+            model = %self.agent.model,
+            provider = self.agent.provider.as_deref().unwrap_or(provider.name()),
+            status = err.status,
+            kind = err.kind.as_str(),
+            body = %llm::excerpt(&err.message, 300),
+            "model request failed; {action}"
+        );
     }
 
     /// A live-only delta to the ticket's subscribers (never stored).

@@ -3,6 +3,8 @@
 //! write that checks the claim in its statement; a lost claim stops the step (`aborted`) with
 //! nothing written. The tools' results are stored by `results`.
 
+use std::sync::atomic::Ordering;
+
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::step::Step;
@@ -51,7 +53,7 @@ impl ResponseRecord {
         };
         let finished = EventData::RequestFinished {
             model,
-            usage: request::token_usage(&response.usage),
+            usage: request::token_usage(&response.usage, !response.usage_reported),
             stop_reason: response.stop_reason.as_str().into(),
         };
         let tool_started = calls
@@ -66,7 +68,7 @@ impl ResponseRecord {
             })
             .collect();
         ResponseRecord {
-            usage: request::ticket_usage(&response.usage, 1),
+            usage: request::ticket_usage(&response.usage, 1, !response.usage_reported),
             content,
             finished: NewEvent::new(Some(name), finished),
             tool_started,
@@ -100,16 +102,16 @@ impl ResponseRecord {
     }
 }
 
-/// Ends the ticket `failed`, after `events`, in one fenced transaction.
+/// Ends the ticket `failed`, after `events`, in one fenced transaction that adds `usage`.
 pub(super) async fn fail<T>(
     rt: &Runtime,
     fence: Fence,
     agent: &str,
-    error_kind: &str,
-    message: &str,
+    (error_kind, message): (&str, &str),
     events: Vec<NewEvent>,
+    usage: &TicketUsage,
 ) -> Flow<T> {
-    let Some(mut tx) = db::claims::fence(&rt.pool, fence).await? else {
+    let Some(mut tx) = db::claims::fence_adding(&rt.pool, fence, usage).await? else {
         return aborted();
     };
     let outcome = Finish::Failed {
@@ -126,7 +128,8 @@ impl Step<'_> {
     /// Opens the claim's fenced transaction, adding `usage` to the ticket's counters; stops the
     /// step when the claim is gone.
     pub(super) async fn fenced(&self, usage: &TicketUsage) -> Flow<Transaction<'static, Postgres>> {
-        match db::claims::fence_adding(&self.rt.pool, self.fence, usage).await? {
+        let usage = self.with_failed_requests(*usage);
+        match db::claims::fence_adding(&self.rt.pool, self.fence, &usage).await? {
             Some(tx) => Ok(tx),
             None => aborted(),
         }
@@ -143,7 +146,19 @@ impl Step<'_> {
 
     /// Ends the ticket `failed`, after `events`.
     pub(super) async fn fail<T>(&self, error_kind: &str, message: &str, events: Vec<NewEvent>) -> Flow<T> {
-        fail(self.rt, self.fence, self.name(), error_kind, message, events).await
+        let usage = self.with_failed_requests(TicketUsage::default());
+        fail(self.rt, self.fence, self.name(), (error_kind, message), events, &usage).await
+    }
+
+    /// Counts a request that failed; it is added to the ticket with the step's next write.
+    pub(super) fn count_failed_request(&self) {
+        self.failed_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `usage` plus the failed requests not yet added to the ticket (which then are).
+    pub(super) fn with_failed_requests(&self, mut usage: TicketUsage) -> TicketUsage {
+        usage.requests += self.failed_requests.swap(0, Ordering::Relaxed);
+        usage
     }
 
     /// A model request that cannot succeed: `request.failed`, then the ticket fails with its kind.

@@ -197,7 +197,8 @@ async fn holds_adding(conn: &mut PgConnection, fence: Fence, usage: &TicketUsage
         "UPDATE tickets SET updated_at = now(),
             input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,
             cache_read_tokens = cache_read_tokens + $5, cache_creation_tokens = cache_creation_tokens + $6,
-            requests = requests + $7, tool_calls = tool_calls + $8
+            requests = requests + $7, tool_calls = tool_calls + $8,
+            usage_estimated = usage_estimated OR $9
          WHERE id = $1 AND generation = $2 AND status = 'in_progress'",
     )
     .bind(fence.ticket_id)
@@ -208,6 +209,7 @@ async fn holds_adding(conn: &mut PgConnection, fence: Fence, usage: &TicketUsage
     .bind(usage.cache_creation_tokens)
     .bind(usage.requests)
     .bind(usage.tool_calls)
+    .bind(usage.estimated)
     .execute(conn)
     .await?;
     Ok(held.rows_affected() == 1)

@@ -122,6 +122,10 @@ pub struct TokenUsage {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_creation_tokens: u64,
+    /// Present (true) when the provider reported no usage and these counts are estimated at
+    /// about 4 characters per token.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 /// Every kind of event with its payload: `kind` names the variant, `data` holds its fields. This
