@@ -126,7 +126,7 @@ impl Step<'_> {
             Some(name) if BUILTIN_PROVIDERS.contains(&name) => Some(name),
             Some(name) => {
                 return Ok(match db::providers::get(&self.rt.pool, name).await? {
-                    Some(def) => Ok(self.rt.providers.named(name, &def.config())),
+                    Some(def) => Ok(self.rt.providers.named(name, &(&def).into())),
                     None => Err(LlmError::new(
                         LlmErrorKind::ProviderUnconfigured,
                         format!("unknown provider '{name}': define it with PUT /v1/providers/{name}"),

@@ -62,16 +62,3 @@ pub struct ProviderDef {
     pub created_at: Option<DateTime<Utc>>,
     pub updated_at: Option<DateTime<Utc>>,
 }
-
-impl ProviderDef {
-    /// What the model client is built from.
-    pub fn config(&self) -> crate::llm::named::ProviderConfig {
-        crate::llm::named::ProviderConfig {
-            kind: self.kind.as_str().to_owned(),
-            base_url: self.base_url.clone(),
-            api_key: self.api_key.clone(),
-            headers: self.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            timeout_ms: self.timeout_ms.unwrap_or(DEFAULT_PROVIDER_TIMEOUT_MS).max(1) as u64,
-        }
-    }
-}

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{anthropic, openai, Provider};
+use crate::domain::provider::{ProviderDef, DEFAULT_PROVIDER_TIMEOUT_MS};
 
 /// What a named provider is built from. `api_key` and header values are templates: `${env:NAME}`
 /// is replaced from the environment each time a request is sent, never before.
@@ -18,6 +19,19 @@ pub struct ProviderConfig {
     pub api_key: Option<String>,
     pub headers: Vec<(String, String)>,
     pub timeout_ms: u64,
+}
+
+impl From<&ProviderDef> for ProviderConfig {
+    /// What the model client of a provider defined over the API is built from.
+    fn from(def: &ProviderDef) -> Self {
+        ProviderConfig {
+            kind: def.kind.as_str().to_owned(),
+            base_url: def.base_url.clone(),
+            api_key: def.api_key.clone(),
+            headers: def.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            timeout_ms: def.timeout_ms.unwrap_or(DEFAULT_PROVIDER_TIMEOUT_MS).max(1) as u64,
+        }
+    }
 }
 
 impl ProviderConfig {
