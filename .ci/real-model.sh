@@ -21,6 +21,7 @@ REAL_MODEL_CTX=2048
 # How long the server may take to load the model and answer /v1/models.
 REAL_MODEL_START_TIMEOUT=${REAL_MODEL_START_TIMEOUT:-120}
 REAL_MODEL_PID=
+REAL_MODEL_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 real_model_python() {
     local candidate
@@ -102,13 +103,14 @@ real_model_start() {
     port=$(real_model_free_port) || return 1
     url="http://127.0.0.1:$port/v1"
     echo "Starting llama_cpp.server with $gguf on port $port (log: $REAL_MODEL_LOG)"
-    # chatml is SmolLM2's own chat template; with a tool named in tool_choice the server constrains
-    # the reply to a call of that tool (its chatml-function-calling format is for that).
-    "$REAL_MODEL_VENV/bin/python" -m llama_cpp.server \
+    # chatml is SmolLM2's chat template. With a tool named in tool_choice the server constrains the
+    # reply to that tool's arguments; llama_server.py makes that work for close_ticket's schema.
+    "$REAL_MODEL_VENV/bin/python" "$REAL_MODEL_DIR/llama_server.py" \
         --model "$gguf" \
+        --model_alias smollm2-135m \
         --host 127.0.0.1 --port "$port" \
         --n_ctx "$REAL_MODEL_CTX" \
-        --chat_format chatml-function-calling \
+        --chat_format chatml \
         --n_threads "$(nproc 2>/dev/null || echo 2)" \
         >"$REAL_MODEL_LOG" 2>&1 &
     REAL_MODEL_PID=$!
