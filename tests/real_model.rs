@@ -110,7 +110,7 @@ async fn diagnosis(app: &TestApp, ticket: &Value) -> String {
             ticket["key"].as_str().unwrap_or_default()
         ))
         .await;
-    format!("events: {kinds:?}\nrequest.failed: {failed:?}\ncomments: {comments:#?}")
+    format!("ticket: {ticket}\nevents: {kinds:?}\nrequest.failed: {failed:?}\ncomments: {comments:#?}")
 }
 
 #[track_caller]
