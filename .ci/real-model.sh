@@ -57,13 +57,13 @@ real_model_setup() {
     # which gets cmake and ninja from PyPI as well.
     local pip=(env "PIP_CACHE_DIR=$REAL_MODEL_CACHE/pip"
         "CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
-        "$REAL_MODEL_VENV/bin/python" -m pip --disable-pip-version-check --progress-bar off)
+        "$REAL_MODEL_VENV/bin/python" -m pip --disable-pip-version-check)
     # shellcheck disable=SC2086 # the pin lists are word lists
-    "${pip[@]}" install $REAL_MODEL_BUILD_TOOLS || return 1
+    "${pip[@]}" install --progress-bar off $REAL_MODEL_BUILD_TOOLS || return 1
     echo "Installing $REAL_MODEL_PINS (the first time this compiles llama.cpp: about 10 minutes on 2 cores)"
     local started=$SECONDS
     # shellcheck disable=SC2086
-    "${pip[@]}" install $REAL_MODEL_PINS || return 1
+    "${pip[@]}" install --progress-bar off $REAL_MODEL_PINS || return 1
     echo "Installed in $((SECONDS - started)) s"
     echo "$want" >"$stamp"
 }
