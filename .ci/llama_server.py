@@ -2,7 +2,8 @@
 grammar: a subschema holding only annotations (close_ticket's `result` is a bare description: any
 JSON value) means any value in JSON Schema, but llama-cpp-python's converter rejects it and falls
 back to free-form JSON, which a tiny model fills with anything but `{"result": ...}`. Here such a
-subschema is read as `{}` (any value), so the reply is constrained to the tool's arguments.
+subschema is read as any value but null (close_ticket refuses a null result, and a model that sees
+no tool results would repeat it), so the reply is constrained to the tool's arguments.
 """
 
 import json
@@ -14,6 +15,7 @@ ANNOTATIONS = {"description", "title", "examples", "default", "$comment", "depre
 # Keywords whose value is a map of names to subschemas, or data rather than a schema.
 SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
 DATA = {"const", "enum", "examples", "default", "required"}
+ANY_BUT_NULL = {"type": ["string", "number", "boolean", "object", "array"]}
 
 
 def any_value_for_annotations(schema):
@@ -22,7 +24,7 @@ def any_value_for_annotations(schema):
     if not isinstance(schema, dict):
         return schema
     if schema and set(schema) <= ANNOTATIONS:
-        return {}
+        return dict(ANY_BUT_NULL)
     out = {}
     for key, value in schema.items():
         if key in SCHEMA_MAPS and isinstance(value, dict):
