@@ -173,6 +173,7 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         temperature: None,
         max_tokens: None,
         thinking_budget: None,
+        tool_choice: crate::domain::agent::default_tool_choice(),
         created_at: now,
         updated_at: now,
     };

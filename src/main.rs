@@ -86,7 +86,13 @@ fn parse_command_line() -> (Command, GlobalArgs) {
     let args: Vec<OsString> = std::env::args_os().collect();
     let parsed = match Cli::try_parse_from(&args) {
         Ok(Cli { command: None, .. }) => None,
-        Err(err) if err.kind() == ErrorKind::UnknownArgument => None,
+        // An option of `serve` without a command; after a command, the error stands.
+        Err(err)
+            if err.kind() == ErrorKind::UnknownArgument
+                && args.get(1).is_some_and(|a| a.to_string_lossy().starts_with('-')) =>
+        {
+            None
+        }
         parsed => Some(parsed),
     };
     let parsed = parsed.unwrap_or_else(|| {

@@ -266,7 +266,7 @@ async fn a_task_too_large_for_a_small_window_is_summarised_before_the_first_requ
         json!({ "provider": "anthropic", "context_window": 4096, "tools": ["close_ticket"] }),
     )
     .await;
-    let task = incident_report(8_000);
+    let task = incident_report(14_000);
     llm.push_for(SUMMARISER_KEY, Reply::text(&summary()).usage(2_100, 150));
     llm.push(Reply::tool_call("close_ticket", json!({ "result": "review written" })).usage(300, 20));
     let ticket = app.create_ticket(json!({ "task": task })).await;
@@ -286,7 +286,7 @@ async fn a_task_too_large_for_a_small_window_is_summarised_before_the_first_requ
     assert!(!kinds.contains(&"compaction.failed".to_owned()));
 
     let limit = &event_data(&app, id, "context.limit_exceeded").await[0];
-    assert_eq!(limit["threshold_tokens"], 1096);
+    assert_eq!(limit["threshold_tokens"], 3072);
     let estimated = limit["estimated_tokens"].as_u64().unwrap();
     assert!(estimated >= 2_000, "{limit}");
     assert_eq!(
@@ -297,7 +297,7 @@ async fn a_task_too_large_for_a_small_window_is_summarised_before_the_first_requ
     let before = finished["tokens_before"].as_u64().unwrap();
     let after = finished["tokens_after"].as_u64().unwrap();
     assert_eq!(before, estimated);
-    assert!(after < before && after < 1096, "{finished}");
+    assert!(after < before && after < 3072, "{finished}");
 
     let requests = llm.requests();
     assert_eq!(requests.len(), 2, "the summariser, then the model once");
@@ -428,7 +428,7 @@ async fn a_failing_summariser_fails_a_blocked_ticket_without_being_retried() {
     .await;
     llm.push_for(SUMMARISER_KEY, Reply::status(500));
     llm.push_for(SUMMARISER_KEY, Reply::text(&summary()));
-    let ticket = app.create_ticket(json!({ "task": incident_report(8_000) })).await;
+    let ticket = app.create_ticket(json!({ "task": incident_report(14_000) })).await;
     let id = ticket["id"].as_str().unwrap();
     let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
     assert_eq!(failed["error"]["kind"], "compaction_failed");
@@ -598,7 +598,7 @@ async fn a_comment_posted_while_the_summariser_runs_survives_the_compaction() {
         Reply::text(&summary()).first_byte_delay(Duration::from_millis(800)),
     );
     llm.push(Reply::tool_call("close_ticket", json!({ "result": "ok" })));
-    let ticket = app.create_ticket(json!({ "task": incident_report(8_000) })).await;
+    let ticket = app.create_ticket(json!({ "task": incident_report(14_000) })).await;
     let key = ticket["key"].as_str().unwrap();
     assert!(llm.wait_for_requests(1, WAIT).await);
     app.comment(key, "HUMAN-NOTE: the duplicate charges were refunded at 15:10.")
@@ -654,8 +654,8 @@ async fn a_summary_that_still_does_not_fit_fails_the_ticket_without_a_model_requ
         json!({ "provider": "anthropic", "context_window": 4096, "tools": ["close_ticket"] }),
     )
     .await;
-    llm.push_for(SUMMARISER_KEY, Reply::text(&incident_report(6_000)));
-    let ticket = app.create_ticket(json!({ "task": incident_report(8_000) })).await;
+    llm.push_for(SUMMARISER_KEY, Reply::text(&incident_report(14_000)));
+    let ticket = app.create_ticket(json!({ "task": incident_report(14_000) })).await;
     let id = ticket["id"].as_str().unwrap();
     let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
     assert_eq!(failed["error"]["kind"], "context_window_exceeded");

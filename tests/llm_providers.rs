@@ -225,6 +225,7 @@ async fn anthropic_thinking_round_trip() {
     // The signature delta emits nothing: every delta is thinking text or answer text.
     assert!(deltas.iter().all(|d| match d {
         Delta::Text(t) | Delta::Thinking(t) => !t.contains("sig-XYZ"),
+        Delta::ToolCall { delta, .. } => !delta.contains("sig-XYZ"),
     }));
     assert_eq!(
         r.thinking,
@@ -455,6 +456,7 @@ fn conversation() -> ModelRequest {
         temperature: Some(0.2),
         max_tokens: None,
         thinking_budget: None,
+        tool_choice: Default::default(),
     }
 }
 
@@ -495,7 +497,7 @@ async fn openai_request_mapping() {
 }
 
 #[tokio::test]
-async fn openai_assistant_without_text_has_null_content() {
+async fn openai_assistant_without_text_has_empty_content_never_null() {
     let fake = FakeLlm::start().await;
     fake.push(Reply::text("ok"));
     let mut req = conversation();
@@ -506,7 +508,8 @@ async fn openai_assistant_without_text_has_null_content() {
     run_with(&fake, Kind::OpenAi, &req, IDLE).await.0.unwrap();
     let b = fake.requests().pop().unwrap().body;
     assert_eq!(b["messages"][0]["role"], "user", "no empty system message");
-    assert_eq!(b["messages"][1]["content"], Value::Null);
+    // Local servers (llama-cpp-python) refuse `"content": null`.
+    assert_eq!(b["messages"][1]["content"], "");
 }
 
 #[tokio::test]

@@ -36,6 +36,7 @@ async fn pool() -> PgPool {
         temperature: None,
         max_tokens: None,
         thinking_budget: None,
+        tool_choice: "auto".into(),
         created_at: now,
         updated_at: now,
     };

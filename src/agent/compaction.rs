@@ -1,20 +1,26 @@
 //! Compaction: when a ticket's transcript nears the model's context window, one summariser
 //! request (no tools, not retried) condenses it, and the summary replaces every non-system
-//! comment in one transaction.
+//! comment in one transaction, except the ticket's task when it is small enough to keep verbatim.
 
 use super::step::Step;
 use super::{request, Flow, RunEnd, Stop};
 use crate::db;
 use crate::db::claims::Finish;
-use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, TicketUsage};
+use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent};
 use crate::llm::{Delta, Message, ModelRequest, Provider, Role};
 
-/// No request is sent at or above `window − BLOCKING_MARGIN` estimated tokens.
-pub const BLOCKING_MARGIN: u64 = 3_000;
+/// The most a window keeps free for the reply (see `reserve`).
+pub const MAX_RESERVE: u64 = 3_000;
 /// Compaction starts early at `window − PROACTIVE_MARGIN` (after a first response).
 pub const PROACTIVE_MARGIN: u64 = 33_000;
-/// What the summariser may be given of the transcript, leaving room for its answer.
-const SUMMARISER_HEADROOM: u64 = 2_000;
+/// What `cut_middle` adds to mark the cut, at most.
+const CUT_MARKER_MAX: usize = 64;
+
+/// The tokens kept free for the reply: 3000, or a quarter of a small window (a 4096 window
+/// would otherwise block at 1096).
+pub fn reserve(window: u64) -> u64 {
+    MAX_RESERVE.min(window / 4)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
@@ -75,15 +81,32 @@ fn block_chars(block: &ContentBlock) -> usize {
 /// Whether to compact before sending `request`, given the window and whether the ticket has had a
 /// model response yet.
 pub fn trigger(estimated: u64, window: u64, had_response: bool) -> Option<Reason> {
-    if estimated >= window.saturating_sub(BLOCKING_MARGIN) {
+    if estimated >= blocking_threshold(window) {
         return Some(Reason::Blocking);
     }
     let proactive = window.checked_sub(PROACTIVE_MARGIN).filter(|t| *t > 0)?;
     (had_response && estimated >= proactive).then_some(Reason::Proactive)
 }
 
+/// No request is sent at or above this many estimated tokens.
 pub fn blocking_threshold(window: u64) -> u64 {
-    window.saturating_sub(BLOCKING_MARGIN)
+    window - reserve(window)
+}
+
+/// Whether a task of this many bytes is kept verbatim through compaction: at most a quarter of
+/// the window (by the same 4-characters-per-token estimate).
+pub fn keeps_task(task_len: usize, window: u64) -> bool {
+    (task_len as u64).div_ceil(4) <= window / 4
+}
+
+/// The ticket's task as the claim wrote it (the first user comment, holding exactly the task's
+/// text), if it is still there: a summarised task is gone.
+pub fn task_comment<'c>(comments: &'c [Comment], task: &str) -> Option<&'c Comment> {
+    let first = comments.iter().find(|c| c.author == Author::User)?;
+    match first.content.as_slice() {
+        [ContentBlock::Text { text }] if text == task => Some(first),
+        _ => None,
+    }
 }
 
 const SUMMARISER_PROMPT: &str = "You condense the work on a ticket so that an agent can continue it \
@@ -92,7 +115,11 @@ what has been done, the results of tool calls that matter (keys, values, names),
 what the humans said, open questions, and the next steps. Keep every fact the work depends on; \
 leave out chatter. Answer with the summary only.";
 
-/// The summariser request: the transcript as text (its middle cut if it would not fit).
+const SUMMARISER_OPEN: &str = "<transcript>\n";
+const SUMMARISER_CLOSE: &str = "</transcript>\n\nWrite the summary now.";
+
+/// The summariser request, which fits the window: the transcript as text, its middle cut so that
+/// the request's estimate stays within `window − reserve`, and `max_tokens` the reserve.
 pub fn summariser_request(model: &str, comments: &[Comment], window: u64) -> ModelRequest {
     let mut transcript = String::new();
     for comment in comments.iter().filter(|c| c.author != Author::System) {
@@ -109,21 +136,23 @@ pub fn summariser_request(model: &str, comments: &[Comment], window: u64) -> Mod
             transcript.push_str("\n\n");
         }
     }
-    let budget_chars = (window.saturating_sub(SUMMARISER_HEADROOM + SUMMARISER_PROMPT.len() as u64 / 4) * 4) as usize;
-    let transcript = cut_middle(&transcript, budget_chars.max(4_000));
+    let input_chars = (blocking_threshold(window) * 4) as usize;
+    let overhead = SUMMARISER_PROMPT.len() + SUMMARISER_OPEN.len() + SUMMARISER_CLOSE.len() + CUT_MARKER_MAX;
+    let transcript = cut_middle(&transcript, input_chars.saturating_sub(overhead));
     ModelRequest {
         model: model.to_owned(),
         system: SUMMARISER_PROMPT.to_owned(),
         messages: vec![Message {
             role: Role::User,
             content: vec![ContentBlock::text(format!(
-                "<transcript>\n{transcript}</transcript>\n\nWrite the summary now."
+                "{SUMMARISER_OPEN}{transcript}{SUMMARISER_CLOSE}"
             ))],
         }],
         tools: vec![],
         temperature: None,
-        max_tokens: Some(4_096),
+        max_tokens: Some(reserve(window) as u32),
         thinking_budget: None,
+        tool_choice: Default::default(),
     }
 }
 
@@ -181,23 +210,34 @@ impl Step<'_> {
             _ = self.signals.abort.cancelled() => return super::aborted(),
             r = provider.stream(&summariser, &mut ignore_deltas, self.rt.stream_idle) => r,
         };
-        let (usage, outcome) = match result {
-            Ok(response) if !response.text.trim().is_empty() => (Some(response.usage), Ok(response.text)),
-            Ok(response) => (
-                Some(response.usage),
-                Err("the summariser returned an empty summary".to_owned()),
-            ),
-            Err(err) => (None, Err(format!("{}: {}", err.kind.as_str(), err.message))),
+        let result = result.map(|mut response| {
+            request::estimate_usage(&summariser, &mut response);
+            response
+        });
+        if let Err(err) = &result {
+            self.log_failure(provider, err, "compaction fails");
+        }
+        // A failed summariser request counts as a request too.
+        let usage = match &result {
+            Ok(r) => request::ticket_usage(&r.usage, 1, !r.usage_reported),
+            Err(_) => request::ticket_usage(&Default::default(), 1, false),
         };
-        let usage = usage
-            .map(|u| request::ticket_usage(&u, 1))
-            .unwrap_or_else(TicketUsage::default);
+        let outcome = match result {
+            Ok(response) if !response.text.trim().is_empty() => Ok(response.text),
+            Ok(_) => Err("the summariser returned an empty summary".to_owned()),
+            Err(err) => Err(format!("{}: {}", err.kind.as_str(), err.message)),
+        };
         let mut tx = self.fenced(&usage).await?;
         let compacted = match outcome {
             Ok(summary) => {
                 // Only what the summariser saw is replaced: a comment written meanwhile stays.
                 let summarised = comments.iter().map(|c| c.seq).max().unwrap_or(0);
-                db::comments::delete_non_system(&mut tx, self.ticket.id, summarised).await?;
+                // A small task stays verbatim, ahead of the summary (a summariser may invent one).
+                let task = self.ticket.task_text();
+                let kept = task_comment(&comments, &task)
+                    .filter(|_| keeps_task(task.len(), window))
+                    .map(|c| c.seq);
+                db::comments::delete_non_system(&mut tx, self.ticket.id, summarised, kept).await?;
                 let content = summary_comment(&summary);
                 let comment = db::comments::insert(&mut tx, self.ticket.id, Author::User, None, &content).await?;
                 let kept = db::comments::all(&mut *tx, self.ticket.id).await?;
@@ -256,7 +296,9 @@ mod tests {
 
     #[test]
     fn triggers_follow_the_window() {
-        assert_eq!(trigger(1_097, 4_096, false), Some(Reason::Blocking));
+        // A 4096 window keeps 1024 free (not 3000): it blocks at 3072.
+        assert_eq!(trigger(1_097, 4_096, false), None);
+        assert_eq!(trigger(3_072, 4_096, false), Some(Reason::Blocking));
         assert_eq!(
             trigger(1_000, 4_096, true),
             None,
@@ -269,6 +311,75 @@ mod tests {
         );
         assert_eq!(trigger(100_000, 128_000, true), Some(Reason::Proactive));
         assert_eq!(trigger(125_000, 128_000, false), Some(Reason::Blocking));
+    }
+
+    #[test]
+    fn the_reserve_is_3000_or_a_quarter_of_a_small_window() {
+        assert_eq!((reserve(2_048), blocking_threshold(2_048)), (512, 1_536));
+        assert_eq!((reserve(4_096), blocking_threshold(4_096)), (1_024, 3_072));
+        assert_eq!((reserve(12_000), blocking_threshold(12_000)), (3_000, 9_000));
+        assert_eq!((reserve(128_000), blocking_threshold(128_000)), (3_000, 125_000));
+        assert_eq!(
+            trigger(1_535, 2_048, true),
+            None,
+            "no proactive margin in a small window"
+        );
+        assert_eq!(trigger(1_536, 2_048, false), Some(Reason::Blocking));
+        assert_eq!(trigger(0, 0, false), Some(Reason::Blocking));
+    }
+
+    fn comment(seq: i64, author: Author, text: &str) -> Comment {
+        Comment {
+            id: uuid::Uuid::nil(),
+            ticket_id: uuid::Uuid::nil(),
+            seq,
+            author,
+            agent: None,
+            content: vec![ContentBlock::text(text)],
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    #[test]
+    fn the_summariser_request_fits_small_windows() {
+        let long = "word ".repeat(20_000);
+        let comments = [
+            comment(1, Author::User, "Say hi."),
+            comment(2, Author::Assistant, &long),
+            comment(3, Author::User, &long),
+        ];
+        for window in [2_048u64, 4_096, 200_000] {
+            let request = summariser_request("m", &comments, window);
+            assert_eq!(request.max_tokens, Some(reserve(window) as u32), "{window}");
+            let estimated = estimate_tokens(&request);
+            assert!(estimated <= blocking_threshold(window), "{window}: {estimated}");
+            let ContentBlock::Text { text } = &request.messages[0].content[0] else {
+                panic!("the summariser gets text");
+            };
+            assert!(text.starts_with("<transcript>\n[user] Say hi."), "{window}");
+            assert!(text.ends_with("Write the summary now."), "{window}");
+            if window < 200_000 {
+                assert!(text.contains("left out"), "{window}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_task_is_kept_when_it_takes_at_most_a_quarter_of_the_window() {
+        // 2048 / 4 = 512 tokens, about 2048 characters.
+        assert!(keeps_task(2_048, 2_048));
+        assert!(!keeps_task(2_049, 2_048));
+        assert!(keeps_task(4_096, 4_096));
+        assert!(!keeps_task(4_100, 4_096));
+        let comments = [comment(1, Author::User, "Say hi."), comment(2, Author::Assistant, "hi")];
+        assert_eq!(task_comment(&comments, "Say hi.").map(|c| c.seq), Some(1));
+        assert!(task_comment(&comments, "another task").is_none());
+        // After a summary replaced the task, the first user comment is the summary.
+        let summarised = [
+            comment(5, Author::User, "Summary of the work …"),
+            comment(6, Author::System, "Say hi."),
+        ];
+        assert!(task_comment(&summarised, "Say hi.").is_none());
     }
 
     #[test]

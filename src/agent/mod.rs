@@ -82,6 +82,31 @@ fn aborted<T>() -> Flow<T> {
     Err(Stop::End(RunEnd::Aborted))
 }
 
+/// Consecutive rejected steps of one claim, each counted against the agent's
+/// `max_schema_retries`: replies cut at the output limit (`truncated`), and steps whose calls
+/// had invalid input and none succeeded (`invalid_input`). Kept in memory for the claim: neither
+/// kind of step lets the ticket go, so a streak lives in one claim (a new claim after a lost one
+/// starts again, bounded by `max_turns`).
+#[derive(Default)]
+struct Streaks {
+    truncated: Streak,
+    invalid_input: Streak,
+}
+
+/// A count that a step updates through `&Step` (atomic only to be `Sync`: one loop uses it).
+#[derive(Default)]
+struct Streak(std::sync::atomic::AtomicI32);
+
+impl Streak {
+    fn get(&self) -> i32 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn set(&self, n: i32) {
+        self.0.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Runs a claimed ticket until it settles. A database error ends the run with Err; the caller may
 /// run it again with the same claim and `resumed` set, and then everything is read again from the
 /// database (what the claim returned may be out of date by then).
@@ -89,6 +114,7 @@ pub async fn run_ticket(rt: &Runtime, claim: &Claim, signals: &Signals, resumed:
     // The first step of a new claim works from what the claim returned (the ticket, the agent,
     // a transcript it wrote), sparing the reads.
     let mut first = !resumed;
+    let streaks = Streaks::default();
     loop {
         if signals.abort.is_cancelled() {
             return Ok(RunEnd::Aborted);
@@ -96,7 +122,7 @@ pub async fn run_ticket(rt: &Runtime, claim: &Claim, signals: &Signals, resumed:
         if signals.stop.is_cancelled() {
             return release(rt, claim.fence(), Release::Shutdown, &claim.agent).await;
         }
-        match step::run(rt, claim, signals, std::mem::take(&mut first)).await {
+        match step::run(rt, claim, signals, &streaks, std::mem::take(&mut first)).await {
             Ok(()) => {}
             Err(Stop::End(end)) => return Ok(end),
             Err(Stop::Db(err)) => return Err(err),

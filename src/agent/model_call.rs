@@ -1,6 +1,7 @@
 //! One model response, with the retry policy: retryable errors back off (Retry-After wins) and try
 //! again, unless output was already shown to clients; exhausted or terminal errors fail the
-//! ticket. Text and thinking deltas go to the hub as they arrive.
+//! ticket. Text, thinking and tool-call deltas go to the hub as they arrive (each counts as shown
+//! output); a cancel keeps the text shown so far.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -8,10 +9,15 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::step::Step;
-use super::{aborted, Flow};
+use super::{aborted, request, Flow};
+use crate::db;
 use crate::domain::event::kind;
-use crate::domain::{EventData, NewEvent, TicketEvent};
+use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent};
+use crate::events::hub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
+
+/// How often an empty answer is sent again, whatever the agent's `max_request_retries`.
+const MAX_EMPTY_RETRIES: u32 = 2;
 
 pub(super) enum ModelOutcome {
     Response(ModelResponse),
@@ -29,6 +35,9 @@ impl Step<'_> {
         let max_retries = self.agent.max_request_retries.max(0) as u32;
         let base_delay = Duration::from_millis(self.agent.request_retry_delay_ms.max(0) as u64);
         let mut attempt = 0u32;
+        // The text shown so far, kept if a cancel stops the response.
+        let mut streamed = String::new();
+        let mut empty = 0u32;
         loop {
             let shown = AtomicBool::new(false);
             let mut on_delta = |delta: Delta| {
@@ -36,25 +45,48 @@ impl Step<'_> {
                     return;
                 }
                 shown.store(true, Ordering::Relaxed);
+                if let Delta::Text(text) = &delta {
+                    streamed.push_str(text);
+                }
                 self.publish_delta(delta);
             };
             let result = tokio::select! {
                 biased;
-                _ = self.signals.abort.cancelled() => return aborted(),
-                r = provider.stream(request, &mut on_delta, self.rt.stream_idle) => r,
+                _ = self.signals.abort.cancelled() => None,
+                r = provider.stream(request, &mut on_delta, self.rt.stream_idle) => Some(r),
+            };
+            let Some(result) = result else {
+                return self.keep_cancelled_text(streamed).await;
             };
             let err: LlmError = match result {
-                Ok(response) => return Ok(ModelOutcome::Response(response)),
-                Err(err) if err.kind == LlmErrorKind::ContextWindowExceeded => return Ok(ModelOutcome::Overflow(err)),
+                Ok(mut response) => {
+                    request::estimate_usage(request, &mut response);
+                    return Ok(ModelOutcome::Response(response));
+                }
                 Err(err) => err,
             };
+            // A request that failed was still sent: it counts.
+            self.count_failed_request();
+            if err.kind == LlmErrorKind::ContextWindowExceeded {
+                self.log_failure(provider, &err, "context window exceeded");
+                return Ok(ModelOutcome::Overflow(err));
+            }
             attempt += 1;
             let partial = shown.load(Ordering::Relaxed);
-            if err.kind.is_retryable() && !partial && attempt <= max_retries {
-                let delay = llm::backoff_delay(attempt, base_delay, err.retry_after);
+            // An empty answer is retried a few times only: a server that answers nothing usually
+            // does so for every repeat of the same request.
+            let (tries, limit) = if err.kind == LlmErrorKind::EmptyResponse {
+                empty += 1;
+                (empty, MAX_EMPTY_RETRIES)
+            } else {
+                (attempt, max_retries)
+            };
+            if err.kind.is_retryable() && !partial && tries <= limit {
+                let delay = llm::backoff_delay(tries, base_delay, err.retry_after);
+                self.log_failure(provider, &err, "retrying");
                 let retried = EventData::RequestRetried {
-                    attempt,
-                    max_attempts: max_retries,
+                    attempt: tries,
+                    max_attempts: limit,
                     kind: err.kind.as_str().into(),
                     message: err.message.clone(),
                     delay_ms: delay.as_millis() as u64,
@@ -67,13 +99,14 @@ impl Step<'_> {
                     _ = tokio::time::sleep(delay) => continue,
                 }
             }
+            self.log_failure(provider, &err, "giving up");
             let message = if partial && err.kind.is_retryable() {
                 format!(
                     "{} (after partial output, so the request was not repeated)",
                     err.message
                 )
             } else if err.kind.is_retryable() {
-                format!("{} (gave up after {max_retries} retries)", err.message)
+                format!("{} (gave up after {limit} retries)", err.message)
             } else {
                 err.message.clone()
             };
@@ -81,11 +114,45 @@ impl Step<'_> {
         }
     }
 
+    /// The response was stopped: after a cancel, the text it had shown stays in the transcript
+    /// (`db::claims::store_cancelled_output` checks that it was a cancel, not a lost claim).
+    async fn keep_cancelled_text<T>(&self, streamed: String) -> Flow<T> {
+        if !streamed.is_empty() {
+            let content = [ContentBlock::text(streamed)];
+            if db::claims::store_cancelled_output(&self.rt.pool, self.fence, self.name(), &content).await? {
+                self.rt.hub.wake();
+            }
+        }
+        aborted()
+    }
+
+    /// One warn line per failed request, with what an operator needs to find the cause.
+    pub(super) fn log_failure(&self, provider: &dyn Provider, err: &LlmError, action: &str) {
+        tracing::warn!(
+            ticket = %self.ticket.key,
+            agent = %self.agent.name,
+            model = %self.agent.model,
+            provider = self.agent.provider.as_deref().unwrap_or(provider.name()),
+            status = err.status,
+            kind = err.kind.as_str(),
+            body = %llm::excerpt(&err.message, 300),
+            "model request failed; {action}"
+        );
+    }
+
     /// A live-only delta to the ticket's subscribers (never stored).
     fn publish_delta(&self, delta: Delta) {
-        let (delta_kind, text) = match delta {
-            Delta::Text(t) => (kind::TEXT_DELTA, t),
-            Delta::Thinking(t) => (kind::THINKING_DELTA, t),
+        let (delta_kind, data) = match &delta {
+            Delta::Text(t) => (kind::TEXT_DELTA, hub::delta_data(t)),
+            Delta::Thinking(t) => (kind::THINKING_DELTA, hub::delta_data(t)),
+            Delta::ToolCall {
+                call_id,
+                tool_name,
+                delta,
+            } => (
+                kind::TOOL_CALL_DELTA,
+                hub::tool_call_delta_data(call_id, tool_name, delta),
+            ),
         };
         let event = TicketEvent {
             ticket_id: self.ticket.id,
@@ -94,7 +161,7 @@ impl Step<'_> {
             kind: delta_kind.to_owned(),
             agent: Some(self.agent.name.clone()),
             at: Utc::now(),
-            data: crate::events::hub::delta_data(&text),
+            data,
         };
         let labels = self.ticket.labels.clone();
         self.rt.hub.publish_delta(event, labels, Some(self.agent.name.clone()));

@@ -3,6 +3,8 @@
 //! write that checks the claim in its statement; a lost claim stops the step (`aborted`) with
 //! nothing written. The tools' results are stored by `results`.
 
+use std::sync::atomic::Ordering;
+
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::step::Step;
@@ -14,6 +16,10 @@ use crate::domain::{Agent, Author, Comment, ContentBlock, EventData, NewEvent, T
 use crate::llm::ModelResponse;
 
 pub(super) const STILL_TOO_LARGE: &str = "context still exceeds window after compaction";
+
+/// What the model is told after a reply cut at the output limit.
+const CONTINUE_DIRECTIVE: &str = "Your previous reply was cut off at the output limit. Continue exactly \
+where it stopped, without repeating what you already wrote. To finish the ticket, call a tool.";
 
 /// A model response as it is stored: the usage it adds, the assistant comment's content, and
 /// the events that go around that comment in the log.
@@ -47,7 +53,7 @@ impl ResponseRecord {
         };
         let finished = EventData::RequestFinished {
             model,
-            usage: request::token_usage(&response.usage),
+            usage: request::token_usage(&response.usage, !response.usage_reported),
             stop_reason: response.stop_reason.as_str().into(),
         };
         let tool_started = calls
@@ -62,7 +68,7 @@ impl ResponseRecord {
             })
             .collect();
         ResponseRecord {
-            usage: request::ticket_usage(&response.usage, 1),
+            usage: request::ticket_usage(&response.usage, 1, !response.usage_reported),
             content,
             finished: NewEvent::new(Some(name), finished),
             tool_started,
@@ -96,16 +102,16 @@ impl ResponseRecord {
     }
 }
 
-/// Ends the ticket `failed`, after `events`, in one fenced transaction.
+/// Ends the ticket `failed`, after `events`, in one fenced transaction that adds `usage`.
 pub(super) async fn fail<T>(
     rt: &Runtime,
     fence: Fence,
     agent: &str,
-    error_kind: &str,
-    message: &str,
+    (error_kind, message): (&str, &str),
     events: Vec<NewEvent>,
+    usage: &TicketUsage,
 ) -> Flow<T> {
-    let Some(mut tx) = db::claims::fence(&rt.pool, fence).await? else {
+    let Some(mut tx) = db::claims::fence_adding(&rt.pool, fence, usage).await? else {
         return aborted();
     };
     let outcome = Finish::Failed {
@@ -122,7 +128,8 @@ impl Step<'_> {
     /// Opens the claim's fenced transaction, adding `usage` to the ticket's counters; stops the
     /// step when the claim is gone.
     pub(super) async fn fenced(&self, usage: &TicketUsage) -> Flow<Transaction<'static, Postgres>> {
-        match db::claims::fence_adding(&self.rt.pool, self.fence, usage).await? {
+        let usage = self.with_failed_requests(*usage);
+        match db::claims::fence_adding(&self.rt.pool, self.fence, &usage).await? {
             Some(tx) => Ok(tx),
             None => aborted(),
         }
@@ -139,7 +146,19 @@ impl Step<'_> {
 
     /// Ends the ticket `failed`, after `events`.
     pub(super) async fn fail<T>(&self, error_kind: &str, message: &str, events: Vec<NewEvent>) -> Flow<T> {
-        fail(self.rt, self.fence, self.name(), error_kind, message, events).await
+        let usage = self.with_failed_requests(TicketUsage::default());
+        fail(self.rt, self.fence, self.name(), (error_kind, message), events, &usage).await
+    }
+
+    /// Counts a request that failed; it is added to the ticket with the step's next write.
+    pub(super) fn count_failed_request(&self) {
+        self.failed_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `usage` plus the failed requests not yet added to the ticket (which then are).
+    pub(super) fn with_failed_requests(&self, mut usage: TicketUsage) -> TicketUsage {
+        usage.requests += self.failed_requests.swap(0, Ordering::Relaxed);
+        usage
     }
 
     /// A model request that cannot succeed: `request.failed`, then the ticket fails with its kind.
@@ -192,6 +211,55 @@ impl Step<'_> {
         tx.commit().await?;
         self.rt.hub.wake();
         end
+    }
+
+    /// A reply cut at the output limit without a tool call: it is stored, and the model is asked
+    /// to go on, at most `max_schema_retries` times in a row; then the ticket fails with
+    /// `output_truncated`.
+    pub(super) async fn continue_truncated_reply(&self, record: ResponseRecord) -> Flow<()> {
+        let name = self.name();
+        let ticket_id = self.ticket.id;
+        let max = self.agent.max_schema_retries.max(0);
+        let count = self.streaks.truncated.get() + 1;
+        self.streaks.truncated.set(count);
+        let mut tx = self.fenced(&record.usage).await?;
+        let mut events = if record.content.is_empty() {
+            // Nothing to store (a cut reply with no text), only that it came.
+            vec![record.finished]
+        } else {
+            let comment =
+                db::comments::insert(&mut tx, ticket_id, Author::Assistant, Some(name), &record.content).await?;
+            record.events(&comment, name)
+        };
+        if count > max {
+            let violated = EventData::PolicyViolated {
+                kind: "max_schema_retries".into(),
+                limit: max.into(),
+            };
+            events.push(NewEvent::new(Some(name), violated));
+            let outcome = Finish::Failed {
+                kind: "output_truncated".into(),
+                message: format!(
+                    "the reply was cut at the output limit {count} times in a row (max_schema_retries is {max}); \
+                     raise the agent's max_tokens"
+                ),
+            };
+            db::claims::finish(&mut tx, self.fence, &outcome, name, events).await?;
+            tx.commit().await?;
+            self.rt.hub.wake();
+            return Err(Stop::End(RunEnd::Failed));
+        }
+        let directive = [ContentBlock::text(CONTINUE_DIRECTIVE)];
+        // A user comment, like the tools' results: compaction folds it away with the rest.
+        let directive = db::comments::insert(&mut tx, ticket_id, Author::User, None, &directive).await?;
+        events.push(NewEvent::new(
+            Some(name),
+            EventData::CommentCreated { comment: directive },
+        ));
+        db::events::append(&mut tx, ticket_id, &events).await?;
+        tx.commit().await?;
+        self.rt.hub.wake();
+        Ok(())
     }
 
     /// Counts a rejected reply on a schema-bound ticket: adds `schema.retried` to `events`, or,

@@ -16,6 +16,7 @@ pub(super) fn build(agent: &Agent, ticket: &Ticket, comments: &[Comment]) -> Mod
         temperature: agent.temperature,
         max_tokens: agent.max_tokens.map(|m| m as u32),
         thinking_budget: agent.thinking_budget.map(|b| b as u32),
+        tool_choice: llm::ToolChoice::parse(&agent.tool_choice),
     }
 }
 
@@ -34,11 +35,16 @@ fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
     prompt
 }
 
+/// The requests a ticket may make when the agent sets no `max_turns`: a model that never
+/// finishes stops here.
+pub const DEFAULT_MAX_TURNS: i64 = 100;
+
 /// The agent's limits, checked before each request: (kind, limit) of the first one reached.
 pub(super) fn policy_violation(agent: &Agent, ticket: &Ticket) -> Option<(&'static str, i64)> {
     let u = &ticket.usage;
-    if let Some(max) = agent.max_turns.map(i64::from).filter(|max| u.requests >= *max) {
-        return Some(("max_turns", max));
+    let max_turns = agent.max_turns.map_or(DEFAULT_MAX_TURNS, i64::from);
+    if u.requests >= max_turns {
+        return Some(("max_turns", max_turns));
     }
     if let Some(max) = agent.max_input_tokens.filter(|max| u.input_tokens >= *max) {
         return Some(("max_input_tokens", max));
@@ -49,19 +55,36 @@ pub(super) fn policy_violation(agent: &Agent, ticket: &Ticket) -> Option<(&'stat
     None
 }
 
-/// A response's tokens as its `request.finished` event reports them.
-pub(super) fn token_usage(usage: &llm::Usage) -> TokenUsage {
+/// Fills in the usage of a response whose provider reported none, estimated at about 4 characters
+/// per token: the request's estimate as input, the text and tool arguments as output.
+pub(super) fn estimate_usage(request: &ModelRequest, response: &mut llm::ModelResponse) {
+    if response.usage_reported {
+        return;
+    }
+    let output_chars = response.text.len() + response.tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>();
+    response.usage = llm::Usage {
+        input_tokens: super::compaction::estimate_tokens(request),
+        output_tokens: (output_chars as u64).div_ceil(4),
+        ..llm::Usage::default()
+    };
+}
+
+/// A response's tokens as its `request.finished` event reports them; `estimated` when the
+/// provider reported none.
+pub(super) fn token_usage(usage: &llm::Usage, estimated: bool) -> TokenUsage {
     TokenUsage {
         input_tokens: usage.input_tokens,
         output_tokens: usage.output_tokens,
         cache_read_tokens: usage.cache_read_tokens,
         cache_creation_tokens: usage.cache_creation_tokens,
+        estimated,
     }
 }
 
 /// What `requests` responses with these tokens add to the ticket's counters.
-pub(super) fn ticket_usage(usage: &llm::Usage, requests: i64) -> TicketUsage {
+pub(super) fn ticket_usage(usage: &llm::Usage, requests: i64, estimated: bool) -> TicketUsage {
     TicketUsage {
+        estimated,
         input_tokens: usage.input_tokens as i64,
         output_tokens: usage.output_tokens as i64,
         cache_read_tokens: usage.cache_read_tokens as i64,

@@ -27,16 +27,14 @@ struct Prelude<'s, 'a> {
 impl Prelude<'_, '_> {
     /// The open transaction; stops the step when the claim is lost.
     async fn conn(&mut self) -> Flow<&mut PgConnection> {
-        if self.tx.is_none() {
-            match db::claims::fence(&self.step.rt.pool, self.step.fence).await? {
-                Some(tx) => self.tx = Some(tx),
+        let tx = match self.tx.take() {
+            Some(tx) => tx,
+            None => match db::claims::fence(&self.step.rt.pool, self.step.fence).await? {
+                Some(tx) => tx,
                 None => return aborted(),
-            }
-        }
-        match self.tx.as_deref_mut() {
-            Some(conn) => Ok(conn),
-            None => aborted(),
-        }
+            },
+        };
+        Ok(&mut **self.tx.insert(tx))
     }
 }
 
@@ -49,6 +47,10 @@ struct Applied {
     closed_with: Option<Value>,
     created_work: bool,
     schema_failure: Option<String>,
+    /// A call's input failed validation (or named no tool it may use).
+    invalid_input: bool,
+    /// A call succeeded.
+    succeeded: bool,
 }
 
 impl Step<'_> {
@@ -67,21 +69,24 @@ impl Step<'_> {
         let mut prelude = Prelude { step: self, tx: None };
         self.offload_large_outputs(calls, &mut outcomes, &mut prelude).await?;
         let mut applied = self.apply_outcomes(calls, outcomes, &mut prelude).await?;
-        let mut failed_message = None;
+        let mut failed = None;
         if applied.closed_with.is_none() {
             if let Some(detail) = &applied.schema_failure {
                 let conn = prelude.conn().await?;
                 match self.schema_retry(conn, detail, &mut applied.events).await? {
-                    Some(message) => failed_message = Some(message),
+                    Some(message) => failed = Some(("max_schema_retries", message)),
                     None => applied.results.push(ContentBlock::text(transcript::directive(detail))),
                 }
             }
         }
+        if let Some(message) = self.count_invalid_input(&mut applied) {
+            failed = failed.or(Some(("invalid_tool_input", message)));
+        }
         let (outcome, end) = if let Some(result) = applied.closed_with.take() {
             (Some(Finish::Done(result)), Some(RunEnd::Done))
-        } else if let Some(message) = failed_message {
+        } else if let Some((kind, message)) = failed {
             let outcome = Finish::Failed {
-                kind: "max_schema_retries".into(),
+                kind: kind.into(),
                 message,
             };
             (Some(outcome), Some(RunEnd::Failed))
@@ -109,6 +114,34 @@ impl Step<'_> {
             Some(end) => Err(Stop::End(end)),
             None => Ok(()),
         }
+    }
+
+    /// Steps in a row whose calls had invalid input and none succeeded count against
+    /// `max_schema_retries` (a model sending `{}` forever stops); a successful call starts the
+    /// count again. Past the limit: `policy.violated` is added and the failure message returned.
+    fn count_invalid_input(&self, applied: &mut Applied) -> Option<String> {
+        let streak = &self.streaks.invalid_input;
+        if applied.succeeded || applied.closed_with.is_some() {
+            streak.set(0);
+            return None;
+        }
+        if !applied.invalid_input {
+            return None;
+        }
+        let count = streak.get() + 1;
+        streak.set(count);
+        let max = self.agent.max_schema_retries.max(0);
+        if count <= max {
+            return None;
+        }
+        let violated = EventData::PolicyViolated {
+            kind: "max_schema_retries".into(),
+            limit: max.into(),
+        };
+        applied.events.push(NewEvent::new(Some(self.name()), violated));
+        Some(format!(
+            "the tool calls had invalid input {count} times in a row (max_schema_retries is {max})"
+        ))
     }
 
     /// Large outputs are kept whole for download; the model gets a stub with a preview.
@@ -170,6 +203,7 @@ impl Step<'_> {
             };
             let (data, block) = match outcome {
                 ToolOutcome::Output(output) => {
+                    applied.succeeded = true;
                     let finished = EventData::ToolFinished {
                         tool_name: call.name.clone(),
                         call_id: call.id.clone(),
@@ -178,6 +212,7 @@ impl Step<'_> {
                     (finished, tool_result(call, output, false))
                 }
                 ToolOutcome::Failed { kind, message } => {
+                    applied.invalid_input |= matches!(kind, ToolErrorKind::InvalidInput | ToolErrorKind::UnknownTool);
                     if kind == ToolErrorKind::ResultInvalid {
                         applied.schema_failure = Some(message.clone());
                     }

@@ -2,16 +2,20 @@
 //! (compacting first when it nears the window), call the model, then either settle a text reply
 //! or run the tool calls and store their results.
 
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+
 use super::compaction::{self, Reason};
 use super::model_call::ModelOutcome;
 use super::persist::{self, ResponseRecord};
 use super::tool_calls::{self, PreparedCall};
-use super::{aborted, request, Flow, Runtime, Signals};
+use super::{aborted, request, Flow, Runtime, Signals, Streaks};
 use crate::db;
 use crate::db::claims::{Claim, Fence};
 use crate::db::steps::{StepResult, StepWrite};
+use crate::domain::provider::BUILTIN_PROVIDERS;
 use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
-use crate::llm::{self, LlmError, ModelRequest, ModelResponse, Provider};
+use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, StopReason};
 
 /// What every part of a step works with: the process, the claim, the agent and the ticket as
 /// the step read them, and the signals that stop it.
@@ -21,11 +25,14 @@ pub(super) struct Step<'a> {
     pub agent: Agent,
     pub ticket: Ticket,
     pub signals: &'a Signals,
+    pub streaks: &'a Streaks,
+    /// Requests of this step that failed and are not yet added to the ticket's usage.
+    pub failed_requests: AtomicI64,
 }
 
 /// Runs one step of a claimed ticket. `first`: the first step of a new claim, which works from
 /// what the claim returned instead of reading it again.
-pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, first: bool) -> Flow<()> {
+pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, streaks: &Streaks, first: bool) -> Flow<()> {
     let fence = claim.fence();
     let agent_name = claim.agent.as_str();
     let state = if first {
@@ -45,7 +52,8 @@ pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, first: b
     };
     let Some(agent) = definition else {
         let message = format!("agent {agent_name:?} no longer exists");
-        return persist::fail(rt, fence, agent_name, "agent_missing", &message, vec![]).await;
+        let usage = TicketUsage::default();
+        return persist::fail(rt, fence, agent_name, ("agent_missing", &message), vec![], &usage).await;
     };
     // As the claim wrote it: a comment posted since is seen by the next request, as one posted
     // during this request would be.
@@ -56,6 +64,8 @@ pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, first: b
         agent,
         ticket,
         signals,
+        streaks,
+        failed_requests: AtomicI64::new(0),
     };
     step.work(transcript).await
 }
@@ -77,7 +87,7 @@ impl Step<'_> {
             let message = format!("the ticket reached the agent's {policy} limit ({limit}) before it was closed");
             return self.fail(policy, &message, vec![event]).await;
         }
-        let provider = match self.rt.providers.get(self.agent.provider.as_deref()) {
+        let provider = match self.provider().await? {
             Ok(p) => p,
             Err(err) => return self.fail_request(err.kind.as_str(), &err.message).await,
         };
@@ -106,6 +116,25 @@ impl Step<'_> {
             }
         };
         self.act_on(response).await
+    }
+
+    /// The agent's provider: a built-in one, or a named one as its definition reads now (a change
+    /// through the API takes effect with the next request, in every process).
+    async fn provider(&self) -> Flow<Result<Arc<dyn Provider>, LlmError>> {
+        let name = match self.agent.provider.as_deref() {
+            None => None,
+            Some(name) if BUILTIN_PROVIDERS.contains(&name) => Some(name),
+            Some(name) => {
+                return Ok(match db::providers::get(&self.rt.pool, name).await? {
+                    Some(def) => Ok(self.rt.providers.named(name, &def.config())),
+                    None => Err(LlmError::new(
+                        LlmErrorKind::ProviderUnconfigured,
+                        format!("unknown provider '{name}': define it with PUT /v1/providers/{name}"),
+                    )),
+                })
+            }
+        };
+        Ok(self.rt.providers.get(name))
     }
 
     /// Compacts the transcript when the request nears the window (see `compaction::trigger`) and
@@ -177,7 +206,12 @@ impl Step<'_> {
     /// A text reply settles the step; tool calls run, and their results are stored.
     async fn act_on(&self, response: ModelResponse) -> Flow<()> {
         let calls = tool_calls::prepare(&self.agent, &response);
-        let record = ResponseRecord::of(&self.agent, &response, &calls);
+        let mut record = ResponseRecord::of(&self.agent, &response, &calls);
+        record.usage = self.with_failed_requests(record.usage);
+        if calls.is_empty() && response.stop_reason == StopReason::MaxTokens {
+            return self.continue_truncated_reply(record).await;
+        }
+        self.streaks.truncated.set(0);
         if calls.is_empty() {
             return self.settle_text_reply(record).await;
         }

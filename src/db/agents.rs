@@ -6,7 +6,7 @@ use crate::domain::Agent;
 
 const AGENT_COLUMNS: &str = "name, role, provider, model, labels, tools, context_window, max_turns, \
      max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries, request_retry_delay_ms, \
-     temperature, max_tokens, thinking_budget, created_at, updated_at";
+     temperature, max_tokens, thinking_budget, tool_choice, created_at, updated_at";
 
 #[derive(sqlx::FromRow)]
 struct AgentRow {
@@ -26,6 +26,7 @@ struct AgentRow {
     temperature: Option<f64>,
     max_tokens: Option<i32>,
     thinking_budget: Option<i32>,
+    tool_choice: String,
     created_at: chrono::DateTime<chrono::Utc>,
     updated_at: chrono::DateTime<chrono::Utc>,
 }
@@ -49,6 +50,7 @@ impl From<AgentRow> for Agent {
             temperature: r.temperature,
             max_tokens: r.max_tokens,
             thinking_budget: r.thinking_budget,
+            tool_choice: r.tool_choice,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -60,8 +62,8 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
     let sql = format!(
         "INSERT INTO agents (name, role, provider, model, labels, tools, context_window, max_turns,
             max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries,
-            request_retry_delay_ms, temperature, max_tokens, thinking_budget)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+            request_retry_delay_ms, temperature, max_tokens, thinking_budget, tool_choice)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
          ON CONFLICT (name) DO UPDATE SET
             role = EXCLUDED.role, provider = EXCLUDED.provider, model = EXCLUDED.model,
             labels = EXCLUDED.labels, tools = EXCLUDED.tools, context_window = EXCLUDED.context_window,
@@ -69,7 +71,8 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
             max_output_tokens = EXCLUDED.max_output_tokens, max_schema_retries = EXCLUDED.max_schema_retries,
             max_request_retries = EXCLUDED.max_request_retries,
             request_retry_delay_ms = EXCLUDED.request_retry_delay_ms, temperature = EXCLUDED.temperature,
-            max_tokens = EXCLUDED.max_tokens, thinking_budget = EXCLUDED.thinking_budget, updated_at = now()
+            max_tokens = EXCLUDED.max_tokens, thinking_budget = EXCLUDED.thinking_budget,
+            tool_choice = EXCLUDED.tool_choice, updated_at = now()
          RETURNING {AGENT_COLUMNS}, (xmax = 0) AS created"
     );
     let row = sqlx::query(&sql)
@@ -89,6 +92,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
         .bind(a.temperature)
         .bind(a.max_tokens)
         .bind(a.thinking_budget)
+        .bind(&a.tool_choice)
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row};
@@ -144,4 +148,12 @@ pub async fn delete<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<bool, sql
         .execute(db)
         .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// The names of the agents that use this provider.
+pub async fn using_provider<'e>(db: impl PgExecutor<'e>, provider: &str) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT name FROM agents WHERE provider = $1 ORDER BY name")
+        .bind(provider)
+        .fetch_all(db)
+        .await
 }

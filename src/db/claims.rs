@@ -197,7 +197,8 @@ async fn holds_adding(conn: &mut PgConnection, fence: Fence, usage: &TicketUsage
         "UPDATE tickets SET updated_at = now(),
             input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,
             cache_read_tokens = cache_read_tokens + $5, cache_creation_tokens = cache_creation_tokens + $6,
-            requests = requests + $7, tool_calls = tool_calls + $8
+            requests = requests + $7, tool_calls = tool_calls + $8,
+            usage_estimated = usage_estimated OR $9
          WHERE id = $1 AND generation = $2 AND status = 'in_progress'",
     )
     .bind(fence.ticket_id)
@@ -208,6 +209,7 @@ async fn holds_adding(conn: &mut PgConnection, fence: Fence, usage: &TicketUsage
     .bind(usage.cache_creation_tokens)
     .bind(usage.requests)
     .bind(usage.tool_calls)
+    .bind(usage.estimated)
     .execute(conn)
     .await?;
     Ok(held.rows_affected() == 1)
@@ -450,4 +452,51 @@ pub async fn loop_state(pool: &PgPool, ticket_id: Uuid) -> Result<Option<(Ticket
     let Some(row) = row else { return Ok(None) };
     use sqlx::{FromRow, Row};
     Ok(Some((TicketRow::from_row(&row)?.into(), row.try_get("generation")?)))
+}
+
+/// After a cancel stopped this claim's model response: stores what it had streamed (and shown)
+/// as an assistant comment with its `comment.created`. The cancel bumped the generation, so the
+/// claim's fence fails; instead, under the ticket's row lock, this checks that the claim ended by
+/// that cancel and nothing else: the ticket is `cancelled`, its generation is exactly the claim's
+/// plus one (nobody claimed it since), and its last two lifecycle events are this claim's
+/// `ticket.started` and then `ticket.cancelled` (a lost claim logs `ticket.requeued` first, a
+/// retry too). False when that does not hold, and nothing is written.
+pub async fn store_cancelled_output(
+    pool: &PgPool,
+    fence: Fence,
+    agent: &str,
+    content: &[ContentBlock],
+) -> Result<bool, sqlx::Error> {
+    use crate::domain::event::kind;
+    let mut tx = pool.begin().await?;
+    let state: Option<(String, i64)> =
+        sqlx::query_as("SELECT status, generation FROM tickets WHERE id = $1 FOR UPDATE")
+            .bind(fence.ticket_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if state != Some(("cancelled".to_owned(), fence.generation + 1)) {
+        return Ok(false);
+    }
+    let lifecycle = [
+        kind::TICKET_STARTED,
+        kind::TICKET_REQUEUED,
+        kind::TICKET_WAITING,
+        kind::TICKET_CANCELLED,
+        kind::TICKET_DONE,
+        kind::TICKET_FAILED,
+    ];
+    let last: Vec<String> =
+        sqlx::query_scalar("SELECT kind FROM events WHERE ticket_id = $1 AND kind = ANY($2) ORDER BY seq DESC LIMIT 2")
+            .bind(fence.ticket_id)
+            .bind(&lifecycle[..])
+            .fetch_all(&mut *tx)
+            .await?;
+    if last != [kind::TICKET_CANCELLED, kind::TICKET_STARTED] {
+        return Ok(false);
+    }
+    let comment = super::comments::insert(&mut tx, fence.ticket_id, Author::Assistant, Some(agent), content).await?;
+    let created = NewEvent::new(Some(agent), EventData::CommentCreated { comment });
+    super::events::append(&mut tx, fence.ticket_id, &[created]).await?;
+    tx.commit().await?;
+    Ok(true)
 }

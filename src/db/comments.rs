@@ -103,12 +103,22 @@ pub async fn all<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Result<Vec<Com
 }
 
 /// Compaction: removes the comments the summary replaces (all but the system ones, up to and
-/// including `up_to_seq`); comments written while the summariser ran are kept.
-pub async fn delete_non_system(conn: &mut PgConnection, ticket_id: Uuid, up_to_seq: i64) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query("DELETE FROM comments WHERE ticket_id = $1 AND author <> 'system' AND seq <= $2")
-        .bind(ticket_id)
-        .bind(up_to_seq)
-        .execute(conn)
-        .await?;
+/// including `up_to_seq`, and but the one at `keep_seq`); comments written while the summariser
+/// ran are kept.
+pub async fn delete_non_system(
+    conn: &mut PgConnection,
+    ticket_id: Uuid,
+    up_to_seq: i64,
+    keep_seq: Option<i64>,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "DELETE FROM comments WHERE ticket_id = $1 AND author <> 'system' AND seq <= $2
+         AND seq IS DISTINCT FROM $3",
+    )
+    .bind(ticket_id)
+    .bind(up_to_seq)
+    .bind(keep_seq)
+    .execute(conn)
+    .await?;
     Ok(done.rows_affected())
 }

@@ -142,7 +142,7 @@ impl<'a> EventColumns<'a> {
 /// each claim is checked and its events get their ticket's next seqs under the row lock. Returns
 /// the tickets whose claim held, whose events were appended; nothing is written for a lost one.
 /// The statement may lock several tickets' rows.
-/// No lock order is at stake: the other statements that lock several (`claims::store_steps`)
+/// No lock order is at stake: the other statements that lock several (`steps::store_steps`)
 /// never hold the same tickets at once, since a ticket's loop waits for one write at a time, and
 /// the claim, the renewal and the reaper skip locked rows instead of waiting.
 pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, &[NewEvent])]) -> Result<Vec<Uuid>, sqlx::Error> {

@@ -17,7 +17,7 @@ pub trait GroupWrite: Sized + Send + Sync + 'static {
     /// What the caller of one write learns.
     type Reply: Send + 'static;
 
-    /// Writes all of `writes` in one transaction; one reply per write, in order.
+    /// Writes all of `writes` with one commit; one reply per write, in order.
     fn write_group(
         pool: &PgPool,
         writes: &[Self],
@@ -44,10 +44,22 @@ impl<W: GroupWrite> GroupWriter<W> {
     /// while a group commits joins the next group, on another writer if one is free. They end
     /// when every handle is dropped and the queue is drained.
     pub fn spawn(pool: PgPool, max_group: usize, writers: usize) -> GroupWriter<W> {
+        Self::spawn_with(pool, max_group, writers, || {})
+    }
+
+    /// `spawn`, calling `committed` after each commit, before the callers hear of it: what must
+    /// follow a commit (waking the workers) happens even when a caller stopped waiting.
+    pub fn spawn_with(
+        pool: PgPool,
+        max_group: usize,
+        writers: usize,
+        committed: impl Fn() + Send + Sync + 'static,
+    ) -> GroupWriter<W> {
         let (jobs, rx) = mpsc::channel(4 * max_group);
         let rx = Arc::new(Mutex::new(rx));
+        let committed: Arc<dyn Fn() + Send + Sync> = Arc::new(committed);
         for _ in 0..writers {
-            tokio::spawn(writer(pool.clone(), rx.clone(), max_group));
+            tokio::spawn(writer(pool.clone(), rx.clone(), max_group, committed.clone()));
         }
         GroupWriter { jobs }
     }
@@ -63,7 +75,12 @@ impl<W: GroupWrite> GroupWriter<W> {
     }
 }
 
-async fn writer<W: GroupWrite>(pool: PgPool, rx: Arc<Mutex<mpsc::Receiver<Job<W>>>>, max_group: usize) {
+async fn writer<W: GroupWrite>(
+    pool: PgPool,
+    rx: Arc<Mutex<mpsc::Receiver<Job<W>>>>,
+    max_group: usize,
+    committed: Arc<dyn Fn() + Send + Sync>,
+) {
     let mut group = Vec::with_capacity(max_group);
     loop {
         // Whatever queued while the previous group committed forms the next one.
@@ -73,6 +90,7 @@ async fn writer<W: GroupWrite>(pool: PgPool, rx: Arc<Mutex<mpsc::Receiver<Job<W>
         let (writes, replies): (Vec<W>, Vec<_>) = group.drain(..).unzip();
         match W::write_group(&pool, &writes).await {
             Ok(answers) if answers.len() == writes.len() => {
+                committed();
                 for (answer, reply) in answers.into_iter().zip(replies) {
                     let _ = reply.send(Ok(answer));
                 }
@@ -83,6 +101,9 @@ async fn writer<W: GroupWrite>(pool: PgPool, rx: Arc<Mutex<mpsc::Receiver<Job<W>
                     let alone = W::write_group(&pool, std::slice::from_ref(write))
                         .await
                         .and_then(|mut answers| answers.pop().ok_or(sqlx::Error::RowNotFound));
+                    if alone.is_ok() {
+                        committed();
+                    }
                     let _ = reply.send(alone);
                 }
             }

@@ -9,6 +9,7 @@ pub mod events;
 pub mod group;
 pub mod outputs;
 pub mod planner_stats;
+pub mod providers;
 pub mod steps;
 pub mod tickets;
 

@@ -101,6 +101,7 @@ pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Resul
     let (mut ids, mut generations) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut usage: [Vec<i64>; 6] = Default::default();
     let (mut comment_counts, mut event_counts) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut estimated = Vec::with_capacity(n);
     let (mut statuses, mut results, mut errors) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     // The comments and events of every write, flattened, each naming its claim.
     let (mut c_ticket, mut c_generation, mut c_id, mut c_author, mut c_agent, mut c_content, mut c_time) =
@@ -121,6 +122,7 @@ pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Resul
         ]) {
             column.push(value);
         }
+        estimated.push(u.estimated);
         let final_event = outcome.as_ref().map(|(_, _, _, event)| event);
         comment_counts.push(step.comments.len() as i64);
         event_counts.push((step.events.len() + usize::from(final_event.is_some())) as i64);
@@ -150,15 +152,17 @@ pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Resul
     sqlx::query_scalar(
         "WITH v AS (
             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
-                                 $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::text[], $12::jsonb[], $13::jsonb[])
+                                 $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::text[], $12::jsonb[], $13::jsonb[],
+                                 $27::bool[])
                 AS v(id, generation, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
-                     requests, tool_calls, comments, events, status, result, error)),
+                     requests, tool_calls, comments, events, status, result, error, estimated)),
          t AS (
             UPDATE tickets t SET updated_at = now(),
                 input_tokens = t.input_tokens + v.input_tokens, output_tokens = t.output_tokens + v.output_tokens,
                 cache_read_tokens = t.cache_read_tokens + v.cache_read_tokens,
                 cache_creation_tokens = t.cache_creation_tokens + v.cache_creation_tokens,
                 requests = t.requests + v.requests, tool_calls = t.tool_calls + v.tool_calls,
+                usage_estimated = t.usage_estimated OR v.estimated,
                 last_comment_seq = t.last_comment_seq + v.comments,
                 last_event_seq = t.last_event_seq + v.events,
                 status = COALESCE(v.status, t.status),
@@ -220,6 +224,7 @@ pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Resul
     .bind(&columns.agents)
     .bind(&columns.data)
     .bind(&e_carries)
+    .bind(&estimated)
     .fetch_all(conn)
     .await
 }

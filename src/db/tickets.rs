@@ -12,7 +12,7 @@ pub const TICKET_COLUMNS: &str = "t.id, t.key, t.task, t.labels, t.status, t.age
      t.parent_id, (SELECT p.key FROM tickets p WHERE p.id = t.parent_id) AS parent_key, \
      t.schema, t.result, t.error, t.attempts, t.max_attempts, t.metadata, \
      t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_creation_tokens, t.requests, t.tool_calls, \
-     t.created_at, t.updated_at, t.started_at, t.finished_at";
+     t.usage_estimated, t.created_at, t.updated_at, t.started_at, t.finished_at";
 
 #[derive(sqlx::FromRow)]
 pub struct TicketRow {
@@ -38,6 +38,7 @@ pub struct TicketRow {
     cache_creation_tokens: i64,
     requests: i64,
     tool_calls: i64,
+    usage_estimated: bool,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
@@ -71,6 +72,7 @@ impl From<TicketRow> for Ticket {
                 cache_creation_tokens: r.cache_creation_tokens,
                 requests: r.requests,
                 tool_calls: r.tool_calls,
+                estimated: r.usage_estimated,
             },
             created_at: r.created_at,
             updated_at: r.updated_at,

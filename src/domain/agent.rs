@@ -9,7 +9,8 @@ pub struct Agent {
     pub name: String,
     /// The system prompt.
     pub role: String,
-    /// `openai` or `anthropic`; null picks the configured one (Anthropic first).
+    /// `openai`, `anthropic` or a named provider (`/v1/providers`); null picks the configured
+    /// built-in one (Anthropic first).
     pub provider: Option<String>,
     pub model: String,
     /// Labels of the tickets this agent takes (besides those labelled with its name).
@@ -26,8 +27,16 @@ pub struct Agent {
     pub max_tokens: Option<i32>,
     /// Extended thinking budget in tokens (Anthropic); null is off.
     pub thinking_budget: Option<i32>,
+    /// `auto`, `required`, `none`, or the name of one of the agent's tools: which tool the model
+    /// must call, sent with each request that offers tools.
+    #[serde(default = "default_tool_choice")]
+    pub tool_choice: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+pub fn default_tool_choice() -> String {
+    "auto".into()
 }
 
 /// Agent names double as labels and appear in URLs: keep them simple.

@@ -36,6 +36,12 @@ pub mod kind {
     /// Live-only: never stored, no `seq`, no SSE id.
     pub const TEXT_DELTA: &str = "text.delta";
     pub const THINKING_DELTA: &str = "thinking.delta";
+    pub const TOOL_CALL_DELTA: &str = "tool_call.delta";
+
+    /// The live-only kinds.
+    pub fn is_delta(kind: &str) -> bool {
+        matches!(kind, TEXT_DELTA | THINKING_DELTA | TOOL_CALL_DELTA)
+    }
 
     /// The kinds after which a ticket's stream ends (when it is the ticket's latest event).
     pub fn is_final(kind: &str) -> bool {
@@ -43,8 +49,9 @@ pub mod kind {
     }
 }
 
-/// An event as clients receive it in an SSE `data:` line.
-#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+/// An event as clients receive it in an SSE `data:` line. Its OpenAPI description is
+/// `TicketEventSchema`, which spells out each kind's `data`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TicketEvent {
     pub ticket_id: Uuid,
     pub ticket_key: String,
@@ -55,8 +62,22 @@ pub struct TicketEvent {
     pub at: DateTime<Utc>,
     // JSON text: read from the log and written to streams without being parsed into a tree and
     // encoded again.
-    #[schema(value_type = Value)]
     pub data: Box<RawValue>,
+}
+
+/// An event as clients receive it in an SSE `data:` line: the ticket it belongs to, its place in
+/// the ticket's log, and its `kind` with that kind's `data`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = TicketEvent)]
+pub struct TicketEventSchema {
+    pub ticket_id: Uuid,
+    pub ticket_key: String,
+    /// The ticket's event sequence number (1, 2, 3 … without gaps); null for live-only deltas.
+    pub seq: Option<i64>,
+    pub agent: Option<String>,
+    pub at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub event: EventData,
 }
 
 /// An event to append to a ticket's log, in the transaction of the change it describes. Its data
@@ -101,10 +122,15 @@ pub struct TokenUsage {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_creation_tokens: u64,
+    /// Present (true) when the provider reported no usage and these counts are estimated at
+    /// about 4 characters per token.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 /// Every kind of event with its payload: `kind` names the variant, `data` holds its fields. This
-/// is the one place an event's shape is defined; the OpenAPI document describes it from here.
+/// is where an event's shape is defined, and the OpenAPI document describes it from here (the
+/// live deltas, built per token, are written in the same shape by `events::hub::delta_data`).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "kind", content = "data")]
 pub enum EventData {
@@ -118,7 +144,7 @@ pub enum EventData {
     },
     #[serde(rename = "ticket.done")]
     TicketDone {
-        #[schema(value_type = Object)]
+        #[schema(value_type = Value)]
         result: Value,
     },
     #[serde(rename = "ticket.failed")]
@@ -157,7 +183,7 @@ pub enum EventData {
     ToolStarted {
         tool_name: String,
         call_id: String,
-        #[schema(value_type = Object)]
+        #[schema(value_type = Value)]
         input: Value,
     },
     #[serde(rename = "tool.finished")]
@@ -202,6 +228,13 @@ pub enum EventData {
     /// Live-only, like `text.delta`.
     #[serde(rename = "thinking.delta")]
     ThinkingDelta { delta: String },
+    /// Live-only: a fragment of a tool call's arguments as the model writes them.
+    #[serde(rename = "tool_call.delta")]
+    ToolCallDelta {
+        call_id: String,
+        tool_name: String,
+        delta: String,
+    },
 }
 
 impl EventData {
@@ -231,24 +264,23 @@ impl EventData {
             EventData::ContextLimitExceeded { .. } => kind::CONTEXT_LIMIT_EXCEEDED,
             EventData::TextDelta { .. } => kind::TEXT_DELTA,
             EventData::ThinkingDelta { .. } => kind::THINKING_DELTA,
+            EventData::ToolCallDelta { .. } => kind::TOOL_CALL_DELTA,
         }
     }
 
     /// The payload alone (the event's `data`) as JSON text.
     pub fn data_json(&self) -> String {
         // Serialised whole, the enum is `{"kind":"<kind>","data":<payload>}` (serde writes the tag
-        // first, then the content); the payload is what lies between that prefix and the last
-        // brace. One serialisation, no intermediate tree.
-        let Ok(mut text) = serde_json::to_string(self) else {
-            // Unreachable for these types (every map key is a string); an empty payload rather
-            // than a panic.
-            return "{}".to_owned();
-        };
-        let prefix = r#"{"kind":""#.len() + self.kind().len() + r#"","data":"#.len();
-        debug_assert!(text[..prefix].ends_with(r#"","data":"#), "unexpected layout: {text}");
-        text.pop();
-        text.drain(..prefix);
-        text
+        // first, then the content); the payload is what follows the first `","data":` (a quote
+        // inside the kind would be escaped) up to the last brace. One serialisation, no tree.
+        const DATA: &str = r#"","data":"#;
+        let text = serde_json::to_string(self).unwrap_or_default();
+        match text.find(DATA) {
+            Some(at) if text.ends_with('}') => text[at + DATA.len()..text.len() - 1].to_owned(),
+            // Unreachable for these types (every map key is a string, the tag comes first): an
+            // empty payload rather than a panic or a corrupt log.
+            _ => "{}".to_owned(),
+        }
     }
 }
 
@@ -281,6 +313,11 @@ mod tests {
                 threshold_tokens: 5,
             },
             EventData::TextDelta { delta: "hé}".into() },
+            EventData::ToolCallDelta {
+                call_id: "c1".into(),
+                tool_name: "close_ticket".into(),
+                delta: r#"{"result": "#.into(),
+            },
         ];
         for event in events {
             let whole = serde_json::to_value(&event).unwrap();
@@ -300,6 +337,111 @@ mod tests {
             .data_json(),
             r#"{"attempt":2,"max_attempts":10,"kind":"overloaded","message":"m","delay_ms":7}"#
         );
+    }
+
+    /// One event of every kind.
+    fn every_kind() -> Vec<EventData> {
+        let now = chrono::Utc::now();
+        let ticket: Ticket = serde_json::from_value(json!({
+            "id": Uuid::nil(), "key": "TICKET-1", "task": "t", "labels": [], "status": "todo", "agent": null,
+            "reporter": "user", "priority": 0, "parent_id": null, "parent_key": null, "schema": null,
+            "result": null, "error": null, "attempts": 0, "max_attempts": 3, "metadata": {},
+            "usage": super::super::TicketUsage::default(), "created_at": now, "updated_at": now, "started_at": null,
+            "finished_at": null
+        }))
+        .unwrap();
+        let comment: Comment = serde_json::from_value(json!({
+            "id": Uuid::nil(), "ticket_id": Uuid::nil(), "seq": 1, "author": "user", "agent": null,
+            "content": [{"type": "text", "text": "hi"}], "created_at": now
+        }))
+        .unwrap();
+        let s = String::new;
+        vec![
+            EventData::TicketCreated { ticket: ticket.clone() },
+            EventData::TicketStarted { agent: s(), attempt: 1 },
+            EventData::TicketDone { result: json!(1) },
+            EventData::TicketFailed {
+                error: TicketError {
+                    kind: s(),
+                    message: s(),
+                },
+            },
+            EventData::TicketCancelled {},
+            EventData::TicketWaiting {},
+            EventData::TicketRequeued {
+                reason: RequeueReason::Retry,
+            },
+            EventData::TicketUpdated { ticket },
+            EventData::CommentCreated { comment },
+            EventData::RequestStarted { model: s() },
+            EventData::RequestFinished {
+                model: s(),
+                usage: TokenUsage::default(),
+                stop_reason: s(),
+            },
+            EventData::RequestRetried {
+                attempt: 1,
+                max_attempts: 1,
+                kind: s(),
+                message: s(),
+                delay_ms: 1,
+            },
+            EventData::RequestFailed {
+                kind: s(),
+                message: s(),
+            },
+            EventData::ToolStarted {
+                tool_name: s(),
+                call_id: s(),
+                input: json!({}),
+            },
+            EventData::ToolFinished {
+                tool_name: s(),
+                call_id: s(),
+                output: s(),
+            },
+            EventData::ToolFailed {
+                tool_name: s(),
+                call_id: s(),
+                kind: s(),
+                message: s(),
+            },
+            EventData::SchemaRetried {
+                attempt: 1,
+                max_attempts: 1,
+                message: s(),
+            },
+            EventData::PolicyViolated { kind: s(), limit: 1 },
+            EventData::CompactionStarted { reason: s() },
+            EventData::CompactionFinished {
+                reason: s(),
+                tokens_before: 1,
+                tokens_after: 1,
+            },
+            EventData::CompactionFailed {
+                reason: s(),
+                message: s(),
+            },
+            EventData::ContextLimitExceeded {
+                estimated_tokens: 1,
+                threshold_tokens: 1,
+            },
+            EventData::TextDelta { delta: s() },
+            EventData::ThinkingDelta { delta: s() },
+        ]
+    }
+
+    #[test]
+    fn every_kind_serialises_with_its_kind_as_the_tag() {
+        let events = every_kind();
+        let kinds: std::collections::HashSet<&str> = events.iter().map(EventData::kind).collect();
+        assert_eq!(kinds.len(), events.len(), "one event per kind");
+        for event in &events {
+            let whole = serde_json::to_value(event).unwrap();
+            assert_eq!(whole["kind"], event.kind());
+            let data: Value = serde_json::from_str(&event.data_json()).unwrap();
+            assert_eq!(data, whole["data"], "{}", event.kind());
+        }
     }
 
     #[test]

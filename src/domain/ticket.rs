@@ -60,8 +60,12 @@ pub struct TicketUsage {
     pub output_tokens: i64,
     pub cache_read_tokens: i64,
     pub cache_creation_tokens: i64,
+    /// Every request sent, failed ones and retries included.
     pub requests: i64,
     pub tool_calls: i64,
+    /// Present (true) once some of the counts were estimated because a provider reported no usage.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 impl TicketUsage {
@@ -74,6 +78,7 @@ impl TicketUsage {
             cache_creation_tokens: self.cache_creation_tokens + other.cache_creation_tokens,
             requests: self.requests + other.requests,
             tool_calls: self.tool_calls + other.tool_calls,
+            estimated: self.estimated || other.estimated,
         }
     }
 }
@@ -118,8 +123,6 @@ pub struct Ticket {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// A ticket reference in a path: its id, or its key `TICKET-<number>` (kept as the number, which
-/// is what the database indexes).
 impl Ticket {
     /// What the model reads as the ticket's task (its first user comment): a string task as it
     /// is, any other JSON pretty-printed.
@@ -131,6 +134,8 @@ impl Ticket {
     }
 }
 
+/// A ticket reference in a path: its id, or its key `TICKET-<number>` (kept as the number, which
+/// is what the database indexes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TicketRef {
     Id(Uuid),

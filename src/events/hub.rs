@@ -82,19 +82,42 @@ struct ForwardedDelta {
     agent: Option<String>,
 }
 
-#[derive(serde::Deserialize)]
-struct DeltaData {
-    delta: String,
+/// A delta's data: `{delta}`, or `{call_id, tool_name, delta}` for `tool_call.delta`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct DeltaData<'a> {
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    call_id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    tool_name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    delta: std::borrow::Cow<'a, str>,
+}
+
+impl DeltaData<'_> {
+    fn to_raw(&self) -> Box<serde_json::value::RawValue> {
+        // Serialising a struct of string fields cannot fail.
+        serde_json::value::to_raw_value(self).expect("strings serialise")
+    }
 }
 
 /// The data of a `text.delta` or `thinking.delta` event.
 pub fn delta_data(text: &str) -> Box<serde_json::value::RawValue> {
-    #[derive(serde::Serialize)]
-    struct Data<'a> {
-        delta: &'a str,
+    DeltaData {
+        call_id: None,
+        tool_name: None,
+        delta: text.into(),
     }
-    // Serialising a struct of one string field cannot fail.
-    serde_json::value::to_raw_value(&Data { delta: text }).expect("a string serialises")
+    .to_raw()
+}
+
+/// The data of a `tool_call.delta` event.
+pub fn tool_call_delta_data(call_id: &str, tool_name: &str, delta: &str) -> Box<serde_json::value::RawValue> {
+    DeltaData {
+        call_id: Some(call_id.into()),
+        tool_name: Some(tool_name.into()),
+        delta: delta.into(),
+    }
+    .to_raw()
 }
 
 /// JSON arrays of deltas, each under MAX_PAYLOAD; a single oversized delta is split into parts.
@@ -104,11 +127,15 @@ fn delta_payloads(items: &[Arc<StreamItem>]) -> Vec<String> {
     let mut size = 2;
     for item in items {
         let mut event = item.event.clone();
-        let text = serde_json::from_str::<DeltaData>(event.data.get())
-            .map(|d| d.delta)
-            .unwrap_or_default();
+        let data = item.event.data.get();
+        let mut fields = serde_json::from_str::<DeltaData>(data).unwrap_or(DeltaData {
+            call_id: None,
+            tool_name: None,
+            delta: "".into(),
+        });
+        let text = std::mem::take(&mut fields.delta);
         let mut parts = vec![];
-        let mut rest = text.as_str();
+        let mut rest = text.as_ref();
         while rest.len() > MAX_PAYLOAD / 2 {
             let mut cut = MAX_PAYLOAD / 2;
             while !rest.is_char_boundary(cut) {
@@ -119,7 +146,8 @@ fn delta_payloads(items: &[Arc<StreamItem>]) -> Vec<String> {
         }
         parts.push(rest);
         for part in parts {
-            event.data = delta_data(part);
+            fields.delta = part.into();
+            event.data = fields.to_raw();
             let forwarded = ForwardedDelta {
                 event: event.clone(),
                 labels: item.ticket_labels.clone(),
@@ -260,9 +288,10 @@ impl EventHub {
         self.inner.wake.notify_one();
     }
 
-    /// Publishes a live-only delta (`text.delta` / `thinking.delta`) to local subscribers.
+    /// Publishes a live-only delta (`text.delta`, `thinking.delta`, `tool_call.delta`) to local
+    /// subscribers.
     pub fn publish_delta(&self, event: TicketEvent, ticket_labels: Vec<String>, ticket_agent: Option<String>) {
-        debug_assert!(event.kind == kind::TEXT_DELTA || event.kind == kind::THINKING_DELTA);
+        debug_assert!(kind::is_delta(&event.kind));
         let (frame, json) = sse_frame(None, &event);
         let item = Arc::new(StreamItem {
             cursor: None,
@@ -446,5 +475,58 @@ async fn listen_for_events(hub: EventHub, shutdown: CancellationToken) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(kind: &str, data: Box<serde_json::value::RawValue>) -> Arc<StreamItem> {
+        let event = TicketEvent {
+            ticket_id: uuid::Uuid::nil(),
+            ticket_key: "TICKET-1".into(),
+            seq: None,
+            kind: kind.into(),
+            agent: Some("a".into()),
+            at: chrono::Utc::now(),
+            data,
+        };
+        let (frame, json) = sse_frame(None, &event);
+        Arc::new(StreamItem {
+            cursor: None,
+            event,
+            ticket_labels: vec![],
+            ticket_agent: None,
+            json,
+            frame,
+        })
+    }
+
+    #[test]
+    fn forwarded_deltas_keep_their_fields_when_split() {
+        let long = "x".repeat(MAX_PAYLOAD * 2);
+        let items = [
+            item(kind::TEXT_DELTA, delta_data("hi")),
+            item(kind::TOOL_CALL_DELTA, tool_call_delta_data("c1", "close_ticket", &long)),
+        ];
+        let payloads = delta_payloads(&items);
+        let forwarded: Vec<ForwardedDelta> = payloads
+            .iter()
+            .flat_map(|p| serde_json::from_str::<Vec<ForwardedDelta>>(p).unwrap())
+            .collect();
+        assert!(payloads.iter().all(|p| p.len() <= MAX_PAYLOAD + 200));
+        let data: Vec<serde_json::Value> = forwarded
+            .iter()
+            .map(|f| serde_json::from_str(f.event.data.get()).unwrap())
+            .collect();
+        assert_eq!(data[0], serde_json::json!({ "delta": "hi" }));
+        assert!(data.len() > 2);
+        let mut joined = String::new();
+        for d in &data[1..] {
+            assert_eq!((&d["call_id"], &d["tool_name"]), (&"c1".into(), &"close_ticket".into()));
+            joined.push_str(d["delta"].as_str().unwrap());
+        }
+        assert_eq!(joined, long);
     }
 }

@@ -21,7 +21,8 @@ pub struct PutAgent {
     /// The system prompt.
     #[serde(default)]
     pub role: String,
-    /// `openai` or `anthropic`; omitted: the configured one (Anthropic first).
+    /// `openai`, `anthropic` or a provider defined with `PUT /v1/providers/{name}` (unknown: 422);
+    /// omitted: the configured built-in one (Anthropic first).
     pub provider: Option<String>,
     /// Omitted: `AGENTDESK_MODEL`, else the provider's default.
     pub model: Option<String>,
@@ -40,6 +41,8 @@ pub struct PutAgent {
     pub max_tokens: Option<i32>,
     /// Extended thinking budget in tokens (Anthropic, at least 1024); null is off.
     pub thinking_budget: Option<i32>,
+    /// `auto` (default), `required`, `none`, or the name of one of the agent's tools (else 422).
+    pub tool_choice: Option<String>,
 }
 
 fn non_negative<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T>) -> ApiResult<Option<T>> {
@@ -71,14 +74,18 @@ pub async fn put_agent(
             "invalid agent name {name:?}: use 1 to 64 letters, digits, '-', '_' or '.'"
         )));
     }
-    let provider = match req.provider.as_deref() {
-        None => None,
-        Some(p @ ("openai" | "anthropic")) => Some(p.to_owned()),
-        Some(other) => {
-            return Err(ApiError::Validation(format!(
-                "provider must be openai or anthropic, not {other:?}"
-            )))
-        }
+    // The wire format of the provider named, for the default model.
+    let (provider, provider_kind) = match req.provider.as_deref() {
+        None => (None, None),
+        Some(p @ ("openai" | "anthropic")) => (Some(p.to_owned()), Some(p.to_owned())),
+        Some(other) => match db::providers::get(&state.pool, other).await? {
+            Some(def) => (Some(other.to_owned()), Some(def.kind.as_str().to_owned())),
+            None => {
+                return Err(ApiError::Validation(format!(
+                    "unknown provider {other:?}: use openai, anthropic or a provider defined with PUT /v1/providers/{{name}}"
+                )))
+            }
+        },
     };
     let tools = match req.tools {
         None => BUILTIN_TOOLS.iter().map(|t| t.to_string()).collect(),
@@ -104,7 +111,7 @@ pub async fn put_agent(
         Some(m) => m,
         None => default_model(
             state.config.model.as_deref(),
-            provider.as_deref().or(state.providers.detected()),
+            provider_kind.as_deref().or(state.providers.detected()),
         ),
     };
     if let Some(t) = req.temperature {
@@ -112,6 +119,15 @@ pub async fn put_agent(
             return Err(ApiError::Validation("temperature must be between 0 and 2".into()));
         }
     }
+    let tool_choice = match req.tool_choice {
+        None => crate::domain::agent::default_tool_choice(),
+        Some(c) if matches!(c.as_str(), "auto" | "required" | "none") || tools.contains(&c) => c,
+        Some(c) => {
+            return Err(ApiError::Validation(format!(
+                "tool_choice must be auto, required, none or one of the agent's tools, not {c:?}"
+            )))
+        }
+    };
     let now = chrono::Utc::now();
     let agent = Agent {
         name,
@@ -137,6 +153,7 @@ pub async fn put_agent(
             }
             b => b,
         },
+        tool_choice,
         created_at: now,
         updated_at: now,
     };

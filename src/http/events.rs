@@ -48,13 +48,13 @@ pub struct TicketEventsQuery {
 /// A ticket's events (SSE)
 ///
 /// Replays the ticket's persisted events (from the first, or after `Last-Event-ID` / `?after=`),
-/// then streams live ones, including `text.delta` and `thinking.delta` while the model streams.
-/// Each persisted event has SSE `id:` = its `seq`. The stream ends after the ticket's latest
+/// then streams live ones, including `text.delta`, `thinking.delta` and `tool_call.delta` while
+/// the model streams. Each persisted event has SSE `id:` = its `seq`. The stream ends after the ticket's latest
 /// event when that is `ticket.done`, `ticket.failed` or `ticket.cancelled`.
 #[utoipa::path(get, path = "/tickets/{ticket}/events", tag = "events",
     params(("ticket" = String, Path, description = "Ticket id or key"), TicketEventsQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this seq")),
-    responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::TicketEvent),
+    responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::event::TicketEventSchema),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn ticket_events(
     State(state): State<AppState>,
@@ -111,7 +111,7 @@ fn comma_list(s: Option<&str>) -> Vec<String> {
 /// ticket's events in `seq` order, even while many tickets write at once.
 #[utoipa::path(get, path = "/events", tag = "events",
     params(GlobalEventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this cursor")),
-    responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::TicketEvent),
+    responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::event::TicketEventSchema),
         (status = 400, body = ErrorBody)))]
 pub async fn global_events(
     State(state): State<AppState>,

@@ -8,6 +8,7 @@ pub mod extract;
 pub mod health;
 pub mod openapi;
 pub mod pagination;
+pub mod providers;
 pub mod tickets;
 
 use std::sync::Arc;
@@ -61,6 +62,12 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(events::global_events))
         .routes(routes!(agents::list_agents))
         .routes(routes!(agents::get_agent, agents::put_agent, agents::delete_agent))
+        .routes(routes!(providers::list_providers))
+        .routes(routes!(
+            providers::get_provider,
+            providers::put_provider,
+            providers::delete_provider
+        ))
         .routes(routes!(health::stats))
 }
 

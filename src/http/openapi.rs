@@ -14,7 +14,8 @@ use utoipa::{Modify, OpenApi};
     components(schemas(
         crate::domain::Ticket, crate::domain::Status, crate::domain::TicketUsage, crate::domain::TicketError,
         crate::domain::Comment, crate::domain::ContentBlock, crate::domain::Author,
-        crate::domain::Agent, crate::domain::TicketEvent,
+        crate::domain::Agent, crate::domain::event::TicketEventSchema, crate::domain::ProviderDef,
+        crate::domain::provider::ProviderKind,
         crate::db::desk_stats::Stats, crate::db::desk_stats::Figures, crate::db::desk_stats::StatusCounts,
         super::error::ErrorBody, super::error::ErrorDetail,
     )),
@@ -25,6 +26,7 @@ use utoipa::{Modify, OpenApi};
         (name = "comments", description = "A ticket's transcript: the agent conversation"),
         (name = "events", description = "Server-sent events, replayable"),
         (name = "agents", description = "Roles, models and tools"),
+        (name = "providers", description = "Model providers by name: the built-in openai and anthropic, and local servers or gateways defined here"),
         (name = "health", description = "Liveness and readiness (no token)"),
         (name = "stats", description = "Figures"),
     )

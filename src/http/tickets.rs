@@ -16,7 +16,7 @@ use super::AppState;
 use crate::db;
 use crate::db::tickets::{ListFilter, NewTicket, TicketPatch};
 use crate::domain::{Author, Comment, Status, Ticket, TicketRef};
-use crate::transitions::{self, DeskError};
+use crate::transitions::{self, Created, DeskError};
 
 impl From<DeskError> for ApiError {
     fn from(err: DeskError) -> ApiError {
@@ -154,49 +154,25 @@ pub async fn create_ticket(
         let ticket = state.intake.create(new).await?;
         return Ok((StatusCode::CREATED, Json(ticket)).into_response());
     }
-    let mut tx = state.pool.begin().await?;
-    let parent_id = match &req.parent {
-        None => None,
-        Some(p) => {
-            let parent =
-                TicketRef::parse(p).ok_or_else(|| ApiError::Validation(format!("parent {p:?} names no ticket")))?;
-            let parent = db::tickets::find(&mut *tx, &parent)
-                .await?
-                .ok_or_else(|| ApiError::Validation(format!("parent {p:?} names no ticket")))?;
-            Some(parent.id)
-        }
-    };
-    if let Some(key) = &idempotency_key {
-        // Concurrent repeats wait here for the first to commit, then find its ticket.
-        db::tickets::lock_idempotency_key(&mut tx, key).await?;
-        if let Some((existing, existing_hash)) = db::tickets::find_by_idempotency_key(&mut tx, key).await? {
-            return if existing_hash.as_deref() == Some(hash.as_str()) {
-                Ok((StatusCode::OK, Json(existing)).into_response())
-            } else {
-                Err(ApiError::Conflict(format!(
-                    "Idempotency-Key {key:?} was used for {} with a different body",
-                    existing.key
-                )))
-            };
-        }
-    }
     let new = NewTicket {
         task: req.task,
         labels,
         priority: req.priority,
         schema: req.schema,
-        parent_id,
+        parent_id: None,
         metadata,
         max_attempts,
         reporter: "user".into(),
         idempotency: idempotency_key.map(|k| (k, hash)),
     };
-    let ticket = transitions::create_ticket(&mut tx, new).await?;
-    // Acknowledged only after commit: a 201 means the ticket and its event are durable.
-    tx.commit().await?;
-    state.hub.wake();
-    state.hub.work_available();
-    Ok((StatusCode::CREATED, Json(ticket)).into_response())
+    match transitions::create_requested(&state.pool, new, req.parent.as_deref()).await? {
+        Created::New(ticket) => {
+            state.hub.wake();
+            state.hub.work_available();
+            Ok((StatusCode::CREATED, Json(ticket)).into_response())
+        }
+        Created::Repeat(ticket) => Ok((StatusCode::OK, Json(ticket)).into_response()),
+    }
 }
 
 #[derive(Deserialize, IntoParams)]

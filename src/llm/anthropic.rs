@@ -8,10 +8,12 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::http::{self, ErrorInfo};
+use super::named::expand_env;
 use super::stream::{self, Flow, StreamParser};
 use super::wire::{self, Json, Tag, WireError};
 use super::{
     ContentBlock, Delta, LlmError, ModelRequest, ModelResponse, Provider, RequestBody, Role, StopReason, ToolCall,
+    ToolChoice,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -23,8 +25,10 @@ const NAME: &str = "anthropic";
 
 pub struct Anthropic {
     base_url: String,
+    /// A key, or a `${env:NAME}` template expanded per request.
     api_key: Option<String>,
     client: reqwest::Client,
+    extras: http::Extras,
 }
 
 impl Anthropic {
@@ -39,11 +43,22 @@ impl Anthropic {
             base_url: base,
             api_key: api_key.filter(|k| !k.is_empty()),
             client: http::client(),
+            extras: http::Extras::default(),
         }
+    }
+
+    /// Extra headers (templates) and an overall timeout for each request.
+    pub fn with_extras(mut self, headers: Vec<(String, String)>, timeout: Option<Duration>) -> Self {
+        self.extras = http::Extras { headers, timeout };
+        self
     }
 
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    pub fn has_key(&self) -> bool {
+        self.api_key.is_some()
     }
 }
 
@@ -121,6 +136,17 @@ fn request_body(req: &ModelRequest) -> RequestBody<Tool<'_>> {
     // Thinking requires the default temperature.
     if let Some(t) = req.temperature.filter(|_| req.thinking_budget.is_none()) {
         body.insert("temperature".into(), json!(t));
+    }
+    if !req.tools.is_empty() {
+        let choice = match &req.tool_choice {
+            ToolChoice::Auto => None,
+            ToolChoice::Required => Some(json!({"type": "any"})),
+            ToolChoice::None => Some(json!({"type": "none"})),
+            ToolChoice::Tool(name) => Some(json!({"type": "tool", "name": name})),
+        };
+        if let Some(choice) = choice {
+            body.insert("tool_choice".into(), choice);
+        }
     }
     let tools = req
         .tools
@@ -310,6 +336,7 @@ impl<'k> Parser<'k> {
         if !matches!(msg.usage, Json::Missing) {
             // Present but not an object: every count reads as 0.
             let u = msg.usage.obj();
+            self.out.usage_reported |= u.is_some();
             let usage = &mut self.out.usage;
             usage.input_tokens = u.and_then(|u| u.input_tokens.u64()).unwrap_or(0);
             usage.cache_read_tokens = u.and_then(|u| u.cache_read_input_tokens.u64()).unwrap_or(0);
@@ -362,7 +389,15 @@ impl<'k> Parser<'k> {
                 }
             }
             (Some(DeltaType::InputJsonDelta), Some(Block::ToolUse(call))) => {
-                call.arguments.push_str(d.partial_json.str().unwrap_or(""));
+                let fragment = d.partial_json.str().unwrap_or("");
+                if !fragment.is_empty() {
+                    call.arguments.push_str(fragment);
+                    on_delta(Delta::ToolCall {
+                        call_id: call.id.clone(),
+                        tool_name: call.name.clone(),
+                        delta: fragment.to_string(),
+                    });
+                }
             }
             (Some(DeltaType::ThinkingDelta), Some(Block::Thinking { text, .. })) => {
                 let t = d.thinking.str().unwrap_or("");
@@ -387,6 +422,7 @@ impl<'k> Parser<'k> {
             self.stop = Some(stop_reason(r));
         }
         if let Some(u) = ev.usage.obj() {
+            self.out.usage_reported = true;
             // Cumulative counts: the last one is the total.
             let usage = &mut self.out.usage;
             for (field, value) in [
@@ -507,10 +543,12 @@ impl Provider for Anthropic {
             .header("anthropic-version", API_VERSION)
             .header(ACCEPT, "text/event-stream")
             .json(&request_body(req));
-        if let Some(key) = &self.api_key {
-            rb = rb.header("x-api-key", key);
+        let key = self.api_key.as_deref().map(expand_env);
+        if let Some(key) = &key {
+            rb = rb.header("x-api-key", key.as_ref());
         }
-        let key = self.api_key.as_deref();
+        let rb = self.extras.apply(rb);
+        let key = key.as_deref();
         stream::run(rb, idle_timeout, key, Parser::new(&req.model, key), on_delta).await
     }
 }

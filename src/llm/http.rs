@@ -9,7 +9,29 @@ use serde_json::Value;
 use super::wire::{Json, WireError};
 use super::{LlmError, LlmErrorKind};
 
-const MAX_BODY_IN_MESSAGE: usize = 500;
+/// How much of a provider's error body an error message keeps: enough for the part that says
+/// what went wrong, which local servers put after long stack traces or validation details.
+const MAX_BODY_IN_MESSAGE: usize = 2048;
+
+/// What a provider adds to every request: headers (values are `${env:NAME}` templates, expanded
+/// as the request is sent) and an overall timeout.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Extras {
+    pub headers: Vec<(String, String)>,
+    pub timeout: Option<Duration>,
+}
+
+impl Extras {
+    pub(crate) fn apply(&self, mut rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        for (name, value) in &self.headers {
+            rb = rb.header(name.as_str(), super::named::expand_env(value).as_ref());
+        }
+        if let Some(timeout) = self.timeout {
+            rb = rb.timeout(timeout);
+        }
+        rb
+    }
+}
 
 /// One client per provider so connections (and TLS sessions) are reused across turns. No overall
 /// timeout: a long answer legitimately streams for minutes; silence is caught by the idle timeout.
@@ -64,6 +86,9 @@ pub(crate) async fn send(
             Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
             _ => String::new(),
         };
+        if body.trim().is_empty() {
+            return Err(empty_response(provider));
+        }
         if let Ok(v) = serde_json::from_str::<Value>(&body) {
             if v.get("error").is_some_and(|e| !e.is_null()) {
                 return Err(classify_stream_error(provider, &v, api_key));
@@ -78,6 +103,14 @@ pub(crate) async fn send(
         ));
     }
     Ok(resp)
+}
+
+/// A successful answer that holds nothing: no body, or no event in it.
+pub(crate) fn empty_response(provider: &str) -> LlmError {
+    LlmError::new(
+        LlmErrorKind::EmptyResponse,
+        format!("{provider}: the server answered 200 with an empty response (no events)"),
+    )
 }
 
 fn send_error(provider: &str, e: &reqwest::Error) -> LlmError {
@@ -347,7 +380,8 @@ mod tests {
         let e = classify_http("openai", 401, None, &body, Some("sk-secret-123"));
         assert!(!e.message.contains("sk-secret-123"));
         assert!(e.message.contains("401"));
-        assert!(e.message.len() < 700);
+        assert!(e.message.len() < 2200);
+        assert!(e.message.len() > 2000, "the body is kept up to 2 KB");
     }
 
     #[test]

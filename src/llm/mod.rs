@@ -6,6 +6,7 @@
 
 pub mod anthropic;
 mod http;
+pub mod named;
 pub mod openai;
 mod sse;
 mod stream;
@@ -72,6 +73,32 @@ pub struct ModelRequest {
     pub max_tokens: Option<u32>,
     /// Extended thinking (Anthropic): the token budget for the model's reasoning; None is off.
     pub thinking_budget: Option<u32>,
+    /// Sent only when the request has tools, and never for `Auto` (the providers' default).
+    pub tool_choice: ToolChoice,
+}
+
+/// Which tool the model must call, in the agent's words; each provider sends it in its own form.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    /// Some tool, the model picks which.
+    Required,
+    None,
+    /// This tool.
+    Tool(String),
+}
+
+impl ToolChoice {
+    /// `auto`, `required`, `none`, or any other text as a tool's name.
+    pub fn parse(s: &str) -> ToolChoice {
+        match s {
+            "auto" | "" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            "none" => ToolChoice::None,
+            name => ToolChoice::Tool(name.to_owned()),
+        }
+    }
 }
 
 /// An incremental piece of model output, forwarded to the caller as soon as it arrives.
@@ -79,6 +106,12 @@ pub struct ModelRequest {
 pub enum Delta {
     Text(String),
     Thinking(String),
+    /// A fragment of a tool call's arguments (JSON text) as it arrives, with the call it belongs to.
+    ToolCall {
+        call_id: String,
+        tool_name: String,
+        delta: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -140,6 +173,8 @@ pub struct ModelResponse {
     pub usage: Usage,
     pub stop_reason: StopReason,
     pub model: String,
+    /// Whether the provider reported any usage (some local servers never do).
+    pub usage_reported: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,6 +191,8 @@ pub enum LlmErrorKind {
     ResponseMalformed,
     BadRequest,
     ProviderUnconfigured,
+    /// A 200 answer with no events at all.
+    EmptyResponse,
 }
 
 impl LlmErrorKind {
@@ -173,6 +210,7 @@ impl LlmErrorKind {
             LlmErrorKind::ResponseMalformed => "response_malformed",
             LlmErrorKind::BadRequest => "bad_request",
             LlmErrorKind::ProviderUnconfigured => "provider_unconfigured",
+            LlmErrorKind::EmptyResponse => "empty_response",
         }
     }
 
@@ -185,6 +223,7 @@ impl LlmErrorKind {
                 | LlmErrorKind::ConnectionFailed
                 | LlmErrorKind::StreamInterrupted
                 | LlmErrorKind::StreamStalled
+                | LlmErrorKind::EmptyResponse
         )
     }
 }
@@ -227,7 +266,8 @@ pub trait Provider: Send + Sync {
     /// "openai" | "anthropic"
     fn name(&self) -> &'static str;
 
-    /// Streams one model response. Each text/thinking delta is passed to `on_delta` as it arrives.
+    /// Streams one model response. Each text, thinking and tool-call argument delta is passed to
+    /// `on_delta` as it arrives.
     /// A stream silent for `idle_timeout` between chunks (or before the first) fails with StreamStalled.
     /// Dropping the future aborts the HTTP request (that is how cancel works).
     async fn stream(
@@ -238,10 +278,15 @@ pub trait Provider: Send + Sync {
     ) -> Result<ModelResponse, LlmError>;
 }
 
+/// The start of `s`, at most `max` bytes (on a char boundary), for log lines.
+pub fn excerpt(s: &str, max: usize) -> String {
+    http::truncate(s, max)
+}
+
 const BACKOFF_CAP: Duration = Duration::from_secs(32);
 
-/// base·2^(attempt−1) capped at 32 s plus 0–25 % jitter; a Retry-After hint wins over cap and
-/// jitter (the provider knows when its limit resets). `attempt` is 1-based.
+/// base·2^(attempt−1) plus 0–25 % jitter, capped at 32 s with the jitter included; a Retry-After
+/// hint wins over cap and jitter (the provider knows when its limit resets). `attempt` is 1-based.
 pub fn backoff_delay(attempt: u32, base: Duration, retry_after: Option<Duration>) -> Duration {
     if let Some(hint) = retry_after {
         return hint;
@@ -250,7 +295,7 @@ pub fn backoff_delay(attempt: u32, base: Duration, retry_after: Option<Duration>
     let factor = 1u32.checked_shl(exp.min(31)).unwrap_or(u32::MAX);
     let delay = base.saturating_mul(factor).min(BACKOFF_CAP);
     let jitter: f64 = rand::rng().random_range(0.0..=0.25);
-    delay + delay.mul_f64(jitter)
+    (delay + delay.mul_f64(jitter)).min(BACKOFF_CAP)
 }
 
 /// Known context windows: claude-* 200_000, gpt-4o*/gpt-4o-mini 128_000, gpt-4.1* 1_047_576,
@@ -285,6 +330,9 @@ pub fn known_context_window(model: &str) -> Option<u32> {
 pub struct Providers {
     openai: Option<Arc<openai::OpenAi>>,
     anthropic: Option<Arc<anthropic::Anthropic>>,
+    /// Named providers built from their stored definitions, kept while the definition is unchanged
+    /// so their connections are reused.
+    named: named::Cache,
 }
 
 impl fmt::Debug for Providers {
@@ -330,6 +378,22 @@ impl Providers {
         Providers {
             openai: openai.map(Arc::new),
             anthropic: anthropic.map(Arc::new),
+            named: named::Cache::default(),
+        }
+    }
+
+    /// The provider a stored definition describes (built once per definition).
+    pub fn named(&self, name: &str, config: &named::ProviderConfig) -> Arc<dyn Provider> {
+        self.named.get(name, config)
+    }
+
+    /// A built-in provider as configured from the environment: its base URL and whether a key is
+    /// set; None when it is not configured.
+    pub fn builtin(&self, name: &str) -> Option<(&str, bool)> {
+        match name {
+            "openai" => self.openai.as_ref().map(|p| (p.base_url(), p.has_key())),
+            "anthropic" => self.anthropic.as_ref().map(|p| (p.base_url(), p.has_key())),
+            _ => None,
         }
     }
 
@@ -391,9 +455,14 @@ mod tests {
                 let d = backoff_delay(attempt, base, None);
                 assert!(d >= raw, "attempt {attempt}: {d:?} < {raw:?}");
                 assert!(d <= raw.mul_f64(1.25), "attempt {attempt}: {d:?} too large");
+                assert!(d <= Duration::from_secs(32), "attempt {attempt}: {d:?} over the cap");
             }
         }
         assert!(backoff_delay(100, base, None) <= Duration::from_secs(40));
+        for _ in 0..200 {
+            assert!(backoff_delay(7, Duration::from_secs(1), None) <= Duration::from_secs(32));
+            assert!(backoff_delay(100, base, None) <= Duration::from_secs(32));
+        }
         assert!(backoff_delay(0, base, None) >= base);
     }
 

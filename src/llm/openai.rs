@@ -8,11 +8,12 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::http::{self, ErrorInfo};
+use super::named::expand_env;
 use super::stream::{self, Flow, StreamParser};
 use super::wire::{Json, List, WireError};
 use super::{
     ContentBlock, Delta, LlmError, Message, ModelRequest, ModelResponse, Provider, RequestBody, Role, StopReason,
-    ToolCall, Usage,
+    ToolCall, ToolChoice, Usage,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -21,8 +22,10 @@ const NAME: &str = "openai";
 
 pub struct OpenAi {
     base_url: String,
+    /// A key, or a `${env:NAME}` template expanded per request.
     api_key: Option<String>,
     client: reqwest::Client,
+    extras: http::Extras,
 }
 
 impl OpenAi {
@@ -32,11 +35,22 @@ impl OpenAi {
             base_url: http::trim_base_url(&base_url),
             api_key: api_key.filter(|k| !k.is_empty()),
             client: http::client(),
+            extras: http::Extras::default(),
         }
+    }
+
+    /// Extra headers (templates) and an overall timeout for each request.
+    pub fn with_extras(mut self, headers: Vec<(String, String)>, timeout: Option<Duration>) -> Self {
+        self.extras = http::Extras { headers, timeout };
+        self
     }
 
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    pub fn has_key(&self) -> bool {
+        self.api_key.is_some()
     }
 }
 
@@ -59,6 +73,17 @@ fn request_body(req: &ModelRequest) -> RequestBody<Tool<'_>> {
     }
     if let Some(n) = req.max_tokens {
         body.insert("max_tokens".into(), json!(n));
+    }
+    if !req.tools.is_empty() {
+        let choice = match &req.tool_choice {
+            ToolChoice::Auto => None,
+            ToolChoice::Required => Some(json!("required")),
+            ToolChoice::None => Some(json!("none")),
+            ToolChoice::Tool(name) => Some(json!({"type": "function", "function": {"name": name}})),
+        };
+        if let Some(choice) = choice {
+            body.insert("tool_choice".into(), choice);
+        }
     }
     let tools = req
         .tools
@@ -134,10 +159,8 @@ fn map_message(m: &Message, out: &mut Vec<Value>) {
             }
             let mut msg = Map::new();
             msg.insert("role".into(), json!("assistant"));
-            msg.insert(
-                "content".into(),
-                if text.is_empty() { Value::Null } else { json!(text) },
-            );
+            // An empty string, never null: some servers (llama-cpp-python) refuse null content.
+            msg.insert("content".into(), json!(text));
             if !calls.is_empty() {
                 msg.insert("tool_calls".into(), Value::Array(calls));
             }
@@ -288,11 +311,26 @@ impl<'k> Parser<'k> {
                     entry.name = name.to_string();
                 }
             }
-            match &func.arguments {
-                Json::Str(a) => entry.arguments.push_str(a),
-                Json::Obj(a) => entry.arguments.push_str(&a.to_string()),
-                _ => {}
+            let fragment = match &func.arguments {
+                Json::Str(a) => a.to_string(),
+                Json::Obj(a) => a.to_string(),
+                _ => continue,
+            };
+            if fragment.is_empty() {
+                continue;
             }
+            entry.arguments.push_str(&fragment);
+            let call_id = if entry.id.is_empty() {
+                // As `finish` names a call the server gave no id.
+                format!("call_{index}")
+            } else {
+                entry.id.clone()
+            };
+            on_delta(Delta::ToolCall {
+                call_id,
+                tool_name: entry.name.clone(),
+                delta: fragment,
+            });
         }
     }
 }
@@ -322,6 +360,7 @@ impl StreamParser for Parser<'_> {
             }
         }
         if let Some(u) = chunk.usage.obj() {
+            self.out.usage_reported = true;
             self.out.usage = Usage {
                 input_tokens: u.prompt_tokens.u64().unwrap_or(0),
                 output_tokens: u.completion_tokens.u64().unwrap_or(0),
@@ -392,10 +431,12 @@ impl Provider for OpenAi {
             .post(format!("{}/chat/completions", self.base_url))
             .header(ACCEPT, "text/event-stream")
             .json(&request_body(req));
-        if let Some(key) = &self.api_key {
+        let key = self.api_key.as_deref().map(expand_env);
+        if let Some(key) = &key {
             rb = rb.bearer_auth(key);
         }
-        let key = self.api_key.as_deref();
+        let rb = self.extras.apply(rb);
+        let key = key.as_deref();
         stream::run(rb, idle_timeout, key, Parser::new(&req.model, key), on_delta).await
     }
 }

@@ -57,13 +57,19 @@ pub(crate) async fn run<P: StreamParser>(
 ) -> Result<ModelResponse, LlmError> {
     let resp = http::send(P::PROVIDER, rb, idle, api_key).await?;
     let mut events = EventStream::new(P::PROVIDER, resp, idle);
-    let mut stopped = false;
+    let (mut stopped, mut any) = (false, false);
     while let Some(ev) = events.next().await? {
+        any |= !ev.data.trim().is_empty();
         if feed(&mut parser, ev.event.as_deref(), &ev.data, on_delta)? == Flow::Stop {
             stopped = true;
             events.drain().await;
             break;
         }
+    }
+    if !any {
+        // Not a stream that broke off: the server sent nothing at all (llama-cpp-python does
+        // this when its own streaming fails).
+        return Err(http::empty_response(P::PROVIDER));
     }
     parser.finish(stopped)
 }

@@ -29,7 +29,6 @@ const GROUP_FROM: usize = 4;
 #[derive(Clone)]
 pub struct Intake {
     writer: GroupWriter<NewTicket>,
-    hub: EventHub,
     in_flight: Arc<AtomicUsize>,
 }
 
@@ -55,9 +54,14 @@ impl Drop for InFlight {
 impl Intake {
     /// Starts the writers. They end once every `Intake` is dropped and the queue is drained.
     pub fn start(pool: PgPool, hub: EventHub) -> Intake {
+        // Once per committed group: the new tickets' events are in the log and the workers have
+        // work, whether or not their callers still wait.
+        let committed = move || {
+            hub.wake();
+            hub.work_available();
+        };
         Intake {
-            writer: GroupWriter::spawn(pool, MAX_GROUP, WRITERS),
-            hub,
+            writer: GroupWriter::spawn_with(pool, MAX_GROUP, WRITERS, committed),
             in_flight: Default::default(),
         }
     }
@@ -71,12 +75,9 @@ impl Intake {
         }
     }
 
-    /// Creates a ticket without an idempotency key and wakes the workers.
+    /// Creates a ticket without an idempotency key (its group's commit wakes the workers).
     pub async fn create(&self, new: NewTicket) -> Result<Ticket, DeskError> {
-        let ticket = self.writer.write(new).await?;
-        self.hub.wake();
-        self.hub.work_available();
-        Ok(ticket)
+        Ok(self.writer.write(new).await?)
     }
 }
 

@@ -74,6 +74,44 @@ pub async fn create_ticket(conn: &mut PgConnection, new: NewTicket) -> Result<Ti
     Ok(ticket)
 }
 
+/// What `create_requested` did.
+pub enum Created {
+    /// A new ticket (acknowledged only after its commit: it and its event are durable).
+    New(Ticket),
+    /// A repeat of an earlier create with the same idempotency key and body: that ticket.
+    Repeat(Ticket),
+}
+
+/// Creates a ticket asked for over the API, with its parent (an id or key) and its idempotency
+/// key and body hash (in `new.idempotency`), in one transaction. After `Created::New`, call
+/// `EventHub::wake` and `work_available`.
+pub async fn create_requested(pool: &PgPool, mut new: NewTicket, parent: Option<&str>) -> Result<Created, DeskError> {
+    let mut tx = pool.begin().await?;
+    if let Some(p) = parent {
+        let no_parent = || DeskError::Invalid(format!("parent {p:?} names no ticket"));
+        let parent = TicketRef::parse(p).ok_or_else(no_parent)?;
+        let parent = db::tickets::find(&mut *tx, &parent).await?.ok_or_else(no_parent)?;
+        new.parent_id = Some(parent.id);
+    }
+    if let Some((key, hash)) = &new.idempotency {
+        // Concurrent repeats wait here for the first to commit, then find its ticket.
+        db::tickets::lock_idempotency_key(&mut tx, key).await?;
+        if let Some((existing, existing_hash)) = db::tickets::find_by_idempotency_key(&mut tx, key).await? {
+            return if existing_hash.as_deref() == Some(hash.as_str()) {
+                Ok(Created::Repeat(existing))
+            } else {
+                Err(DeskError::Conflict(format!(
+                    "Idempotency-Key {key:?} was used for {} with a different body",
+                    existing.key
+                )))
+            };
+        }
+    }
+    let ticket = create_ticket(&mut tx, new).await?;
+    tx.commit().await?;
+    Ok(Created::New(ticket))
+}
+
 pub async fn find(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> {
     let not_found = || DeskError::NotFound(reference.to_owned());
     let ticket_ref = TicketRef::parse(reference).ok_or_else(not_found)?;

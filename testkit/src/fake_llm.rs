@@ -254,6 +254,9 @@ async fn handle(
     if let Some(status) = reply.error_status {
         return error_response(endpoint, status, &reply);
     }
+    if reply.empty {
+        return whole_stream(Bytes::new());
+    }
     let frames = match endpoint {
         Endpoint::OpenAi => render_openai(&reply, &head, &shared.next_id),
         Endpoint::Anthropic => render_anthropic(&reply, &head, &shared.next_id),
@@ -354,7 +357,8 @@ fn error_response(endpoint: Endpoint, status: u16, reply: &Reply) -> Response {
             json!({"type": "error", "error": {"type": etype, "message": message}})
         }
     };
-    let mut resp = Response::new(Body::from(body.to_string()));
+    let body = reply.error_body.clone().unwrap_or_else(|| body.to_string());
+    let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -448,6 +452,9 @@ pub struct Reply {
     retry_after: Option<u64>,
     error_event: Option<String>,
     stop_reason: Option<String>,
+    no_usage: bool,
+    empty: bool,
+    error_body: Option<String>,
 }
 
 impl Reply {
@@ -594,6 +601,27 @@ impl Reply {
     /// "max_tokens"/"length", "refusal"/"content_filter"); it is translated per endpoint.
     pub fn with_stop_reason(mut self, r: &str) -> Reply {
         self.stop_reason = Some(r.to_string());
+        self
+    }
+
+    /// Reports no usage at all, as some local servers do (OpenAI: no usage chunk even when asked;
+    /// Anthropic: no usage fields).
+    pub fn without_usage(mut self) -> Reply {
+        self.no_usage = true;
+        self
+    }
+
+    /// A 200 event stream with nothing in it.
+    pub fn empty() -> Reply {
+        Reply {
+            empty: true,
+            ..Default::default()
+        }
+    }
+
+    /// An HTTP error (see [`Reply::status`]) whose body is exactly this text.
+    pub fn with_error_body(mut self, body: &str) -> Reply {
+        self.error_body = Some(body.to_string());
         self
     }
 
@@ -754,7 +782,7 @@ fn render_openai(reply: &Reply, req: &RequestHead, next_id: &AtomicU64) -> Vec<F
         None => "tool_calls".to_string(),
     };
     push(chunk(json!({}), json!(finish)), gap);
-    if include_usage(req) {
+    if include_usage(req) && !reply.no_usage {
         let (input, output) = reply.usage_numbers();
         push(
             json!({
@@ -793,9 +821,9 @@ fn render_anthropic(reply: &Reply, req: &RequestHead, next_id: &AtomicU64) -> Ve
             "id": format!("msg_fake{}", next_id.fetch_add(1, Ordering::Relaxed)),
             "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": input, "output_tokens": 1,
+            "usage": if reply.no_usage { Value::Null } else { json!({"input_tokens": input, "output_tokens": 1,
                       "cache_read_input_tokens": reply.cache.0,
-                      "cache_creation_input_tokens": reply.cache.1},
+                      "cache_creation_input_tokens": reply.cache.1}) },
         }}),
         Duration::ZERO,
     );
@@ -900,8 +928,12 @@ fn render_anthropic(reply: &Reply, req: &RequestHead, next_id: &AtomicU64) -> Ve
     };
     push(
         "message_delta",
-        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
-               "usage": {"output_tokens": output}}),
+        if reply.no_usage {
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}})
+        } else {
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+                   "usage": {"output_tokens": output}})
+        },
         gap,
     );
     push("message_stop", json!({"type": "message_stop"}), gap);

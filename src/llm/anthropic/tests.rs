@@ -148,7 +148,20 @@ fn thinking_signatures_and_tool_input_accumulate_per_block() {
         STOP,
     ]));
     let r = r.unwrap();
-    assert_eq!(deltas, [Delta::Thinking("Hm".into()), Delta::Thinking("Pre".into())]);
+    let call = |delta: &str| Delta::ToolCall {
+        call_id: "toolu_1".into(),
+        tool_name: "run".into(),
+        delta: delta.into(),
+    };
+    assert_eq!(
+        deltas,
+        [
+            Delta::Thinking("Hm".into()),
+            Delta::Thinking("Pre".into()),
+            call(r#"{"cmd":"#),
+            call(r#""ls"}"#)
+        ]
+    );
     assert_eq!(
         r.thinking,
         [
@@ -251,4 +264,39 @@ fn incomplete_or_garbled_streams_fail() {
             e.message
         );
     }
+}
+
+#[test]
+fn input_json_fragments_stream_as_deltas_of_their_call() {
+    let (r, deltas) = run(&named(&[
+        START,
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"run","input":{}}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"cmd\":"}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"ls\"}"}}"#,
+        ),
+        (
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#,
+        ),
+        STOP,
+    ]));
+    assert_eq!(r.unwrap().tool_calls[0].arguments, r#"{"cmd":"ls"}"#);
+    let call = |delta: &str| Delta::ToolCall {
+        call_id: "toolu_1".into(),
+        tool_name: "run".into(),
+        delta: delta.into(),
+    };
+    assert_eq!(deltas, [call(r#"{"cmd":"#), call(r#""ls"}"#)]);
 }

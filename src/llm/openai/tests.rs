@@ -140,3 +140,30 @@ fn incomplete_or_garbled_streams_fail() {
     assert_eq!(e.kind, LlmErrorKind::ResponseMalformed);
     assert!(e.message.starts_with("openai: unparseable event data"), "{}", e.message);
 }
+
+#[test]
+fn tool_call_arguments_stream_as_deltas_of_their_call() {
+    let (r, deltas) = run(&[
+        r#"{"choices":[{"index":0,"delta":{"content":"Let me."}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","function":{"name":"close_ticket","arguments":""}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"result\":"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"name":"b","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+        "[DONE]",
+    ]);
+    assert_eq!(r.unwrap().tool_calls.len(), 2);
+    let call = |id: &str, name: &str, delta: &str| Delta::ToolCall {
+        call_id: id.into(),
+        tool_name: name.into(),
+        delta: delta.into(),
+    };
+    assert_eq!(
+        deltas,
+        [
+            text("Let me."),
+            call("call_a", "close_ticket", r#"{"result":"#),
+            call("call_a", "close_ticket", "1}"),
+            call("call_1", "b", "{}"),
+        ]
+    );
+}
