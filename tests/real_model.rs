@@ -222,11 +222,23 @@ async fn compaction_on_a_2048_token_window_keeps_the_task_verbatim() {
     let _turn = SERVER.lock().await;
     let app = start(&url).await;
     let task = "Task REAL-7: reply with the single word ready. Keep this sentence exactly as written.";
-    // No agent takes the label yet: the transcript grows past the window before the first request.
-    let ticket = app
-        .create_ticket(json!({ "task": task, "labels": ["compactor"] }))
+    // The task becomes the transcript's first comment when a ticket is first claimed; the claim
+    // here fails at once (the agent names the unconfigured Anthropic provider), so the comments
+    // after it make the transcript long before any request is sent.
+    let (status, body) = app
+        .put(
+            "/v1/agents/warmup",
+            json!({ "provider": "anthropic", "tools": ["close_ticket"], "max_request_retries": 0 }),
+        )
         .await;
+    assert!(status.is_success(), "PUT /v1/agents/warmup: {status} {body}");
+    let ticket = app.create_ticket(json!({ "task": task, "labels": ["warmup"] })).await;
     let key = ticket["key"].as_str().unwrap();
+    let first = wait_settled(&app, key).await;
+    assert_eq!(first["status"], "failed", "the warm-up claim fails: {first}");
+    let (status, body) = app.delete("/v1/agents/warmup").await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "DELETE /v1/agents/warmup: {body}");
+    // Each comment reopens the ticket, which no agent takes while it is labelled warmup.
     let mut chars = 0;
     for n in 1..=6 {
         let text = notes(n);
@@ -238,6 +250,10 @@ async fn compaction_on_a_2048_token_window_keeps_the_task_verbatim() {
         "the comments alone exceed the window ({chars} characters)"
     );
     put_closer(&app, "compactor", json!({ "context_window": WINDOW })).await;
+    let (status, body) = app
+        .patch(&format!("/v1/tickets/{key}"), json!({ "labels": ["compactor"] }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "PATCH {key}: {body}");
 
     let settled = wait_settled(&app, key).await;
     let why = diagnosis(&app, &settled).await;
