@@ -99,14 +99,13 @@ pub fn keeps_task(task_len: usize, window: u64) -> bool {
     (task_len as u64).div_ceil(4) <= window / 4
 }
 
-/// The ticket's task as the claim wrote it (the first user comment, holding exactly the task's
-/// text), if it is still there: a summarised task is gone.
+/// The ticket's task as the claim wrote it (a user comment holding exactly the task's text), if
+/// it is still there: a summarised task is gone. Not always the first user comment: humans may
+/// comment before the first claim writes it.
 pub fn task_comment<'c>(comments: &'c [Comment], task: &str) -> Option<&'c Comment> {
-    let first = comments.iter().find(|c| c.author == Author::User)?;
-    match first.content.as_slice() {
-        [ContentBlock::Text { text }] if text == task => Some(first),
-        _ => None,
-    }
+    comments.iter().find(|c| {
+        c.author == Author::User && matches!(c.content.as_slice(), [ContentBlock::Text { text }] if text == task)
+    })
 }
 
 const SUMMARISER_PROMPT: &str = "You condense the work on a ticket so that an agent can continue it \
@@ -388,5 +387,21 @@ mod tests {
         let cut = cut_middle(&text, 1_001);
         assert!(cut.len() < 1_200);
         assert!(cut.contains("left out"));
+    }
+
+    #[test]
+    fn the_task_comment_is_found_after_earlier_human_comments() {
+        let comment = |seq: i64, text: &str| Comment {
+            id: uuid::Uuid::nil(),
+            ticket_id: uuid::Uuid::nil(),
+            seq,
+            author: Author::User,
+            agent: None,
+            content: vec![ContentBlock::text(text)],
+            created_at: chrono::Utc::now(),
+        };
+        let comments = [comment(1, "a note posted before the claim"), comment(2, "the task")];
+        assert_eq!(task_comment(&comments, "the task").map(|c| c.seq), Some(2));
+        assert!(task_comment(&comments[..1], "the task").is_none());
     }
 }
