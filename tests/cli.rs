@@ -34,16 +34,27 @@ fn command(url: &str, args: &[&str]) -> tokio::process::Command {
     cmd
 }
 
-async fn finish(child: tokio::process::Child) -> Output {
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("the command finished within 30 s")
-        .expect("run agentdesk");
-    Output {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+async fn finish(mut child: tokio::process::Child) -> Output {
+    async fn read_all(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> String {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_string(&mut text).await;
+        }
+        text
     }
+    let stdout = tokio::spawn(read_all(child.stdout.take()));
+    let stderr = tokio::spawn(read_all(child.stderr.take()));
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    if status.is_err() {
+        let _ = child.kill().await;
+    }
+    let output = Output {
+        code: status.ok().and_then(|s| s.ok()).and_then(|s| s.code()).unwrap_or(-1),
+        stdout: stdout.await.unwrap(),
+        stderr: stderr.await.unwrap(),
+    };
+    assert_ne!(output.code, -1, "the command did not finish within 30 s: {output:?}");
+    output
 }
 
 async fn cli(url: &str, args: &[&str]) -> Output {
@@ -70,7 +81,7 @@ async fn create_watch_list_and_show_a_ticket_that_is_done() {
             "create",
             "What is six times seven?",
             "--label",
-            "math",
+            "default",
             "--watch",
         ],
     )
@@ -115,7 +126,7 @@ async fn create_watch_list_and_show_a_ticket_that_is_done() {
         "newest first: {list:?}"
     );
     assert!(lines[2].contains("done") && lines[2].contains("default") && lines[2].contains("What is six"));
-    let list = cli(&app.url, &["ticket", "list", "--status", "done", "--label", "math"]).await;
+    let list = cli(&app.url, &["ticket", "list", "--status", "done", "--label", "default"]).await;
     assert_eq!(list.stdout.lines().count(), 2, "{list:?}");
 
     let show = cli(&app.url, &["ticket", "show", &key]).await;
