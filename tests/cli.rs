@@ -417,3 +417,56 @@ async fn a_bad_agents_file_stops_start_up() {
         "{out:?}"
     );
 }
+
+/// `AGENTDESK_AGENTS_FILE` is applied once the API listens; an entry it refuses stops start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_file_is_applied_at_start_up() {
+    let database_url = testkit::testing::fresh_database().await.expect("a test database");
+    let dir = tempdir();
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let file = write(
+        &dir,
+        "agents.yaml",
+        "providers:\n  local: {kind: openai, base_url: \"http://127.0.0.1:9/v1\"}\n\
+         agents:\n  researcher: {role: You research., provider: local, model: m, labels: [research]}\n",
+    );
+    let server = |file: &str| {
+        let mut cmd = command(&url, &["api"]);
+        cmd.env("DATABASE_URL", &database_url)
+            .env("AGENTDESK_ADDR", format!("127.0.0.1:{port}"))
+            .env("AGENTDESK_AGENTS_FILE", file)
+            .env_remove("AGENTDESK_API_TOKENS");
+        cmd.spawn().expect("start agentdesk api")
+    };
+    let mut child = server(&file);
+    let client = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let agent: Value = loop {
+        if let Ok(response) = client.get(format!("{url}/v1/agents/researcher")).send().await {
+            if response.status() == reqwest::StatusCode::OK {
+                break response.json().await.unwrap();
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the agent never appeared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (agent["provider"].as_str(), agent["model"].as_str()),
+        (Some("local"), Some("m"))
+    );
+    child.kill().await.unwrap();
+    let _ = child.wait().await;
+
+    let bad = write(&dir, "bad.yaml", "agents:\n  broken: {model: m, temperature: 7}\n");
+    let out = finish(server(&bad)).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("! agent broken: temperature must be between 0 and 2"),
+        "{out:?}"
+    );
+}
