@@ -470,3 +470,20 @@ async fn the_agents_file_is_applied_at_start_up() {
         "{out:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_sent_as_a_bearer_token() {
+    let app = TestApp::spawn_with(|c| c.api_tokens = vec!["s3cret".into()]).await;
+    let refused = cli(&app.url, &["ticket", "list"]).await;
+    assert_eq!(refused.code, 4, "{refused:?}");
+    assert!(
+        refused.stderr.contains("a valid bearer token is required"),
+        "{refused:?}"
+    );
+    let mut with_env = command(&app.url, &["ticket", "list"]);
+    with_env.env("AGENTDESK_TOKEN", "s3cret");
+    assert_eq!(finish(with_env.spawn().unwrap()).await.code, 0);
+    let with_option = cli(&app.url, &["ticket", "list", "--token", "s3cret"]).await;
+    assert_eq!(with_option.code, 0, "{with_option:?}");
+    app.shutdown().await;
+}
