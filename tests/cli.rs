@@ -306,6 +306,31 @@ agents:
         );
     }
 
+    // A ticket's schema from a file (this service runs no workers: nothing claims it).
+    let schema = write(&dir, "schema.yaml", "type: object\nrequired: [answer]\n");
+    let out = cli(
+        &app.url,
+        &[
+            "ticket",
+            "create",
+            "Answer",
+            "--schema",
+            &schema,
+            "--label",
+            "x",
+            "--priority",
+            "3",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, ticket) = app.get(&format!("/v1/tickets/{}", out.stdout.trim())).await;
+    assert_eq!(ticket["schema"], json!({"type": "object", "required": ["answer"]}));
+    assert_eq!(
+        (ticket["labels"].clone(), ticket["priority"].clone()),
+        (json!(["x"]), json!(3))
+    );
+
     let bad = write(&dir, "bad.yaml", "agentz: {}\n");
     let out = cli(&app.url, &["agents", "apply", &bad]).await;
     assert_eq!(out.code, 64, "{out:?}");
