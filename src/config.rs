@@ -46,6 +46,8 @@ pub struct Config {
     /// Where the embedded database keeps its data.
     pub data_dir: PathBuf,
     pub db_max_connections: u32,
+    /// Providers and agents applied at start-up (`AGENTDESK_AGENTS_FILE`), as `agents apply` does.
+    pub agents_file: Option<PathBuf>,
 }
 
 impl fmt::Debug for Config {
@@ -78,6 +80,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             data_dir: PathBuf::from(".agentdesk"),
             db_max_connections: 16,
+            agents_file: None,
         }
     }
 }
@@ -145,6 +148,10 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_DB_MAX_CONNECTIONS", value_name = "N", allow_negative_numbers = true,
         default_value_t = Config::default().db_max_connections, value_parser = Setting(parsed::<u32>))]
     pub db_max_connections: u32,
+    /// A YAML or JSON file of providers and agents applied at start-up, as `agentdesk agents apply`
+    /// does; a bad file stops start-up
+    #[arg(long, env = "AGENTDESK_AGENTS_FILE", value_name = "FILE", value_parser = Setting(text))]
+    pub agents_file: Option<String>,
 }
 
 /// Every setting, for `Config::from_lookup`.
@@ -182,6 +189,11 @@ impl Config {
             config.sse_ping = Duration::from_secs_f64(server.sse_ping_secs).min(Duration::from_secs(15));
             config.shutdown_grace = Duration::from_secs_f64(server.shutdown_grace_secs);
             config.db_max_connections = server.db_max_connections;
+            config.agents_file = server
+                .agents_file
+                .as_deref()
+                .filter(|f| !f.is_empty())
+                .map(PathBuf::from);
         }
         config
     }

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod db;
 pub mod domain;

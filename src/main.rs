@@ -1,11 +1,13 @@
 //! `agentdesk [serve|api|worker|migrate|healthcheck] [OPTIONS]`: parse the command line (clap; every
 //! option also has an environment variable), init tracing, run until a signal.
+//! `agentdesk ticket …` and `agentdesk agents apply` are the client (`agentdesk::cli`).
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use agentdesk::app::{App, Mode};
+use agentdesk::cli::{self, AgentsArgs, TicketArgs};
 use agentdesk::config::{Config, GlobalArgs, ListenArgs, LogFormat, ServerArgs};
 use agentdesk::embedded_pg::EmbeddedPostgres;
 use agentdesk::llm::Providers;
@@ -30,6 +32,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    #[command(flatten)]
+    Server(ServerCommand),
+    #[command(flatten)]
+    Client(ClientCommand),
+}
+
+#[derive(Subcommand)]
+enum ServerCommand {
     /// Apply migrations, then run the API and the workers in one process (the default)
     Serve(ServerArgs),
     /// Only the HTTP API (any number of API and worker processes may share one database)
@@ -42,14 +52,28 @@ enum Command {
     Healthcheck(ListenArgs),
 }
 
+/// The client commands, which talk to a running service over its API.
+#[derive(Subcommand)]
+enum ClientCommand {
+    /// Client: create, follow and manage tickets on a running service (AGENTDESK_URL)
+    Ticket(TicketArgs),
+    /// Client: apply a file of agents, providers, tools and MCP servers to a running service
+    Agents(AgentsArgs),
+}
+
 fn main() -> ExitCode {
     agentdesk::tune_allocator();
     // Before parsing: options read their variables from the environment `.env` adds to.
     let _ = dotenvy::dotenv();
     let (command, global) = parse_command_line();
+    let command = match command {
+        Command::Server(command) => command,
+        Command::Client(ClientCommand::Ticket(args)) => return cli::run_ticket(args),
+        Command::Client(ClientCommand::Agents(args)) => return cli::run_agents(args),
+    };
     let server = match &command {
-        Command::Serve(args) | Command::Api(args) | Command::Worker(args) => Some(args),
-        Command::Migrate | Command::Healthcheck(_) => None,
+        ServerCommand::Serve(args) | ServerCommand::Api(args) | ServerCommand::Worker(args) => Some(args),
+        ServerCommand::Migrate | ServerCommand::Healthcheck(_) => None,
     };
     let config = Config::from_args(&global, server);
     init_tracing(config.log_format);
@@ -62,11 +86,11 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match command {
-            Command::Serve(_) => serve(config, Mode::Serve).await,
-            Command::Api(_) => serve(config, Mode::Api).await,
-            Command::Worker(_) => serve(config, Mode::Worker).await,
-            Command::Migrate => migrate(config).await,
-            Command::Healthcheck(listen) => healthcheck(listen.addr).await,
+            ServerCommand::Serve(_) => serve(config, Mode::Serve).await,
+            ServerCommand::Api(_) => serve(config, Mode::Api).await,
+            ServerCommand::Worker(_) => serve(config, Mode::Worker).await,
+            ServerCommand::Migrate => migrate(config).await,
+            ServerCommand::Healthcheck(listen) => healthcheck(listen.addr).await,
         }
     });
     match result {
@@ -84,6 +108,7 @@ fn main() -> ExitCode {
 /// option or value, with 0 after --help.
 fn parse_command_line() -> (Command, GlobalArgs) {
     let args: Vec<OsString> = std::env::args_os().collect();
+    let client = args.iter().skip(1).any(|a| a == "ticket" || a == "agents");
     let parsed = match Cli::try_parse_from(&args) {
         Ok(Cli { command: None, .. }) => None,
         // An option of `serve` without a command; after a command, the error stands.
@@ -106,6 +131,11 @@ fn parse_command_line() -> (Command, GlobalArgs) {
             global,
         }) => (command, global),
         Ok(Cli { command: None, .. }) => unreachable!("serve was given"),
+        // The client commands keep 1 to 5 for outcomes and errors of their own (see their --help).
+        Err(err) if client && err.use_stderr() => {
+            let _ = err.print();
+            std::process::exit(cli::exit::USAGE.into())
+        }
         Err(err) => err.exit(),
     }
 }
@@ -151,6 +181,11 @@ async fn migrate(mut config: Config) -> anyhow::Result<()> {
 }
 
 async fn serve(mut config: Config, mode: Mode) -> anyhow::Result<()> {
+    // A bad file stops start-up before anything runs.
+    let agents_file = match &config.agents_file {
+        Some(path) => Some((path.clone(), read_agents_file(path)?)),
+        None => None,
+    };
     let embedded = resolve_database(&mut config).await?;
     let providers = Providers::from_env();
     match providers.detected() {
@@ -160,7 +195,17 @@ async fn serve(mut config: Config, mode: Mode) -> anyhow::Result<()> {
              tickets will fail with provider_unconfigured until then"
         ),
     }
+    let token = config.api_tokens.iter().find(|t| !t.starts_with("read:")).cloned();
     let app = App::start(config, mode, providers).await?;
+    if let Some((path, file)) = agents_file {
+        if let Err(err) = apply_agents_file(&app, token.as_deref(), &file).await {
+            app.shutdown().await;
+            if let Some(pg) = embedded {
+                let _ = pg.stop().await;
+            }
+            return Err(err.context(format!("AGENTDESK_AGENTS_FILE {}", path.display())));
+        }
+    }
     shutdown_signal().await;
     tracing::info!("shutting down");
     app.shutdown().await;
@@ -168,6 +213,42 @@ async fn serve(mut config: Config, mode: Mode) -> anyhow::Result<()> {
         pg.stop().await?;
     }
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// The providers and agents of `AGENTDESK_AGENTS_FILE` (the other sections are for `agents apply`).
+fn read_agents_file(path: &std::path::Path) -> anyhow::Result<cli::apply::AgentsFile> {
+    use cli::apply::{AgentsFile, Section};
+    let file = AgentsFile::read(path).map_err(|e| anyhow::anyhow!("AGENTDESK_AGENTS_FILE {e}"))?;
+    let applied = file.only(&[Section::Providers, Section::Agents]);
+    if applied.entries.len() < file.entries.len() {
+        tracing::warn!(
+            file = %path.display(),
+            "AGENTDESK_AGENTS_FILE: only providers and agents are applied at start-up; apply tools and MCP \
+             servers with `agentdesk agents apply`"
+        );
+    }
+    Ok(applied)
+}
+
+/// Applies the file through this process's own API, once it listens: the same validation, the
+/// same comparison and the same idempotence as `agentdesk agents apply`, with no second code path
+/// into the database. Worker-only processes leave it to the API processes.
+async fn apply_agents_file(app: &App, token: Option<&str>, file: &cli::apply::AgentsFile) -> anyhow::Result<()> {
+    if app.addr.is_none() {
+        tracing::info!("AGENTDESK_AGENTS_FILE is applied by the API processes");
+        return Ok(());
+    }
+    let client = cli::Client::new(&app.url(), token)?;
+    let outcomes = cli::apply::apply(&client, file).await?;
+    let mut refused = vec![];
+    for outcome in outcomes {
+        match &outcome.change {
+            cli::apply::Change::Failed(_) => refused.push(outcome.to_string()),
+            _ => tracing::info!("agents file: {outcome}"),
+        }
+    }
+    anyhow::ensure!(refused.is_empty(), "{}", refused.join("; "));
     Ok(())
 }
 

@@ -60,6 +60,24 @@ const RULES: &[(&str, &[&str])] = &[
     ("agent", &["app", "http", "worker"]),
     ("worker", &["app", "http"]),
     ("http", &["app", "agent", "worker"]),
+    // The client talks to the service over HTTP only, as any other client would.
+    (
+        "cli",
+        &[
+            "agent",
+            "app",
+            "config",
+            "db",
+            "domain",
+            "events",
+            "http",
+            "llm",
+            "schema",
+            "tools",
+            "transitions",
+            "worker",
+        ],
+    ),
 ];
 
 /// The top-level modules that the Rust files of `src/<module>` (a folder or `<module>.rs`) name

@@ -1,0 +1,187 @@
+//! The client half of the binary: `agentdesk ticket …` and `agentdesk agents apply`. It talks to a
+//! running service over its HTTP API only (no database, no worker code), as any other client would.
+
+pub mod apply;
+pub mod client;
+pub mod sse;
+pub mod tickets;
+pub mod watch;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+pub use client::{CliError, Client};
+
+/// Exit codes of the client commands (`ticket watch` also uses 1 to 3 for the ticket's outcome).
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const CANCELLED: u8 = 2;
+    pub const WAITING: u8 = 3;
+    /// The API refused a request (its message is printed).
+    pub const API: u8 = 4;
+    /// The service could not be reached, or an event stream could not be resumed.
+    pub const CONNECTION: u8 = 5;
+    /// A bad option, argument or file.
+    pub const USAGE: u8 = 64;
+}
+
+/// Shown under every client command's help.
+pub const EXIT_CODES_HELP: &str = "Exit codes: 0 success (watch: the ticket is done), 1 the ticket failed, \
+2 it was cancelled, 3 it is waiting for a human, 4 the API refused the request (its message is printed), \
+5 the service cannot be reached or the event stream could not be resumed, 64 a bad option, argument or file.";
+
+/// Where the service is and how to authenticate (options of every client command).
+#[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Client options")]
+pub struct ClientArgs {
+    /// Base URL of the agentdesk service
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTDESK_URL",
+        value_name = "URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+    /// Bearer token sent with every request
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTDESK_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct TicketArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: TicketCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TicketCommand {
+    /// Create a ticket and print its key (with --watch, follow it as `ticket watch` does)
+    #[command(after_help = EXIT_CODES_HELP)]
+    Create {
+        /// The task, as text
+        task: String,
+        /// A label (repeat for several)
+        #[arg(long = "label", value_name = "LABEL")]
+        labels: Vec<String>,
+        /// Higher is claimed first
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i32>,
+        /// A JSON (or YAML) file holding the JSON Schema the result must satisfy
+        #[arg(long, value_name = "FILE")]
+        schema: Option<PathBuf>,
+        /// Follow the ticket until it is done, failed, cancelled or waiting
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Print the ticket's events as they come and the model's text as it streams
+    #[command(after_help = EXIT_CODES_HELP)]
+    Watch {
+        /// Ticket key (TICKET-7) or id
+        key: String,
+    },
+    /// List tickets, newest first
+    #[command(after_help = EXIT_CODES_HELP)]
+    List {
+        /// Only these statuses (comma list: todo, in_progress, waiting, done, failed, cancelled)
+        #[arg(long)]
+        status: Option<String>,
+        /// Only tickets with this label
+        #[arg(long)]
+        label: Option<String>,
+        /// At most this many (1 to 200)
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show a ticket and its last comments
+    #[command(after_help = EXIT_CODES_HELP)]
+    Show {
+        key: String,
+        /// Print the API's JSON
+        #[arg(long)]
+        json: bool,
+        /// How many of the last comments to show
+        #[arg(long, default_value_t = 5)]
+        comments: usize,
+    },
+    /// Add a comment (a waiting or finished ticket goes back to todo)
+    #[command(after_help = EXIT_CODES_HELP)]
+    Comment { key: String, text: String },
+    /// Cancel a ticket
+    #[command(after_help = EXIT_CODES_HELP)]
+    Cancel { key: String },
+    /// Put a failed or cancelled ticket back to todo
+    #[command(after_help = EXIT_CODES_HELP)]
+    Retry { key: String },
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct AgentsArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: AgentsCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AgentsCommand {
+    /// Create or update the providers, tools, MCP servers and agents of a YAML or JSON file
+    #[command(after_help = apply::APPLY_HELP)]
+    Apply {
+        /// `.yaml`/`.yml` or `.json`; otherwise JSON is tried, then YAML
+        file: PathBuf,
+    },
+}
+
+/// Runs a client command on a runtime of its own and returns the process's exit code.
+pub fn run_ticket(args: TicketArgs) -> ExitCode {
+    run(args.client, |client| async move {
+        tickets::run(&client, args.command).await
+    })
+}
+
+pub fn run_agents(args: AgentsArgs) -> ExitCode {
+    run(args.client, |client| async move {
+        match args.command {
+            AgentsCommand::Apply { file } => apply::run(&client, &file).await,
+        }
+    })
+}
+
+fn run<F, Fut>(args: ClientArgs, command: F) -> ExitCode
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = Result<u8, CliError>>,
+{
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(err) => {
+            eprintln!("agentdesk: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let client = Client::new(&args.url, args.token.as_deref())?;
+        command(client).await
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("agentdesk: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}

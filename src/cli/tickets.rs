@@ -1,0 +1,237 @@
+//! `agentdesk ticket create|list|show|comment|cancel|retry` (and `watch`, in `watch.rs`).
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::apply::read_document;
+use super::client::{encode, CliError, Client};
+use super::watch::{self, short};
+use super::{exit, TicketCommand};
+
+pub async fn run(client: &Client, command: TicketCommand) -> Result<u8, CliError> {
+    match command {
+        TicketCommand::Create {
+            task,
+            labels,
+            priority,
+            schema,
+            watch,
+        } => {
+            let mut body = json!({ "task": task, "labels": labels });
+            if let Some(p) = priority {
+                body["priority"] = json!(p);
+            }
+            if let Some(file) = schema {
+                body["schema"] = read_schema(&file)?;
+            }
+            let ticket = client.post("/v1/tickets", &body).await?;
+            let key = ticket["key"].as_str().unwrap_or_default().to_owned();
+            if watch {
+                eprintln!("created {key}");
+                return watch::run(client, &key).await;
+            }
+            println!("{key}");
+            Ok(exit::OK)
+        }
+        TicketCommand::Watch { key } => watch::run(client, &key).await,
+        TicketCommand::List { status, label, limit } => list(client, status, label, limit).await,
+        TicketCommand::Show { key, json, comments } => show(client, &key, json, comments).await,
+        TicketCommand::Comment { key, text } => {
+            let comment = client
+                .post(
+                    &format!("/v1/tickets/{}/comments", encode(&key)),
+                    &json!({ "text": text }),
+                )
+                .await?;
+            let ticket = client.get(&format!("/v1/tickets/{}", encode(&key))).await?;
+            println!(
+                "commented on {} (comment {}); it is {}",
+                ticket["key"].as_str().unwrap_or(&key),
+                comment["seq"],
+                short(&ticket["status"], 20)
+            );
+            Ok(exit::OK)
+        }
+        TicketCommand::Cancel { key } => transition(client, &key, "cancel").await,
+        TicketCommand::Retry { key } => transition(client, &key, "retry").await,
+    }
+}
+
+fn read_schema(file: &Path) -> Result<Value, CliError> {
+    let schema = read_document(file)?;
+    if !schema.is_object() && !schema.is_boolean() {
+        return Err(CliError::Usage(format!(
+            "{}: a JSON Schema is an object (or true/false)",
+            file.display()
+        )));
+    }
+    Ok(schema)
+}
+
+async fn transition(client: &Client, key: &str, action: &str) -> Result<u8, CliError> {
+    let ticket = client
+        .post(&format!("/v1/tickets/{}/{action}", encode(key)), &json!({}))
+        .await?;
+    println!(
+        "{} is {}",
+        ticket["key"].as_str().unwrap_or(key),
+        short(&ticket["status"], 20)
+    );
+    Ok(exit::OK)
+}
+
+async fn list(client: &Client, status: Option<String>, label: Option<String>, limit: u32) -> Result<u8, CliError> {
+    if !(1..=200).contains(&limit) {
+        return Err(CliError::Usage("--limit must be between 1 and 200".into()));
+    }
+    let mut path = format!("/v1/tickets?order=desc&limit={limit}");
+    if let Some(s) = status {
+        path.push_str(&format!("&status={}", encode(&s)));
+    }
+    if let Some(l) = label {
+        path.push_str(&format!("&label={}", encode(&l)));
+    }
+    let page = client.get(&path).await?;
+    let rows: Vec<[String; 4]> = page["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            [
+                short(&t["key"], 20),
+                short(&t["status"], 12),
+                short(&t["agent"], 24),
+                short(&t["task"], 60),
+            ]
+        })
+        .collect();
+    print!("{}", table(["KEY", "STATUS", "AGENT", "TASK"], &rows));
+    Ok(exit::OK)
+}
+
+/// Columns padded to their widest cell; the last one is not padded.
+fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == N {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+async fn show(client: &Client, key: &str, as_json: bool, last: usize) -> Result<u8, CliError> {
+    let ticket = client.get(&format!("/v1/tickets/{}", encode(key))).await?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&ticket).unwrap_or_default());
+        return Ok(exit::OK);
+    }
+    // The transcript is listed oldest first: page through it, keeping the last ones.
+    let mut comments: Vec<Value> = vec![];
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/v1/tickets/{}/comments?limit=200", encode(key));
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={}", encode(c)));
+        }
+        let page = client.get(&path).await?;
+        comments.extend(page["items"].as_array().into_iter().flatten().cloned());
+        if comments.len() > last {
+            comments.drain(..comments.len() - last);
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    print!("{}", render_ticket(&ticket, &comments));
+    Ok(exit::OK)
+}
+
+fn render_ticket(t: &Value, comments: &[Value]) -> String {
+    let mut out = String::new();
+    let mut field = |name: &str, value: String| out.push_str(&format!("{name:<10} {value}\n"));
+    field("key", short(&t["key"], 40));
+    field("status", short(&t["status"], 20));
+    field("agent", short(&t["agent"], 64));
+    field("labels", short(&t["labels"], 200));
+    field("priority", t["priority"].to_string());
+    field("attempts", format!("{}/{}", t["attempts"], t["max_attempts"]));
+    field("task", short(&t["task"], 2000));
+    if !t["schema"].is_null() {
+        field("schema", short(&t["schema"], 400));
+    }
+    if !t["result"].is_null() {
+        field("result", short(&t["result"], 2000));
+    }
+    if !t["error"].is_null() {
+        field(
+            "error",
+            format!(
+                "{}: {}",
+                short(&t["error"]["kind"], 40),
+                short(&t["error"]["message"], 400)
+            ),
+        );
+    }
+    let usage = &t["usage"];
+    field(
+        "usage",
+        format!(
+            "{} requests, {} tool calls, {} tokens in, {} out",
+            usage["requests"], usage["tool_calls"], usage["input_tokens"], usage["output_tokens"]
+        ),
+    );
+    field("created", short(&t["created_at"], 40));
+    field("updated", short(&t["updated_at"], 40));
+    if !comments.is_empty() {
+        out.push_str("\nlast comments:\n");
+    }
+    for c in comments {
+        let author = c["author"].as_str().unwrap_or("?");
+        for block in c["content"].as_array().into_iter().flatten() {
+            let line = match block["type"].as_str() {
+                Some("text") => short(&block["text"], 500),
+                Some("tool_use") => format!("→ {} {}", short(&block["name"], 64), short(&block["input"], 200)),
+                Some("tool_result") => {
+                    let mark = if block["is_error"] == true { "✗" } else { "←" };
+                    format!("{mark} {}", short(&block["output"], 200))
+                }
+                Some("thinking") => format!("(thinking) {}", short(&block["text"], 200)),
+                _ => continue,
+            };
+            out.push_str(&format!("  #{} {author}: {line}\n", c["seq"]));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_pads_all_but_the_last_column() {
+        let rows = [["TICKET-1".to_owned(), "todo".to_owned(), "a longer task".to_owned()]];
+        assert_eq!(
+            table(["KEY", "STATUS", "TASK"], &rows),
+            "KEY       STATUS  TASK\nTICKET-1  todo    a longer task\n"
+        );
+    }
+}
