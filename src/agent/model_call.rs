@@ -132,9 +132,9 @@ impl Step<'_> {
             ticket = %self.ticket.key,
             agent = %self.agent.name,
             model = %self.agent.model,
-            provider = self.agent.provider.as_deref().unwrap_or(provider.name()),
+            provider = %self.agent.provider.as_deref().unwrap_or(provider.name()),
             status = err.status,
-            kind = err.kind.as_str(),
+            kind = %err.kind.as_str(),
             body = %llm::excerpt(&err.message, 300),
             "model request failed; {action}"
         );
