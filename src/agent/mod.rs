@@ -89,21 +89,23 @@ fn aborted<T>() -> Flow<T> {
 /// starts again, bounded by `max_turns`).
 #[derive(Default)]
 struct Streaks {
-    truncated: Streak,
-    invalid_input: Streak,
+    truncated: Count,
+    invalid_input: Count,
 }
 
 /// A count that a step updates through `&Step` (atomic only to be `Sync`: one loop uses it).
 #[derive(Default)]
-struct Streak(std::sync::atomic::AtomicI32);
+struct Count(std::sync::atomic::AtomicI64);
 
-impl Streak {
-    fn get(&self) -> i32 {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
+impl Count {
+    /// Adds one; returns the new count.
+    fn bump(&self) -> i64 {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
     }
 
-    fn set(&self, n: i32) {
-        self.0.store(n, std::sync::atomic::Ordering::Relaxed);
+    /// Returns the count and sets it back to zero.
+    fn take(&self) -> i64 {
+        self.0.swap(0, std::sync::atomic::Ordering::Relaxed)
     }
 }
 

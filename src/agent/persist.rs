@@ -3,8 +3,6 @@
 //! write that checks the claim in its statement; a lost claim stops the step (`aborted`) with
 //! nothing written. The tools' results are stored by `results`.
 
-use std::sync::atomic::Ordering;
-
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::step::Step;
@@ -152,12 +150,12 @@ impl Step<'_> {
 
     /// Counts a request that failed; it is added to the ticket with the step's next write.
     pub(super) fn count_failed_request(&self) {
-        self.failed_requests.fetch_add(1, Ordering::Relaxed);
+        self.failed_requests.bump();
     }
 
     /// `usage` plus the failed requests not yet added to the ticket (which then are).
     pub(super) fn with_failed_requests(&self, mut usage: TicketUsage) -> TicketUsage {
-        usage.requests += self.failed_requests.swap(0, Ordering::Relaxed);
+        usage.requests += self.failed_requests.take();
         usage
     }
 
@@ -220,8 +218,7 @@ impl Step<'_> {
         let name = self.name();
         let ticket_id = self.ticket.id;
         let max = self.agent.max_schema_retries.max(0);
-        let count = self.streaks.truncated.get() + 1;
-        self.streaks.truncated.set(count);
+        let count = self.streaks.truncated.bump();
         let mut tx = self.fenced(&record.usage).await?;
         let mut events = if record.content.is_empty() {
             // Nothing to store (a cut reply with no text), only that it came.
@@ -231,7 +228,7 @@ impl Step<'_> {
                 db::comments::insert(&mut tx, ticket_id, Author::Assistant, Some(name), &record.content).await?;
             record.events(&comment, name)
         };
-        if count > max {
+        if count > i64::from(max) {
             let violated = EventData::PolicyViolated {
                 kind: "max_schema_retries".into(),
                 limit: max.into(),

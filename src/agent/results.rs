@@ -122,16 +122,15 @@ impl Step<'_> {
     fn count_invalid_input(&self, applied: &mut Applied) -> Option<String> {
         let streak = &self.streaks.invalid_input;
         if applied.succeeded || applied.closed_with.is_some() {
-            streak.set(0);
+            streak.take();
             return None;
         }
         if !applied.invalid_input {
             return None;
         }
-        let count = streak.get() + 1;
-        streak.set(count);
+        let count = streak.bump();
         let max = self.agent.max_schema_retries.max(0);
-        if count <= max {
+        if count <= i64::from(max) {
             return None;
         }
         let violated = EventData::PolicyViolated {

@@ -2,14 +2,13 @@
 //! (compacting first when it nears the window), call the model, then either settle a text reply
 //! or run the tool calls and store their results.
 
-use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
 use super::compaction::{self, Reason};
 use super::model_call::ModelOutcome;
 use super::persist::{self, ResponseRecord};
 use super::tool_calls::{self, PreparedCall};
-use super::{aborted, request, Flow, Runtime, Signals, Streaks};
+use super::{aborted, request, Count, Flow, Runtime, Signals, Streaks};
 use crate::db;
 use crate::db::claims::{Claim, Fence};
 use crate::db::steps::{StepResult, StepWrite};
@@ -27,7 +26,7 @@ pub(super) struct Step<'a> {
     pub signals: &'a Signals,
     pub streaks: &'a Streaks,
     /// Requests of this step that failed and are not yet added to the ticket's usage.
-    pub failed_requests: AtomicI64,
+    pub failed_requests: Count,
 }
 
 /// Runs one step of a claimed ticket. `first`: the first step of a new claim, which works from
@@ -65,7 +64,7 @@ pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, streaks:
         ticket,
         signals,
         streaks,
-        failed_requests: AtomicI64::new(0),
+        failed_requests: Count::default(),
     };
     step.work(transcript).await
 }
@@ -211,7 +210,7 @@ impl Step<'_> {
         if calls.is_empty() && response.stop_reason == StopReason::MaxTokens {
             return self.continue_truncated_reply(record).await;
         }
-        self.streaks.truncated.set(0);
+        self.streaks.truncated.take();
         if calls.is_empty() {
             return self.settle_text_reply(record).await;
         }

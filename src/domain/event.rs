@@ -274,9 +274,14 @@ impl EventData {
         // first, then the content); the payload is what follows the first `","data":` (a quote
         // inside the kind would be escaped) up to the last brace. One serialisation, no tree.
         const DATA: &str = r#"","data":"#;
-        let text = serde_json::to_string(self).unwrap_or_default();
+        let mut text = serde_json::to_string(self).unwrap_or_default();
         match text.find(DATA) {
-            Some(at) if text.ends_with('}') => text[at + DATA.len()..text.len() - 1].to_owned(),
+            // Cut in place: no second copy of the payload.
+            Some(at) if text.ends_with('}') => {
+                text.pop();
+                text.drain(..at + DATA.len());
+                text
+            }
             // Unreachable for these types (every map key is a string, the tag comes first): an
             // empty payload rather than a panic or a corrupt log.
             _ => "{}".to_owned(),
