@@ -1,0 +1,6 @@
+//! Outbound networking made on a user's behalf: the address guard shared by HTTP tools, MCP
+//! servers and webhook deliveries.
+
+pub mod guard;
+
+pub use guard::{is_forbidden, AddressGuard, ForbiddenAddress};
