@@ -77,7 +77,8 @@ impl Default for Config {
             model: None,
             log_format: LogFormat::Text,
             sse_ping: Duration::from_secs(10),
-            shutdown_grace: Duration::from_secs(10),
+            // Under Docker's default stop timeout (10 s), so the release finishes before the kill.
+            shutdown_grace: Duration::from_secs(8),
             data_dir: PathBuf::from(".agentdesk"),
             db_max_connections: 16,
             agents_file: None,
