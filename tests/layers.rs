@@ -40,7 +40,17 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     (
         "llm",
-        &["agent", "app", "db", "events", "http", "tools", "transitions", "webhooks", "worker"],
+        &[
+            "agent",
+            "app",
+            "db",
+            "events",
+            "http",
+            "tools",
+            "transitions",
+            "webhooks",
+            "worker",
+        ],
     ),
     (
         "schema",
@@ -75,7 +85,10 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     ("transitions", &["agent", "app", "http", "llm", "tools", "worker"]),
     ("tools", &["agent", "app", "http", "worker"]),
-    ("events", &["agent", "app", "http", "tools", "transitions", "webhooks", "worker"]),
+    (
+        "events",
+        &["agent", "app", "http", "tools", "transitions", "webhooks", "worker"],
+    ),
     // Deliveries read the log and the hub; they change no ticket and call no model.
     (
         "webhooks",

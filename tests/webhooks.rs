@@ -2,9 +2,9 @@
 //! checked by an independent HMAC, filters, retries and their timing, `Retry-After`, 410, a hanging
 //! receiver, ordering, a crash mid-delivery, several processes, and the address guard.
 
-mod support;
 #[path = "webhooks/receiver.rs"]
 mod receiver;
+mod support;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -77,7 +77,10 @@ async fn endpoints_are_created_listed_changed_and_deleted() {
     use base64::Engine;
     assert_eq!(base64::engine::general_purpose::STANDARD.decode(key).unwrap().len(), 32);
     assert_eq!(hook["events"], json!(["ticket.done", "tool.*"]));
-    assert_eq!((hook["disabled"].clone(), hook["description"].clone()), (json!(false), json!("mine")));
+    assert_eq!(
+        (hook["disabled"].clone(), hook["description"].clone()),
+        (json!(false), json!("mine"))
+    );
     let id = hook["id"].as_str().unwrap();
 
     // The secret is shown only once.
@@ -95,7 +98,14 @@ async fn endpoints_are_created_listed_changed_and_deleted() {
     assert!(page["next_cursor"].is_string());
     let all = app.list_all("/v1/webhooks?limit=2").await;
     let urls: Vec<&str> = all.iter().map(|h| h["url"].as_str().unwrap()).collect();
-    assert_eq!(urls, ["https://example.com/hook", "http://example.com/2", "http://example.com/3"]);
+    assert_eq!(
+        urls,
+        [
+            "https://example.com/hook",
+            "http://example.com/2",
+            "http://example.com/3"
+        ]
+    );
 
     let (status, patched) = app
         .patch(
@@ -122,15 +132,29 @@ async fn endpoints_are_created_listed_changed_and_deleted() {
         json!({"url": "http://169.254.169.254/latest"}),
         json!({"events": ["ticket.done"]}),
     ] {
-        assert_error(&app.post("/v1/webhooks", bad.clone()).await, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+        assert_error(
+            &app.post("/v1/webhooks", bad.clone()).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        );
     }
-    let bad_patch = app.patch(&format!("/v1/webhooks/{id}"), json!({"events": ["*x"]})).await;
+    let bad_patch = app
+        .patch(&format!("/v1/webhooks/{id}"), json!({"events": ["*x"]}))
+        .await;
     assert_error(&bad_patch, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     let missing = "0193a0a0-0000-7000-8000-000000000000";
     for path in [format!("/v1/webhooks/{missing}"), "/v1/webhooks/nope".into()] {
         assert_error(&app.get(&path).await, StatusCode::NOT_FOUND, "not_found");
-        assert_error(&app.get(&format!("{path}/deliveries")).await, StatusCode::NOT_FOUND, "not_found");
-        assert_error(&app.post(&format!("{path}/test"), json!({})).await, StatusCode::NOT_FOUND, "not_found");
+        assert_error(
+            &app.get(&format!("{path}/deliveries")).await,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        );
+        assert_error(
+            &app.post(&format!("{path}/test"), json!({})).await,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        );
     }
     assert_error(
         &app.get(&format!("/v1/webhooks/{id}/deliveries?cursor=zz")).await,
@@ -140,8 +164,16 @@ async fn endpoints_are_created_listed_changed_and_deleted() {
 
     let (status, _) = app.delete(&format!("/v1/webhooks/{id}")).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_error(&app.get(&format!("/v1/webhooks/{id}")).await, StatusCode::NOT_FOUND, "not_found");
-    assert_error(&app.delete(&format!("/v1/webhooks/{id}")).await, StatusCode::NOT_FOUND, "not_found");
+    assert_error(
+        &app.get(&format!("/v1/webhooks/{id}")).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &app.delete(&format!("/v1/webhooks/{id}")).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
     app.shutdown().await;
 }
 
@@ -168,8 +200,13 @@ async fn events_are_delivered_signed_as_standard_webhooks() {
     assert!((chrono::Utc::now().timestamp() - sent_at).abs() < 10);
 
     // The data is the event as the ticket's stream sends it.
-    let mut stream = app.sse(&format!("/v1/tickets/{}/events", t["key"].as_str().unwrap()), None).await;
-    let streamed = stream.next_event(Duration::from_secs(5)).await.expect("the created event");
+    let mut stream = app
+        .sse(&format!("/v1/tickets/{}/events", t["key"].as_str().unwrap()), None)
+        .await;
+    let streamed = stream
+        .next_event(Duration::from_secs(5))
+        .await
+        .expect("the created event");
     let body = r.json();
     assert_eq!(body["type"], "ticket.created");
     assert_eq!(body["data"], streamed.data);
@@ -177,16 +214,25 @@ async fn events_are_delivered_signed_as_standard_webhooks() {
 
     let log = wait_deliveries(&app, &hook, 1).await;
     assert_eq!(log[0]["event_id"], r.id.as_str());
-    assert_eq!((log[0]["attempt"].clone(), log[0]["status_code"].clone()), (json!(1), json!(200)));
+    assert_eq!(
+        (log[0]["attempt"].clone(), log[0]["status_code"].clone()),
+        (json!(1), json!(200))
+    );
     assert_eq!(log[0]["error"], Value::Null);
     assert!(log[0]["duration_ms"].is_i64() && log[0]["at"].is_string());
 
     // The test event: sent at once, signed alike, logged.
     let (status, test) = app
-        .post(&format!("/v1/webhooks/{}/test", hook["id"].as_str().unwrap()), json!({}))
+        .post(
+            &format!("/v1/webhooks/{}/test", hook["id"].as_str().unwrap()),
+            json!({}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{test}");
-    assert_eq!((test["status_code"].clone(), test["error"].clone()), (json!(200), Value::Null));
+    assert_eq!(
+        (test["status_code"].clone(), test["error"].clone()),
+        (json!(200), Value::Null)
+    );
     let got = receiver.wait_for(2, Duration::from_secs(5)).await;
     let r = &got[1];
     assert_eq!(r.kind(), "webhook.test");
@@ -206,7 +252,11 @@ async fn endpoints_receive_the_kinds_and_labels_they_ask_for() {
     let app = spawn(|_| {}).await;
     create_hook(&app, json!({"url": cancelled.url, "events": ["ticket.cancelled"]})).await;
     create_hook(&app, json!({"url": blue.url, "labels": ["blue"]})).await;
-    create_hook(&app, json!({"url": red_tickets.url, "events": ["ticket.*"], "labels": ["red"]})).await;
+    create_hook(
+        &app,
+        json!({"url": red_tickets.url, "events": ["ticket.*"], "labels": ["red"]}),
+    )
+    .await;
     let red = ticket(&app, &["red"]).await;
     let blue_ticket = ticket(&app, &["blue", "green"]).await;
     for t in [&red, &blue_ticket] {
@@ -262,10 +312,19 @@ async fn failures_are_retried_on_schedule_with_the_same_webhook_id_then_given_up
     ticket(&app, &[]).await;
     let got = receiver.wait_for(3, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 3);
-    assert!(got.iter().all(|r| r.id == got[0].id), "one webhook-id for every attempt");
+    assert!(
+        got.iter().all(|r| r.id == got[0].id),
+        "one webhook-id for every attempt"
+    );
     let (first_gap, second_gap) = (got[1].at - got[0].at, got[2].at - got[1].at);
-    assert!(first_gap >= Duration::from_millis(300) && first_gap < Duration::from_millis(1300), "{first_gap:?}");
-    assert!(second_gap >= Duration::from_millis(600) && second_gap < Duration::from_millis(1600), "{second_gap:?}");
+    assert!(
+        first_gap >= Duration::from_millis(300) && first_gap < Duration::from_millis(1300),
+        "{first_gap:?}"
+    );
+    assert!(
+        second_gap >= Duration::from_millis(600) && second_gap < Duration::from_millis(1600),
+        "{second_gap:?}"
+    );
     let log = wait_deliveries(&app, &hook, 3).await;
     let summary: Vec<(Value, Value, Value)> = log
         .iter()
@@ -289,8 +348,14 @@ async fn failures_are_retried_on_schedule_with_the_same_webhook_id_then_given_up
     assert!(got[3..6].iter().all(|r| r.id == got[3].id));
     assert_ne!(got[6].id, got[3].id);
     let log = wait_deliveries(&app, &hook, 7).await;
-    assert_eq!((log[0]["attempt"].clone(), log[0]["status_code"].clone()), (json!(1), json!(200)));
-    assert_eq!((log[1]["attempt"].clone(), log[1]["error"].clone()), (json!(3), json!("status 500")));
+    assert_eq!(
+        (log[0]["attempt"].clone(), log[0]["status_code"].clone()),
+        (json!(1), json!(200))
+    );
+    assert_eq!(
+        (log[1]["attempt"].clone(), log[1]["error"].clone()),
+        (json!(3), json!("status 500"))
+    );
     app.shutdown().await;
 }
 
@@ -324,14 +389,20 @@ async fn gone_disables_the_endpoint_until_it_is_enabled_again() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!((disabled["disabled"].clone(), disabled["disabled_reason"].clone()), (json!(true), json!("gone")));
+    assert_eq!(
+        (disabled["disabled"].clone(), disabled["disabled_reason"].clone()),
+        (json!(true), json!("gone"))
+    );
     ticket(&app, &[]).await;
     tokio::time::sleep(Duration::from_millis(2000)).await;
     assert_eq!(receiver.received().len(), 1, "a disabled endpoint receives nothing");
 
     let (status, enabled) = app.patch(&path, json!({"disabled": false})).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!((enabled["disabled"].clone(), enabled["disabled_reason"].clone()), (json!(false), Value::Null));
+    assert_eq!(
+        (enabled["disabled"].clone(), enabled["disabled_reason"].clone()),
+        (json!(false), Value::Null)
+    );
     let after = ticket(&app, &[]).await;
     let got = receiver.wait_for(2, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -442,10 +513,19 @@ fn a_delivery_interrupted_by_a_crash_is_sent_again_with_the_same_id() {
         assert_eq!(got.len(), 2, "sent again after the crash");
         assert_eq!(got[1].id, got[0].id);
         assert_eq!(got[1].body, got[0].body);
-        assert!(verify(SPEC_SECRET, &got[1].id, &got[1].timestamp, &got[1].body, &got[1].signature));
+        assert!(verify(
+            SPEC_SECRET,
+            &got[1].id,
+            &got[1].timestamp,
+            &got[1].body,
+            &got[1].signature
+        ));
         let (_, hooks) = app.get("/v1/webhooks").await;
         let log = wait_deliveries(&app, &hooks["items"][0], 1).await;
-        assert_eq!((log[0]["event_id"].as_str(), log[0]["status_code"].clone()), (Some(got[0].id.as_str()), json!(200)));
+        assert_eq!(
+            (log[0]["event_id"].as_str(), log[0]["status_code"].clone()),
+            (Some(got[0].id.as_str()), json!(200))
+        );
         app.shutdown().await;
     });
 }
@@ -455,7 +535,11 @@ async fn the_address_guard_refuses_inward_addresses() {
     let receiver = Receiver::start(vec![]).await;
     let app = spawn(|c| c.allow_private_urls = false).await;
     let (status, _) = app.post("/v1/webhooks", json!({"url": receiver.url})).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a loopback literal is refused");
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "a loopback literal is refused"
+    );
     // A name is checked where the connection is made: `localhost` resolves inward.
     let by_name = receiver.url.replace("127.0.0.1", "localhost");
     let hook = create_hook(&app, json!({"url": by_name})).await;
@@ -464,7 +548,10 @@ async fn the_address_guard_refuses_inward_addresses() {
     assert_eq!(log[0]["error"], "forbidden_address");
     assert_eq!(log[0]["status_code"], Value::Null);
     let (_, test) = app
-        .post(&format!("/v1/webhooks/{}/test", hook["id"].as_str().unwrap()), json!({}))
+        .post(
+            &format!("/v1/webhooks/{}/test", hook["id"].as_str().unwrap()),
+            json!({}),
+        )
         .await;
     assert_eq!(test["error"], "forbidden_address");
     assert!(receiver.received().is_empty(), "nothing reached the receiver");

@@ -18,8 +18,7 @@ use crate::domain::webhook::{Delivery, Webhook};
 /// How many log entries an endpoint keeps (older ones are pruned as new ones come).
 pub const KEPT_DELIVERIES: i64 = 1000;
 
-const WEBHOOK_COLUMNS: &str =
-    "id, url, events, labels, description, disabled, disabled_reason, created_at, updated_at";
+const WEBHOOK_COLUMNS: &str = "id, url, events, labels, description, disabled, disabled_reason, created_at, updated_at";
 
 #[derive(sqlx::FromRow)]
 struct WebhookRow {
@@ -278,7 +277,12 @@ pub async fn claim(pool: &PgPool, owner: Uuid, lease: Duration, limit: i64) -> R
 
 /// Extends a held lease and reads the endpoint's current settings and state; None when the lease
 /// is no longer this owner's (or the endpoint is gone).
-pub async fn renew(pool: &PgPool, id: Uuid, owner: Uuid, lease: Duration) -> Result<Option<EndpointState>, sqlx::Error> {
+pub async fn renew(
+    pool: &PgPool,
+    id: Uuid,
+    owner: Uuid,
+    lease: Duration,
+) -> Result<Option<EndpointState>, sqlx::Error> {
     sqlx::query_as(
         "UPDATE webhooks SET lease_until = now() + make_interval(secs => $3)
          WHERE id = $1 AND lease_owner = $2

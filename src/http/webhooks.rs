@@ -97,7 +97,9 @@ fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
     }
     let parsed = reqwest::Url::parse(url).map_err(|e| invalid(format!("url {url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
-        return Err(invalid(format!("url must be an http or https URL with a host, not {url:?}")));
+        return Err(invalid(format!(
+            "url must be an http or https URL with a host, not {url:?}"
+        )));
     }
     // Address literals are refused now; names are checked each time a delivery connects.
     AddressGuard {

@@ -86,14 +86,15 @@ impl Task {
             // `send_margin` left (measured from before the renewal), so no other process can take
             // the endpoint while one of ours is in flight.
             let renewed_at = Instant::now();
-            let state = match db::webhooks::renew(&self.shared.pool, self.id, self.shared.owner, self.shared.lease).await {
-                Ok(Some(state)) => state,
-                Ok(None) => return Stop::Lost,
-                Err(err) => {
-                    self.db_failed(&err).await;
-                    continue;
-                }
-            };
+            let state =
+                match db::webhooks::renew(&self.shared.pool, self.id, self.shared.owner, self.shared.lease).await {
+                    Ok(Some(state)) => state,
+                    Ok(None) => return Stop::Lost,
+                    Err(err) => {
+                        self.db_failed(&err).await;
+                        continue;
+                    }
+                };
             if state.disabled {
                 return Stop::Release;
             }
@@ -170,7 +171,8 @@ impl Task {
                 at: Utc::now(),
             };
             metrics::counter!("agentdesk_webhook_deliveries_total", "outcome" => label).increment(1);
-            if !db::webhooks::record_attempt(&self.shared.pool, self.id, self.shared.owner, &outcome, &delivery).await? {
+            if !db::webhooks::record_attempt(&self.shared.pool, self.id, self.shared.owner, &outcome, &delivery).await?
+            {
                 return Ok(Some(Stop::Lost));
             }
             self.logged_one().await;

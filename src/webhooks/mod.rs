@@ -38,7 +38,9 @@ const STOP_WAIT: Duration = Duration::from_secs(3);
 
 /// The lease a process takes on an endpoint: as configured, but always longer than an attempt.
 fn lease(config: &Config) -> Duration {
-    config.webhook_lease.max(config.webhook_timeout + Duration::from_secs(2))
+    config
+        .webhook_lease
+        .max(config.webhook_timeout + Duration::from_secs(2))
 }
 
 /// Starts delivering: returns the dispatcher's task, which ends after `shutdown` once its

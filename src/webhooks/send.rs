@@ -30,7 +30,14 @@ struct Payload<'a> {
 /// The body of an event's delivery; `data` is the event as the SSE streams send it.
 pub fn body(kind: &str, at: DateTime<Utc>, data: &RawValue) -> Bytes {
     // A struct of a string, a time and raw JSON serialises without fail.
-    Bytes::from(serde_json::to_vec(&Payload { kind, timestamp: at, data }).expect("payload serialises"))
+    Bytes::from(
+        serde_json::to_vec(&Payload {
+            kind,
+            timestamp: at,
+            data,
+        })
+        .expect("payload serialises"),
+    )
 }
 
 /// What one attempt came to.
@@ -189,7 +196,9 @@ mod tests {
     #[test]
     fn the_body_holds_the_event_as_streamed() {
         let data = RawValue::from_string(r#"{"ticket_key":"TICKET-1","seq":3}"#.into()).unwrap();
-        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z").unwrap().with_timezone(&Utc);
+        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+            .unwrap()
+            .with_timezone(&Utc);
         let body = body("ticket.done", at, &data);
         assert_eq!(
             std::str::from_utf8(&body).unwrap(),
