@@ -557,3 +557,97 @@ async fn the_address_guard_refuses_inward_addresses() {
     assert!(receiver.received().is_empty(), "nothing reached the receiver");
     app.shutdown().await;
 }
+
+/// Postgres restarts (every connection dropped) while an attempt is in flight: the delivery is
+/// recorded, or sent again with the same `webhook-id`; later events flow as before.
+#[tokio::test]
+async fn a_postgres_restart_mid_delivery_is_survived() {
+    let dir = std::env::temp_dir().join(format!("agentdesk-webhook-pg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pg = agentdesk::embedded_pg::EmbeddedPostgres::start(&dir.join("pgdata"))
+        .await
+        .unwrap();
+    let receiver = Receiver::start(vec![Answer::Slow(Duration::from_secs(2))]).await;
+    let url = pg.url();
+    let app = spawn(|c| c.database_url = Some(url)).await;
+    let hook = create_hook(&app, json!({"url": receiver.url})).await;
+    ticket(&app, &[]).await;
+    assert_eq!(receiver.wait_for(1, Duration::from_secs(10)).await.len(), 1);
+    let pg_ctl = std::path::Path::new(&pg_bindir()).join("pg_ctl");
+    let status = as_postgres_user(
+        std::process::Command::new(&pg_ctl)
+            .arg("-D")
+            .arg(pg.data_dir())
+            .args(["restart", "-m", "fast", "-w", "-l"])
+            .arg(std::env::temp_dir().join(format!("agentdesk-webhook-pg-{}.log", std::process::id()))),
+    )
+    .status()
+    .unwrap();
+    assert!(status.success(), "pg_ctl restart failed");
+
+    let later = ticket(&app, &[]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let got = loop {
+        let got = receiver.received();
+        if got.iter().any(|r| r.json()["data"]["ticket_key"] == later["key"]) || tokio::time::Instant::now() >= deadline
+        {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let last = got.last().expect("deliveries");
+    assert_eq!(last.json()["data"]["ticket_key"], later["key"], "{got:?}");
+    assert!(
+        got[..got.len() - 1].iter().all(|r| r.id == got[0].id),
+        "only the first event before the later one"
+    );
+    let log = wait_deliveries(&app, &hook, 2).await;
+    assert!(
+        log.iter()
+            .any(|d| d["event_id"] == got[0].id.as_str() && d["status_code"] == 200),
+        "{log:?}"
+    );
+    app.shutdown().await;
+    let _ = as_postgres_user(std::process::Command::new(&pg_ctl).arg("-D").arg(pg.data_dir()).args([
+        "stop",
+        "-m",
+        "immediate",
+    ]))
+    .status();
+    drop(pg);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn pg_bindir() -> String {
+    let out = std::process::Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .expect("pg_config");
+    let bindir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if std::path::Path::new(&bindir).join("pg_ctl").exists() {
+        return bindir;
+    }
+    let mut versions: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    versions.sort();
+    versions.last().unwrap().join("bin").display().to_string()
+}
+
+/// initdb and postgres refuse root; the embedded server runs as `postgres` then.
+fn as_postgres_user(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::process::CommandExt;
+        let id = |flag: &str| -> u32 {
+            let out = std::process::Command::new("id")
+                .args([flag, "postgres"])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
+        };
+        cmd.uid(id("-u")).gid(id("-g"));
+    }
+    cmd
+}

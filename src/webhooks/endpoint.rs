@@ -25,6 +25,9 @@ const BATCH: i64 = 100;
 const IDLE_POLL: Duration = Duration::from_secs(1);
 /// Log entries between two prunings of an endpoint's log.
 const PRUNE_EVERY: u32 = 200;
+/// The shortest time between two rounds (renew, read): while the log moves quickly, its events
+/// are read in batches rather than a round per commit.
+const MIN_ROUND_INTERVAL: Duration = Duration::from_millis(10);
 
 /// What every endpoint task of a process shares.
 pub(super) struct Shared {
@@ -78,7 +81,10 @@ struct Task {
 
 impl Task {
     async fn deliver(&mut self) -> Stop {
+        let mut round_started = Instant::now();
         loop {
+            tokio::time::sleep_until(round_started + MIN_ROUND_INTERVAL).await;
+            round_started = Instant::now();
             if self.shared.shutdown.is_cancelled() {
                 return Stop::Release;
             }

@@ -20,6 +20,8 @@ pub enum Answer {
     Status(u16),
     /// A status with a `Retry-After` header.
     RetryAfter(u16, &'static str),
+    /// Answers 200 after a while.
+    Slow(Duration),
     /// Never answers.
     Hang,
 }
@@ -109,6 +111,10 @@ async fn receive(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Byte
         Answer::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
         Answer::RetryAfter(code, after) => {
             (StatusCode::from_u16(code).unwrap(), [("retry-after", after)]).into_response()
+        }
+        Answer::Slow(delay) => {
+            tokio::time::sleep(delay).await;
+            StatusCode::OK.into_response()
         }
         Answer::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
