@@ -21,13 +21,15 @@ use std::time::{Duration, Instant};
 use crate::report::{fmt_num, Report};
 use crate::scenarios::{Opts, ALL};
 
-const USAGE: &str = "usage: agentdesk-bench <scenario|all> [--quick] [--child]
+const USAGE: &str = "usage: agentdesk-bench <scenario|all> [--quick] [--child] [--webhook]
 
 scenarios: throughput, concurrency, sse_fanout, api_latency, step_overhead
 
   --quick   shrink every scenario to a smoke run of seconds
   --child   run agentdesk as a child process in every scenario (concurrency, sse_fanout and
             step_overhead always do, to measure its memory and CPU apart from the bench)
+  --webhook throughput with one webhook subscribed to every event (a receiver in the bench
+            answers 200 at once)
 
 Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do).";
 
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
     }
     let quick = args.iter().any(|a| a == "--quick");
     let child = args.iter().any(|a| a == "--child");
+    let webhook = args.iter().any(|a| a == "--webhook");
     let names: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") || names.len() != 1 {
         println!("{USAGE}");
@@ -69,7 +72,7 @@ fn main() -> ExitCode {
     }
     if let Some(bad) = args
         .iter()
-        .find(|a| a.starts_with("--") && !["--quick", "--child", "--help"].contains(&a.as_str()))
+        .find(|a| a.starts_with("--") && !["--quick", "--child", "--webhook", "--help"].contains(&a.as_str()))
     {
         eprintln!("unknown option {bad}\n\n{USAGE}");
         return ExitCode::from(2);
@@ -91,7 +94,7 @@ fn main() -> ExitCode {
         }
     };
     let all = names[0] == "all";
-    let passed = runtime.block_on(run(selected, Opts { quick, child }, all, &args));
+    let passed = runtime.block_on(run(selected, Opts { quick, child, webhook }, all, &args));
     // Subscribers and servers may still hold tasks; do not wait for them.
     runtime.shutdown_timeout(Duration::from_secs(2));
     if passed {
