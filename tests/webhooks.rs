@@ -448,7 +448,7 @@ async fn an_endpoint_receives_its_events_in_order_even_through_retries() {
     script.push(Answer::Status(500));
     let receiver = Receiver::start(script).await;
     let app = spawn(|_| {}).await;
-    create_hook(&app, json!({"url": receiver.url, "events": ["ticket.created"]})).await;
+    let hook = create_hook(&app, json!({"url": receiver.url, "events": ["ticket.created"]})).await;
     let mut stream = app.sse("/v1/events?kind=ticket.created", None).await;
     let creates = (0..12).map(|_| ticket(&app, &[]));
     futures::future::join_all(creates).await;
@@ -465,6 +465,11 @@ async fn an_endpoint_receives_its_events_in_order_even_through_retries() {
     let mut delivered: Vec<Value> = got.iter().map(|r| r.json()["data"]["ticket_id"].clone()).collect();
     delivered.remove(3);
     assert_eq!(delivered, order, "the global stream's order");
+    // The log holds every attempt, newest first, however they were grouped when written.
+    let log = wait_deliveries(&app, &hook, 13).await;
+    let logged: Vec<&str> = log.iter().rev().map(|d| d["event_id"].as_str().unwrap()).collect();
+    let sent: Vec<&str> = got.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(logged, sent);
     app.shutdown().await;
 }
 

@@ -341,15 +341,16 @@ pub struct AttemptOutcome {
     pub disable: Option<&'static str>,
 }
 
-/// Records an attempt: its log entry and the endpoint's new state, in one statement (both or
-/// neither). False: the lease was lost, and nothing was written.
-pub async fn record_attempt(
+/// Records attempts: their log entries and the endpoint's state after the last of them, in one
+/// statement (all or nothing). False: the lease was lost, and nothing was written.
+pub async fn record_attempts(
     pool: &PgPool,
     id: Uuid,
     owner: Uuid,
     outcome: &AttemptOutcome,
-    delivery: &Delivery,
+    deliveries: &[Delivery],
 ) -> Result<bool, sqlx::Error> {
+    let column = |f: fn(&Delivery) -> String| deliveries.iter().map(f).collect::<Vec<_>>();
     let written: Option<i32> = sqlx::query_scalar(
         "WITH w AS (
             UPDATE webhooks SET
@@ -363,10 +364,15 @@ pub async fn record_attempt(
                 lease_owner = CASE WHEN $7::text IS NULL THEN lease_owner END,
                 lease_until = CASE WHEN $7::text IS NULL THEN lease_until END
             WHERE id = $1 AND lease_owner = $2
-            RETURNING id)
-         INSERT INTO webhook_deliveries (webhook_id, event_id, kind, attempt, status_code, error, duration_ms, at)
-         SELECT id, $8, $9, $10, $11, $12, $13, $14 FROM w
-         RETURNING 1",
+            RETURNING id),
+         ins AS (
+            INSERT INTO webhook_deliveries (webhook_id, event_id, kind, attempt, status_code, error, duration_ms, at)
+            SELECT w.id, d.event_id, d.kind, d.attempt, d.status_code, d.error, d.duration_ms, d.at
+            FROM w, unnest($8::text[], $9::text[], $10::int4[], $11::int4[], $12::text[], $13::int8[],
+                           $14::timestamptz[]) WITH ORDINALITY
+                AS d(event_id, kind, attempt, status_code, error, duration_ms, at, ord)
+            ORDER BY d.ord)
+         SELECT 1 FROM w",
     )
     .bind(id)
     .bind(owner)
@@ -375,13 +381,13 @@ pub async fn record_attempt(
     .bind(outcome.attempts)
     .bind(outcome.next_attempt_at)
     .bind(outcome.disable)
-    .bind(&delivery.event_id)
-    .bind(&delivery.kind)
-    .bind(delivery.attempt)
-    .bind(delivery.status_code)
-    .bind(&delivery.error)
-    .bind(delivery.duration_ms)
-    .bind(delivery.at)
+    .bind(column(|d| d.event_id.clone()))
+    .bind(column(|d| d.kind.clone()))
+    .bind(deliveries.iter().map(|d| d.attempt).collect::<Vec<_>>())
+    .bind(deliveries.iter().map(|d| d.status_code).collect::<Vec<_>>())
+    .bind(deliveries.iter().map(|d| d.error.clone()).collect::<Vec<_>>())
+    .bind(deliveries.iter().map(|d| d.duration_ms).collect::<Vec<_>>())
+    .bind(deliveries.iter().map(|d| d.at).collect::<Vec<_>>())
     .fetch_optional(pool)
     .await?;
     Ok(written.is_some())

@@ -23,6 +23,8 @@ use crate::events::stream::kind_matches;
 const BATCH: i64 = 100;
 /// An idle endpoint looks at the log at least this often (the hub's wake-ups are the fast path).
 const IDLE_POLL: Duration = Duration::from_secs(1);
+/// The longest answered events wait to be recorded together.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// Log entries between two prunings of an endpoint's log.
 const PRUNE_EVERY: u32 = 200;
 /// The shortest time between two rounds (renew, read): while the log moves quickly, its events
@@ -44,6 +46,16 @@ pub(super) struct Shared {
     /// The event hub's position: moves when new events are readable.
     pub position: watch::Receiver<GlobalCursor>,
     pub shutdown: CancellationToken,
+}
+
+/// Answered events not recorded yet.
+#[derive(Default)]
+struct Group {
+    /// The cursor past every event answered, given up or not taken so far.
+    settled: Option<GlobalCursor>,
+    deliveries: Vec<Delivery>,
+    /// When the first answer of the group came.
+    started: Option<Instant>,
 }
 
 /// Why an endpoint's task ends.
@@ -125,6 +137,10 @@ impl Task {
 
     /// Reads the events after the cursor and delivers those the endpoint takes, in order, until
     /// one fails or the lease needs renewing; idles when there is nothing to read.
+    ///
+    /// Answered events are recorded (log entries and the cursor past them) together, at the end of
+    /// the batch or every `FLUSH_INTERVAL`: one write per group rather than per event. A crash
+    /// before the write sends the group again, with the same ids: at least once.
     async fn batch(&mut self, state: &EndpointState, lease_end: Instant) -> Result<Option<Stop>, sqlx::Error> {
         let Ok(key) = secret_key(&state.secret) else {
             // The API accepts only well-formed secrets; a bad one in the table is left alone.
@@ -140,17 +156,17 @@ impl Task {
         if events.is_empty() {
             return Ok((!self.idle().await).then_some(Stop::Release));
         }
-        // The cursor past events this endpoint does not take, written with the next write.
-        let mut skipped: Option<GlobalCursor> = None;
+        let shared = self.shared.clone();
+        let mut group = Group::default();
         let mut attempts = state.attempts;
         for event in &events {
             if !takes(state, event) {
-                skipped = Some(event.cursor);
+                group.settled = Some(event.cursor);
                 continue;
             }
             let permit = tokio::select! {
-                _ = self.shared.shutdown.cancelled() => return Ok(Some(Stop::Release)),
-                permit = self.shared.permits.acquire() => permit,
+                _ = shared.shutdown.cancelled() => return self.stop(&mut group).await,
+                permit = shared.permits.acquire() => permit,
             };
             if Instant::now() + self.shared.send_margin > lease_end {
                 break;
@@ -161,13 +177,14 @@ impl Task {
             };
             let body = send::body(&event.event.kind, event.event.at, &data);
             let attempt = tokio::select! {
-                _ = self.shared.shutdown.cancelled() => return Ok(Some(Stop::Release)),
-                attempt = self.shared.sender.send(&state.url, &key, &msg_id, body) => attempt,
+                _ = shared.shutdown.cancelled() => return self.stop(&mut group).await,
+                attempt = shared.sender.send(&state.url, &key, &msg_id, body) => attempt,
             };
             drop(permit);
             attempts += 1;
-            let (outcome, label) = self.outcome(&attempt, attempts, event.cursor, skipped);
-            let delivery = Delivery {
+            let (outcome, label) = self.outcome(&attempt, attempts, event.cursor, group.settled);
+            metrics::counter!("agentdesk_webhook_deliveries_total", "outcome" => label).increment(1);
+            group.deliveries.push(Delivery {
                 event_id: msg_id,
                 kind: event.event.kind.clone(),
                 attempt: attempts,
@@ -175,30 +192,61 @@ impl Task {
                 error: attempt.error.clone(),
                 duration_ms: attempt.duration.as_millis() as i64,
                 at: Utc::now(),
-            };
-            metrics::counter!("agentdesk_webhook_deliveries_total", "outcome" => label).increment(1);
-            if !db::webhooks::record_attempt(&self.shared.pool, self.id, self.shared.owner, &outcome, &delivery).await?
-            {
+            });
+            if outcome.cursor == Some(event.cursor) {
+                // Answered (or given up): the next event may go.
+                attempts = 0;
+                group.settled = Some(event.cursor);
+                group.started.get_or_insert_with(Instant::now);
+                if group.started.is_some_and(|t| t.elapsed() >= FLUSH_INTERVAL) && !self.flush(&mut group).await? {
+                    return Ok(Some(Stop::Lost));
+                }
+                continue;
+            }
+            // Failed, or gone: recorded with what went before; retried when due, from the top.
+            let deliveries = std::mem::take(&mut group.deliveries);
+            if !self.record(&outcome, &deliveries).await? {
                 return Ok(Some(Stop::Lost));
             }
-            self.logged_one().await;
             if outcome.disable.is_some() {
                 tracing::warn!(webhook = %self.id, url = %state.url, "webhook endpoint answered 410 Gone; disabled");
                 return Ok(Some(Stop::Lost));
             }
-            if outcome.cursor != Some(event.cursor) {
-                // Failed: retried when due, from the top.
-                return Ok(None);
-            }
-            attempts = 0;
-            skipped = None;
+            return Ok(None);
         }
-        if let Some(cursor) = skipped {
-            if !db::webhooks::skip_to(&self.shared.pool, self.id, self.shared.owner, cursor).await? {
-                return Ok(Some(Stop::Lost));
-            }
+        Ok((!self.flush(&mut group).await?).then_some(Stop::Lost))
+    }
+
+    /// Writes what a group settled (its log entries, the cursor past its events); false when the
+    /// lease was lost.
+    async fn flush(&mut self, group: &mut Group) -> Result<bool, sqlx::Error> {
+        let Some(cursor) = group.settled else {
+            return Ok(true);
+        };
+        let outcome = AttemptOutcome {
+            cursor: Some(cursor),
+            attempts: 0,
+            next_attempt_at: None,
+            disable: None,
+        };
+        let deliveries = std::mem::take(&mut group.deliveries);
+        *group = Group::default();
+        self.record(&outcome, &deliveries).await
+    }
+
+    /// On shutdown: records what was answered (so it is not sent again), then gives the lease up.
+    async fn stop(&mut self, group: &mut Group) -> Result<Option<Stop>, sqlx::Error> {
+        self.flush(group).await?;
+        Ok(Some(Stop::Release))
+    }
+
+    async fn record(&mut self, outcome: &AttemptOutcome, deliveries: &[Delivery]) -> Result<bool, sqlx::Error> {
+        let held =
+            db::webhooks::record_attempts(&self.shared.pool, self.id, self.shared.owner, outcome, deliveries).await?;
+        if held {
+            self.logged_some(deliveries.len() as u32).await;
         }
-        Ok(None)
+        Ok(held)
     }
 
     /// The endpoint's new state after an attempt of the event at `cursor`, and the metric's outcome.
@@ -244,8 +292,8 @@ impl Task {
         (outcome, "retry")
     }
 
-    async fn logged_one(&mut self) {
-        self.logged += 1;
+    async fn logged_some(&mut self, n: u32) {
+        self.logged += n;
         if self.logged >= PRUNE_EVERY {
             self.logged = 0;
             // Best effort: the log is only kept from growing without end.
