@@ -2,6 +2,8 @@
 //! checked by an independent HMAC, filters, retries and their timing, `Retry-After`, 410, a hanging
 //! receiver, ordering, a crash mid-delivery, several processes, and the address guard.
 
+#[path = "webhooks/postgres.rs"]
+mod postgres;
 #[path = "webhooks/receiver.rs"]
 mod receiver;
 mod support;
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use agentdesk::app::Mode;
 use agentdesk::config::Config;
+use postgres::{as_postgres_user, pg_bindir};
 use receiver::{verify, Answer, Receiver};
 use serde_json::{json, Value};
 use support::{assert_error, StatusCode, TestApp};
@@ -621,38 +624,4 @@ async fn a_postgres_restart_mid_delivery_is_survived() {
     .status();
     drop(pg);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn pg_bindir() -> String {
-    let out = std::process::Command::new("pg_config")
-        .arg("--bindir")
-        .output()
-        .expect("pg_config");
-    let bindir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if std::path::Path::new(&bindir).join("pg_ctl").exists() {
-        return bindir;
-    }
-    let mut versions: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    versions.sort();
-    versions.last().unwrap().join("bin").display().to_string()
-}
-
-/// initdb and postgres refuse root; the embedded server runs as `postgres` then.
-fn as_postgres_user(cmd: &mut std::process::Command) -> &mut std::process::Command {
-    if unsafe { libc::geteuid() } == 0 {
-        use std::os::unix::process::CommandExt;
-        let id = |flag: &str| -> u32 {
-            let out = std::process::Command::new("id")
-                .args([flag, "postgres"])
-                .output()
-                .unwrap();
-            String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
-        };
-        cmd.uid(id("-u")).gid(id("-g"));
-    }
-    cmd
 }
