@@ -128,6 +128,11 @@ impl App {
             None
         };
 
+        if mode.runs_workers() {
+            // Webhooks are delivered where tickets are worked: an API-only process stays thin.
+            tasks.push(crate::webhooks::start(pool.clone(), &hub, &config, shutdown.clone()));
+        }
+
         let workers = if mode.runs_workers() {
             Some(crate::worker::WorkerPool::start(
                 pool.clone(),

@@ -48,7 +48,22 @@ pub struct Config {
     pub db_max_connections: u32,
     /// Providers and agents applied at start-up (`AGENTDESK_AGENTS_FILE`), as `agents apply` does.
     pub agents_file: Option<PathBuf>,
+    /// Outbound requests made on a user's behalf (webhooks) may reach loopback and private
+    /// addresses (`AGENTDESK_ALLOW_PRIVATE_URLS`).
+    pub allow_private_urls: bool,
+    /// Delays before a failed webhook delivery's retries; after the last, the event is given up.
+    pub webhook_retry: Vec<Duration>,
+    /// Limit of one webhook delivery attempt.
+    pub webhook_timeout: Duration,
+    /// How long a process holds an endpoint's deliveries without renewing its lease (at least
+    /// the timeout and 2 s more: a holder never sends with less than the timeout left).
+    pub webhook_lease: Duration,
+    /// Webhook deliveries in flight at once in one process.
+    pub webhook_concurrency: usize,
 }
+
+/// `AGENTDESK_WEBHOOK_RETRY_SECS`'s default.
+pub const DEFAULT_WEBHOOK_RETRY_SECS: &str = "5,300,1800,7200,18000,36000,36000";
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -82,6 +97,14 @@ impl Default for Config {
             data_dir: PathBuf::from(".agentdesk"),
             db_max_connections: default_db_connections(),
             agents_file: None,
+            allow_private_urls: false,
+            webhook_retry: DEFAULT_WEBHOOK_RETRY_SECS
+                .split(',')
+                .map(|s| Duration::from_secs(s.parse().unwrap_or(5)))
+                .collect(),
+            webhook_timeout: Duration::from_secs(15),
+            webhook_lease: Duration::from_secs(60),
+            webhook_concurrency: 64,
         }
     }
 }
@@ -162,6 +185,22 @@ pub struct ServerArgs {
     /// does; a bad file stops start-up
     #[arg(long, env = "AGENTDESK_AGENTS_FILE", value_name = "FILE", value_parser = Setting(text))]
     pub agents_file: Option<String>,
+    /// Let webhooks reach loopback, private, link-local and metadata addresses
+    #[arg(long, env = "AGENTDESK_ALLOW_PRIVATE_URLS", value_name = "BOOL",
+        default_value_t = false, action = clap::ArgAction::Set, value_parser = Setting(boolean))]
+    pub allow_private_urls: bool,
+    /// Comma-separated delays (seconds) before a failed webhook delivery's retries
+    #[arg(long, env = "AGENTDESK_WEBHOOK_RETRY_SECS", value_name = "SECS,…",
+        default_value = DEFAULT_WEBHOOK_RETRY_SECS, value_parser = Setting(seconds_list))]
+    pub webhook_retry_secs: SecondsList,
+    /// Limit of one webhook delivery attempt, in seconds
+    #[arg(long, env = "AGENTDESK_WEBHOOK_TIMEOUT_SECS", value_name = "SECS", allow_negative_numbers = true,
+        default_value_t = Config::default().webhook_timeout.as_secs_f64(), value_parser = Setting(seconds))]
+    pub webhook_timeout_secs: f64,
+    /// Webhook deliveries in flight at once in this process
+    #[arg(long, env = "AGENTDESK_WEBHOOK_CONCURRENCY", value_name = "N", allow_negative_numbers = true,
+        default_value_t = Config::default().webhook_concurrency, value_parser = Setting(parsed::<usize>))]
+    pub webhook_concurrency: usize,
 }
 
 /// Every setting, for `Config::from_lookup`.
@@ -204,6 +243,15 @@ impl Config {
                 .as_deref()
                 .filter(|f| !f.is_empty())
                 .map(PathBuf::from);
+            config.allow_private_urls = server.allow_private_urls;
+            config.webhook_retry = server
+                .webhook_retry_secs
+                .0
+                .iter()
+                .map(|s| Duration::from_secs_f64(*s))
+                .collect();
+            config.webhook_timeout = Duration::from_secs_f64(server.webhook_timeout_secs);
+            config.webhook_concurrency = server.webhook_concurrency.max(1);
         }
         config
     }
@@ -277,6 +325,32 @@ fn seconds(name: &str, value: &str) -> Result<f64, String> {
     Ok(secs)
 }
 
+fn boolean(name: &str, value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        other => Err(format!("{name}: expected true or false, got {other:?}")),
+    }
+}
+
+/// Seconds, as a comma-separated list.
+#[derive(Clone, Debug)]
+pub struct SecondsList(pub Vec<f64>);
+
+/// A comma-separated list of delays in seconds (each 0 or more); empty entries are ignored.
+fn seconds_list(name: &str, value: &str) -> Result<SecondsList, String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s.parse::<f64>() {
+            Ok(secs) if (0.0..1e9).contains(&secs) => Ok(secs),
+            _ => Err(format!("{name}: {s:?} is not a number of seconds")),
+        })
+        .collect::<Result<_, _>>()
+        .map(SecondsList)
+}
+
 fn log_format(name: &str, value: &str) -> Result<LogFormat, String> {
     match value {
         "text" => Ok(LogFormat::Text),
@@ -326,6 +400,30 @@ mod tests {
         assert!(err.contains("AGENTDESK_WORKERS"));
         let err = Config::from_lookup(|n| (n == "AGENTDESK_LEASE_SECS").then(|| "-1".to_owned())).unwrap_err();
         assert!(err.contains("AGENTDESK_LEASE_SECS"));
+    }
+
+    #[test]
+    fn webhook_settings_are_read() {
+        let d = Config::from_lookup(|_| None).unwrap();
+        assert_eq!(d.webhook_retry.len(), 7);
+        assert_eq!(d.webhook_retry[1], Duration::from_secs(300));
+        assert_eq!(d.webhook_timeout, Duration::from_secs(15));
+        assert!(!d.allow_private_urls);
+        let env = |name: &str| {
+            match name {
+                "AGENTDESK_WEBHOOK_RETRY_SECS" => Some("1, 0.5,2"),
+                "AGENTDESK_WEBHOOK_TIMEOUT_SECS" => Some("3"),
+                "AGENTDESK_ALLOW_PRIVATE_URLS" => Some("true"),
+                _ => None,
+            }
+            .map(str::to_owned)
+        };
+        let c = Config::from_lookup(env).unwrap();
+        assert_eq!(c.webhook_retry, [1000, 500, 2000].map(Duration::from_millis));
+        assert_eq!(c.webhook_timeout, Duration::from_secs(3));
+        assert!(c.allow_private_urls);
+        let err = Config::from_lookup(|n| (n == "AGENTDESK_WEBHOOK_RETRY_SECS").then(|| "5,x".to_owned())).unwrap_err();
+        assert!(err.contains("AGENTDESK_WEBHOOK_RETRY_SECS"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod net;
 pub mod schema;
 pub mod tools;
 pub mod transitions;
+pub mod webhooks;
 pub mod worker;
 
 /// Turns off glibc's fastbins, before the process allocates much. With them, every allocation of

@@ -47,6 +47,10 @@ fn the_openapi_document_is_valid_json_of_version_3_1_with_every_endpoint() {
         "/v1/agents",
         "/v1/agents/{name}",
         "/v1/stats",
+        "/v1/webhooks",
+        "/v1/webhooks/{id}",
+        "/v1/webhooks/{id}/deliveries",
+        "/v1/webhooks/{id}/test",
         "/healthz",
         "/readyz",
     ] {

@@ -36,6 +36,8 @@ scenarios: api_latency, throughput, quiet_desk, scale_out, concurrency, step_ove
   --db-connections N    pooled database connections per process (AGENTDESK_DB_MAX_CONNECTIONS)
   --clients N           concurrent HTTP clients creating tickets
   --rate R              tickets per second in quiet_desk (default 200)
+  --webhook             throughput with one webhook subscribed to every event (a receiver in the
+                        bench answers 200 at once)
 
 Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do).";
 
@@ -119,6 +121,7 @@ fn parse_args(args: &[String]) -> Result<(Opts, Vec<String>), String> {
         match arg.as_str() {
             "--quick" => opts.quick = true,
             "--child" => opts.child = true,
+            "--webhook" => opts.webhook = true,
             "-h" | "--help" => {}
             "--agentdesk" => {
                 let path = std::path::PathBuf::from(value(arg)?);

@@ -43,6 +43,8 @@ pub struct Opts {
     pub clients: Option<usize>,
     /// `--rate`: tickets per second for the fixed-rate scenarios.
     pub rate: Option<f64>,
+    /// Throughput with one webhook subscribed to every event.
+    pub webhook: bool,
 }
 
 impl Opts {
@@ -139,6 +141,10 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
 
     let fx = Fixture::start("throughput", &spec).await?;
     fx.fake.set_reply(close_ticket());
+    let receiver = match opts.webhook {
+        true => Some(webhook_receiver(&fx).await?),
+        false => None,
+    };
     let mut watcher = fx.done_watcher().await?;
     let (mut agentdesk_tps, mut pg_tps, mut pg_runs, mut create_rates) = (vec![], vec![], vec![], vec![]);
     let mut simple_tps = vec![];
@@ -200,7 +206,19 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     }
     let stats = fx.stats().await?;
     let server_kind = fx.server.describe();
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&agentdesk::db::connect(&fx.db_url, 1).await?)
+        .await?;
     fx.shutdown().await;
+    if let Some(received) = &receiver {
+        let received = received.load(std::sync::atomic::Ordering::Relaxed);
+        println!("  webhook: {received} deliveries received of {events} events");
+        report.note(format!(
+            "one webhook subscribed to every event: {received} deliveries received by the end of the last round, \
+             of {events} events (delivery trails the desk; it never holds it up)"
+        ));
+        report.figure("webhook_deliveries", received);
+    }
 
     // The same round once more with the default number of workers, on a new server warmed up alike.
     let default_spec = ServerSpec {
@@ -898,4 +916,37 @@ async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
     ));
     report.note("the baseline is the bench process's CPU per request: the fake model server, the completion watcher and the agent PUT");
     Ok(())
+}
+
+/// A receiver that answers every POST with 200 at once, and an endpoint subscribed to every event
+/// pointing at it; returns the count of deliveries received.
+async fn webhook_receiver(fx: &Fixture) -> Result<std::sync::Arc<std::sync::atomic::AtomicU64>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let received = Arc::new(AtomicU64::new(0));
+    let counter = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            counter.fetch_add(1, Ordering::Relaxed);
+            async { "" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hook", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let response = fx
+        .http
+        .post(format!("{}/v1/webhooks", fx.url))
+        .json(&json!({ "url": url }))
+        .send()
+        .await?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "creating the webhook: {}",
+        response.status()
+    );
+    Ok(received)
 }

@@ -52,6 +52,8 @@ impl Server {
                 addr: "127.0.0.1:0".parse().expect("a socket address"),
                 workers: spec.workers,
                 db_max_connections: spec.db_max_connections,
+                // The bench's webhook receiver listens on loopback.
+                allow_private_urls: true,
                 ..Config::default()
             };
             let providers = Providers::new(Some(OpenAi::new(openai_base_url.to_string(), None)), None);
@@ -213,6 +215,7 @@ async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &st
         .env("AGENTDESK_ADDR", format!("127.0.0.1:{port}"))
         .env("AGENTDESK_WORKERS", spec.workers.to_string())
         .env("AGENTDESK_DB_MAX_CONNECTIONS", spec.db_max_connections.to_string())
+        .env("AGENTDESK_ALLOW_PRIVATE_URLS", "true")
         .env("RUST_LOG", "warn")
         // An empty directory: no stray .env file changes the configuration.
         .current_dir(std::env::temp_dir())

@@ -12,6 +12,7 @@ pub mod planner_stats;
 pub mod providers;
 pub mod steps;
 pub mod tickets;
+pub mod webhooks;
 
 use std::time::Duration;
 

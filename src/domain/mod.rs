@@ -5,6 +5,7 @@ pub mod comment;
 pub mod event;
 pub mod provider;
 pub mod ticket;
+pub mod webhook;
 
 pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};

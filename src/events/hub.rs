@@ -223,6 +223,9 @@ struct Inner {
     wake: Notify,
     /// The last cursor broadcast; new "from now" subscribers start here.
     position: std::sync::Mutex<GlobalCursor>,
+    /// The same position for those who wait for it to move (webhook deliveries): set once per
+    /// read of the log that found events, never per event.
+    advanced: tokio::sync::watch::Sender<GlobalCursor>,
 }
 
 impl EventHub {
@@ -240,6 +243,7 @@ impl EventHub {
                 sender,
                 wake: Notify::new(),
                 position: std::sync::Mutex::new(head),
+                advanced: tokio::sync::watch::Sender::new(head),
             }),
         })
     }
@@ -254,6 +258,11 @@ impl EventHub {
 
     pub fn position(&self) -> GlobalCursor {
         *self.inner.position.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The position, changing whenever the hub has read new events from the log.
+    pub fn watch_position(&self) -> tokio::sync::watch::Receiver<GlobalCursor> {
+        self.inner.advanced.subscribe()
     }
 
     /// Called after this process commits events: the local reader looks at the log now, and other
@@ -403,6 +412,11 @@ impl EventHub {
                     .send(HubMessage::Events(Arc::new(EventBatch::new(items))));
             }
             *self.inner.position.lock().unwrap_or_else(|e| e.into_inner()) = *cursor;
+            self.inner.advanced.send_if_modified(|position| {
+                let moved = *position != *cursor;
+                *position = *cursor;
+                moved
+            });
             if !full {
                 break;
             }

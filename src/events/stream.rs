@@ -51,12 +51,18 @@ impl GlobalFilter {
     pub fn matches(&self, item: &StreamItem) -> bool {
         (self.labels.is_empty() || item.ticket_labels.iter().any(|l| self.labels.contains(l)))
             && (self.agents.is_empty() || item.ticket_agent.as_ref().is_some_and(|a| self.agents.contains(a)))
-            && (self.kinds.is_empty()
-                || self.kinds.iter().any(|k| match k.strip_suffix('*') {
-                    Some(prefix) => item.event.kind.starts_with(prefix),
-                    None => item.event.kind == *k,
-                }))
+            && kind_matches(&self.kinds, &item.event.kind)
     }
+}
+
+/// Whether `kind` matches one of `patterns` (exact kinds, or prefixes when they end in `*`); an
+/// empty list matches every kind. The rule of `/v1/events?kind=` and of webhooks' `events`.
+pub fn kind_matches(patterns: &[String], kind: &str) -> bool {
+    patterns.is_empty()
+        || patterns.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => kind.starts_with(prefix),
+            None => kind == p,
+        })
 }
 
 const PING: &[u8] = b": ping\n\n";

@@ -10,6 +10,7 @@ pub mod openapi;
 pub mod pagination;
 pub mod providers;
 pub mod tickets;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -68,6 +69,14 @@ fn v1_routes() -> OpenApiRouter<AppState> {
             providers::put_provider,
             providers::delete_provider
         ))
+        .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
+        .routes(routes!(
+            webhooks::get_webhook,
+            webhooks::patch_webhook,
+            webhooks::delete_webhook
+        ))
+        .routes(routes!(webhooks::list_deliveries))
+        .routes(routes!(webhooks::test_webhook))
         .routes(routes!(health::stats))
 }
 
