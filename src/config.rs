@@ -48,6 +48,9 @@ pub struct Config {
     pub db_max_connections: u32,
     /// Providers and agents applied at start-up (`AGENTDESK_AGENTS_FILE`), as `agents apply` does.
     pub agents_file: Option<PathBuf>,
+    /// Let HTTP tools (and other requests made on a user's behalf) reach loopback, private,
+    /// link-local and metadata addresses (`AGENTDESK_ALLOW_PRIVATE_URLS`); off by default.
+    pub allow_private_urls: bool,
 }
 
 impl fmt::Debug for Config {
@@ -81,6 +84,7 @@ impl Default for Config {
             data_dir: PathBuf::from(".agentdesk"),
             db_max_connections: 16,
             agents_file: None,
+            allow_private_urls: false,
         }
     }
 }
@@ -152,6 +156,10 @@ pub struct ServerArgs {
     /// does; a bad file stops start-up
     #[arg(long, env = "AGENTDESK_AGENTS_FILE", value_name = "FILE", value_parser = Setting(text))]
     pub agents_file: Option<String>,
+    /// Let HTTP tools reach loopback, private, link-local and metadata addresses (true/false)
+    #[arg(long, env = "AGENTDESK_ALLOW_PRIVATE_URLS", value_name = "BOOL",
+        default_value_t = Config::default().allow_private_urls, value_parser = Setting(boolean))]
+    pub allow_private_urls: bool,
 }
 
 /// Every setting, for `Config::from_lookup`.
@@ -189,6 +197,7 @@ impl Config {
             config.sse_ping = Duration::from_secs_f64(server.sse_ping_secs).min(Duration::from_secs(15));
             config.shutdown_grace = Duration::from_secs_f64(server.shutdown_grace_secs);
             config.db_max_connections = server.db_max_connections;
+            config.allow_private_urls = server.allow_private_urls;
             config.agents_file = server
                 .agents_file
                 .as_deref()
@@ -272,6 +281,14 @@ fn log_format(name: &str, value: &str) -> Result<LogFormat, String> {
         "text" => Ok(LogFormat::Text),
         "json" => Ok(LogFormat::Json),
         other => Err(format!("{name}: expected text or json, got {other:?}")),
+    }
+}
+
+fn boolean(name: &str, value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        other => Err(format!("{name}: expected true or false, got {other:?}")),
     }
 }
 
