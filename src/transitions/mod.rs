@@ -271,6 +271,13 @@ pub async fn answer_approval(
     let ticket = lock(&mut tx, reference).await?;
     let mut approvals = ticket.approvals.clone();
     let Some(approval) = approvals.iter_mut().find(|a| a.call_id == call_id) else {
+        // Answered calls leave `approvals` once they ran; their answer stays in the log.
+        if db::events::call_was_answered(&mut tx, ticket.id, call_id).await? {
+            return Err(DeskError::Conflict(format!(
+                "the call {call_id:?} of {} was already answered",
+                ticket.key
+            )));
+        }
         return Err(DeskError::Missing(format!(
             "{}: no tool call {call_id:?} waits for approval",
             ticket.key
