@@ -28,7 +28,9 @@ async fn setup(app: &TestApp, server: &ToolServer) {
     let (code, body) = app.put("/v1/tools/deploy", deploy).await;
     assert_eq!(code, StatusCode::CREATED, "{body}");
     assert_eq!(body["requires_approval"], true);
-    let (code, _) = app.put("/v1/tools/lookup", json!({"url": server.url("/x"), "method": "GET"})).await;
+    let (code, _) = app
+        .put("/v1/tools/lookup", json!({"url": server.url("/x"), "method": "GET"}))
+        .await;
     assert_eq!(code, StatusCode::CREATED);
     let agent = json!({"provider": "openai", "model": "m", "labels": ["tooler"],
                        "tools": ["close_ticket", "deploy", "lookup"]});
@@ -37,8 +39,13 @@ async fn setup(app: &TestApp, server: &ToolServer) {
 }
 
 async fn ticket(app: &TestApp) -> (String, String) {
-    let t = app.create_ticket(json!({"task": "deploy it", "labels": ["tooler"]})).await;
-    (t["key"].as_str().unwrap().to_owned(), t["id"].as_str().unwrap().to_owned())
+    let t = app
+        .create_ticket(json!({"task": "deploy it", "labels": ["tooler"]}))
+        .await;
+    (
+        t["key"].as_str().unwrap().to_owned(),
+        t["id"].as_str().unwrap().to_owned(),
+    )
 }
 
 fn deploy_and_lookup() -> Reply {
@@ -81,7 +88,11 @@ async fn an_approved_call_runs_on_the_next_claim_and_the_other_calls_ran_at_once
     llm.push(deploy_and_lookup());
     let (key, id) = ticket(&app).await;
     let call_id = pending_call(&app, &key).await;
-    assert_eq!(paths(&server), ["/x"], "the other call ran at once, the one waiting did not");
+    assert_eq!(
+        paths(&server),
+        ["/x"],
+        "the other call ran at once, the one waiting did not"
+    );
     let kinds = event_kinds(&app, &id).await;
     assert!(position(&kinds, "tool.approval_requested") < position(&kinds, "tool.finished"));
     assert_eq!(kinds.last().unwrap(), "ticket.waiting");
@@ -101,7 +112,11 @@ async fn an_approved_call_runs_on_the_next_claim_and_the_other_calls_ran_at_once
     assert!(answered["pending_approvals"].as_array().unwrap().is_empty());
     wait_status(&app, &key, "done").await;
 
-    let deploys: Vec<_> = server.requests().into_iter().filter(|r| r.path == "/deploy/prod").collect();
+    let deploys: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/deploy/prod")
+        .collect();
     assert_eq!(deploys.len(), 1, "the approved call ran once");
     assert_eq!(deploys[0].headers["idempotency-key"], call_id);
     assert!(result_sent_to_model(&llm, &call_id).unwrap().contains("/deploy/prod"));
@@ -116,13 +131,33 @@ async fn an_approved_call_runs_on_the_next_claim_and_the_other_calls_ran_at_once
     );
 
     // Answered already: 409; unknown call or ticket: 404; a bad body: 422.
-    assert_error(&app.post(&path, json!({"approve": false})).await, StatusCode::CONFLICT, "conflict");
+    assert_error(
+        &app.post(&path, json!({"approve": false})).await,
+        StatusCode::CONFLICT,
+        "conflict",
+    );
     let unknown = format!("/v1/tickets/{key}/approvals/call_nope");
-    assert_error(&app.post(&unknown, json!({"approve": true})).await, StatusCode::NOT_FOUND, "not_found");
+    assert_error(
+        &app.post(&unknown, json!({"approve": true})).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
     let no_ticket = "/v1/tickets/TICKET-999/approvals/x";
-    assert_error(&app.post(no_ticket, json!({"approve": true})).await, StatusCode::NOT_FOUND, "not_found");
-    for bad in [json!({"approve": "yes"}), json!({}), json!({"approve": true, "extra": 1})] {
-        assert_error(&app.post(&path, bad).await, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    assert_error(
+        &app.post(no_ticket, json!({"approve": true})).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    for bad in [
+        json!({"approve": "yes"}),
+        json!({}),
+        json!({"approve": true, "extra": 1}),
+    ] {
+        assert_error(
+            &app.post(&path, bad).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        );
     }
 }
 
@@ -137,7 +172,9 @@ async fn a_denied_call_returns_to_the_model_with_the_reason() {
     let call_id = pending_call(&app, &key).await;
     llm.push(close());
     let path = format!("/v1/tickets/{key}/approvals/{call_id}");
-    let (code, body) = app.post(&path, json!({"approve": false, "reason": "not on a Friday"})).await;
+    let (code, body) = app
+        .post(&path, json!({"approve": false, "reason": "not on a Friday"}))
+        .await;
     assert_eq!(code, StatusCode::OK, "{body}");
     wait_status(&app, &key, "done").await;
     assert!(server.requests().is_empty(), "a denied call never runs");
@@ -163,7 +200,11 @@ async fn cancel_drops_pending_approvals_and_retry_tells_the_model_the_call_never
     assert_eq!(code, StatusCode::OK);
     assert!(cancelled["pending_approvals"].as_array().unwrap().is_empty());
     let path = format!("/v1/tickets/{key}/approvals/{call_id}");
-    assert_error(&app.post(&path, json!({"approve": true})).await, StatusCode::NOT_FOUND, "not_found");
+    assert_error(
+        &app.post(&path, json!({"approve": true})).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
 
     llm.push(close());
     let (code, _) = app.post(&format!("/v1/tickets/{key}/retry"), json!({})).await;
@@ -188,7 +229,10 @@ async fn pending_approvals_survive_a_restart() {
     let agent = json!({"provider": "openai", "model": "m", "labels": ["tooler"],
                        "tools": ["close_ticket", "deploy", "hang"]});
     app.put("/v1/agents/tooler", agent).await;
-    llm.push(Reply::tool_calls(vec![("deploy", json!({"env": "prod"})), ("hang", json!({}))]));
+    llm.push(Reply::tool_calls(vec![
+        ("deploy", json!({"env": "prod"})),
+        ("hang", json!({})),
+    ]));
     let (key, _) = ticket(&app).await;
     assert!(wait_flag(&mut hanging.received, Duration::from_secs(20)).await);
     let (_, running) = app.get(&format!("/v1/tickets/{key}")).await;
@@ -198,9 +242,18 @@ async fn pending_approvals_survive_a_restart() {
     app.shutdown().await;
 
     let app = start(&llm, Some(database_url)).await;
-    assert_eq!(pending_call(&app, &key).await, call_id, "the new process waits for the same call");
+    assert_eq!(
+        pending_call(&app, &key).await,
+        call_id,
+        "the new process waits for the same call"
+    );
     llm.push(close());
-    let (code, _) = app.post(&format!("/v1/tickets/{key}/approvals/{call_id}"), json!({"approve": true})).await;
+    let (code, _) = app
+        .post(
+            &format!("/v1/tickets/{key}/approvals/{call_id}"),
+            json!({"approve": true}),
+        )
+        .await;
     assert_eq!(code, StatusCode::OK);
     wait_status(&app, &key, "done").await;
     assert_eq!(paths(&server), ["/deploy/prod"], "the approved call ran once");

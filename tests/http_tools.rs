@@ -63,8 +63,13 @@ async fn put_tool(app: &TestApp, name: &str, body: Value) -> Value {
 }
 
 async fn ticket(app: &TestApp) -> (String, String) {
-    let t = app.create_ticket(json!({"task": "use the tool", "labels": ["tooler"]})).await;
-    (t["key"].as_str().unwrap().to_owned(), t["id"].as_str().unwrap().to_owned())
+    let t = app
+        .create_ticket(json!({"task": "use the tool", "labels": ["tooler"]}))
+        .await;
+    (
+        t["key"].as_str().unwrap().to_owned(),
+        t["id"].as_str().unwrap().to_owned(),
+    )
 }
 
 fn close() -> Reply {
@@ -98,10 +103,17 @@ async fn a_get_tool_fills_placeholders_sends_the_rest_as_query_and_expands_secre
                "headers": {"Authorization": "Bearer ${env:HTTP_TOOLS_TEST_WEATHER_TOKEN}", "X-Plain": "p"}}),
     )
     .await;
-    assert_eq!(defined["headers"]["Authorization"], "Bearer ${env:HTTP_TOOLS_TEST_WEATHER_TOKEN}");
+    assert_eq!(
+        defined["headers"]["Authorization"],
+        "Bearer ${env:HTTP_TOOLS_TEST_WEATHER_TOKEN}"
+    );
     agent(&app, &["close_ticket", "weather"]).await;
     llm.push(
-        Reply::tool_call("weather", json!({"city": "São Paulo/Centro", "units": "metric", "days": 3})).with_call_id("call_w"),
+        Reply::tool_call(
+            "weather",
+            json!({"city": "São Paulo/Centro", "units": "metric", "days": 3}),
+        )
+        .with_call_id("call_w"),
     );
     llm.push(close());
     let (key, id) = ticket(&app).await;
@@ -114,7 +126,11 @@ async fn a_get_tool_fills_placeholders_sends_the_rest_as_query_and_expands_secre
     assert_eq!(sent.path, "/weather/S%C3%A3o%20Paulo%2FCentro");
     let mut query: Vec<&str> = sent.query.split('&').collect();
     query.sort();
-    assert_eq!(query, ["days=3", "units=metric"], "the placeholder's field is not repeated");
+    assert_eq!(
+        query,
+        ["days=3", "units=metric"],
+        "the placeholder's field is not repeated"
+    );
     assert_eq!(sent.headers["authorization"], "Bearer s3cr3t-weather");
     assert_eq!(sent.headers["x-plain"], "p");
     assert_eq!(sent.headers["idempotency-key"], "call_w");
@@ -126,7 +142,12 @@ async fn a_get_tool_fills_placeholders_sends_the_rest_as_query_and_expands_secre
     assert!(result_sent_to_model(&llm, "call_w").contains("units=metric"));
     // The model was offered the tool with its schema.
     let offered = &llm.requests()[0].body["tools"];
-    let weather = offered.as_array().unwrap().iter().find(|t| t["function"]["name"] == "weather").unwrap();
+    let weather = offered
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "weather")
+        .unwrap();
     assert_eq!(weather["function"]["description"], "Weather for a city");
 }
 
@@ -149,7 +170,10 @@ async fn a_post_tool_sends_the_input_less_placeholders_as_a_json_body() {
     wait_status(&app, &key, "done").await;
     let sent = &server.requests()[0];
     assert_eq!((sent.method.as_str(), sent.path.as_str()), ("POST", "/orders/north"));
-    assert_eq!(serde_json::from_str::<Value>(&sent.body).unwrap(), json!({"item": "tea", "qty": 2}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&sent.body).unwrap(),
+        json!({"item": "tea", "qty": 2})
+    );
     assert_eq!(sent.headers["content-type"], "application/json");
     assert_eq!(sent.headers["idempotency-key"], "call_o");
 }
@@ -159,24 +183,32 @@ async fn a_failing_status_and_a_timeout_are_error_results_and_tool_failed() {
     let (app, llm) = start().await;
     let server = ToolServer::start().await;
     put_tool(&app, "broken", json!({"url": server.url("/fail"), "method": "GET"})).await;
-    put_tool(&app, "sluggish", json!({"url": server.url("/slow"), "method": "GET", "timeout_ms": 300})).await;
+    put_tool(
+        &app,
+        "sluggish",
+        json!({"url": server.url("/slow"), "method": "GET", "timeout_ms": 300}),
+    )
+    .await;
     agent(&app, &["close_ticket", "broken", "sluggish"]).await;
-    llm.push(
-        Reply::tool_calls(vec![("broken", json!({})), ("sluggish", json!({}))])
-            .with_call_id("call_s"),
-    );
+    llm.push(Reply::tool_calls(vec![("broken", json!({})), ("sluggish", json!({}))]).with_call_id("call_s"));
     llm.push(close());
     let (key, id) = ticket(&app).await;
     let started = std::time::Instant::now();
     wait_status(&app, &key, "done").await;
-    assert!(started.elapsed() < Duration::from_secs(3), "the timeout cut the slow call");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the timeout cut the slow call"
+    );
 
     let failed = event_data(&app, &id, "tool.failed").await;
     assert_eq!(failed.len(), 2, "{failed:?}");
     let broken = failed.iter().find(|f| f["tool_name"] == "broken").unwrap();
     assert_eq!(broken["kind"], "http_status");
     let message = broken["message"].as_str().unwrap();
-    assert!(message.contains("500") && message.contains("boom: the database is down"), "{message}");
+    assert!(
+        message.contains("500") && message.contains("boom: the database is down"),
+        "{message}"
+    );
     let slow = failed.iter().find(|f| f["tool_name"] == "sluggish").unwrap();
     assert_eq!(slow["kind"], "timeout");
     assert!(slow["message"].as_str().unwrap().contains("300 ms"));
@@ -204,7 +236,10 @@ async fn cancelling_the_ticket_closes_a_hanging_call() {
     agent(&app, &["close_ticket", "hang"]).await;
     llm.push(Reply::tool_call("hang", json!({})));
     let (key, _) = ticket(&app).await;
-    assert!(wait_flag(&mut hanging.received, Duration::from_secs(20)).await, "the call was sent");
+    assert!(
+        wait_flag(&mut hanging.received, Duration::from_secs(20)).await,
+        "the call was sent"
+    );
     let (code, body) = app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
     assert_eq!(code, StatusCode::OK, "{body}");
     assert!(
@@ -251,7 +286,10 @@ async fn the_address_guard_refuses_loopback_and_sends_nothing() {
     let by_name = format!("http://localhost:{}/x", server.addr.port());
     put_tool(&app, "inward_by_name", json!({"url": by_name})).await;
     agent(&app, &["close_ticket", "inward", "inward_by_name"]).await;
-    llm.push(Reply::tool_calls(vec![("inward", json!({})), ("inward_by_name", json!({}))]));
+    llm.push(Reply::tool_calls(vec![
+        ("inward", json!({})),
+        ("inward_by_name", json!({})),
+    ]));
     llm.push(close());
     let (key, id) = ticket(&app).await;
     wait_status(&app, &key, "done").await;
@@ -267,17 +305,23 @@ async fn the_address_guard_refuses_loopback_and_sends_nothing() {
 #[tokio::test]
 async fn agents_name_defined_tools_only() {
     let (app, _llm) = start().await;
-    let (code, body) = app.put("/v1/agents/a", json!({"tools": ["close_ticket", "weather"]})).await;
+    let (code, body) = app
+        .put("/v1/agents/a", json!({"tools": ["close_ticket", "weather"]}))
+        .await;
     assert_error(&(code, body), StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     for mcp in ["mcp:github", "github__create_issue"] {
         let answer = app.put("/v1/agents/a", json!({"tools": [mcp]})).await;
         assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     put_tool(&app, "weather", json!({"url": "https://api.example.com/w"})).await;
-    let (code, body) = app.put("/v1/agents/a", json!({"tools": ["close_ticket", "weather"]})).await;
+    let (code, body) = app
+        .put("/v1/agents/a", json!({"tools": ["close_ticket", "weather"]}))
+        .await;
     assert_eq!(code, StatusCode::CREATED, "{body}");
     assert_eq!(body["tools"], json!(["close_ticket", "weather"]));
-    let (code, body) = app.put("/v1/agents/a", json!({"tools": ["weather"], "tool_choice": "weather"})).await;
+    let (code, body) = app
+        .put("/v1/agents/a", json!({"tools": ["weather"], "tool_choice": "weather"}))
+        .await;
     assert_eq!(code, StatusCode::OK, "{body}");
 }
 
@@ -297,7 +341,11 @@ async fn a_tool_removed_later_is_missing_to_the_model_not_a_crash() {
     assert_eq!(failed[0]["kind"], "unknown_tool");
     assert!(result_sent_to_model(&llm, "call_gone").contains("no tool named"));
     let offered = &llm.requests()[0].body["tools"];
-    assert!(offered.as_array().unwrap().iter().all(|t| t["function"]["name"] != "gone"));
+    assert!(offered
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["function"]["name"] != "gone"));
     assert!(server.requests().is_empty());
 }
 
@@ -315,9 +363,15 @@ async fn tool_definitions_are_validated_listed_and_deleted() {
         ("t", json!({"url": "https://e.com", "timeout_ms": 5})),
         ("t", json!({"url": "https://e.com", "timeout_ms": 600001})),
         ("t", json!({"url": "https://e.com", "input_schema": {"type": "string"}})),
-        ("t", json!({"url": "https://e.com", "input_schema": {"type": "object", "properties": {"a": {"type": 5}}}})),
+        (
+            "t",
+            json!({"url": "https://e.com", "input_schema": {"type": "object", "properties": {"a": {"type": 5}}}}),
+        ),
         ("t", json!({"url": "https://e.com", "headers": {"bad header": "x"}})),
-        ("t", json!({"url": "https://e.com", "headers": {"Idempotency-Key": "x"}})),
+        (
+            "t",
+            json!({"url": "https://e.com", "headers": {"Idempotency-Key": "x"}}),
+        ),
         ("t", json!({"url": "https://e.com", "surprise": true})),
         ("t", json!({"method": "GET"})),
     ];
@@ -341,9 +395,16 @@ async fn tool_definitions_are_validated_listed_and_deleted() {
     assert_eq!(next["items"][0]["name"], "b-tool");
     assert!(next["next_cursor"].is_null());
     let (code, got) = app.get("/v1/tools/b-tool").await;
-    assert_eq!((code, got["url"].as_str()), (StatusCode::OK, Some("https://api.example.com/{id}")));
+    assert_eq!(
+        (code, got["url"].as_str()),
+        (StatusCode::OK, Some("https://api.example.com/{id}"))
+    );
     assert_eq!(app.delete("/v1/tools/b-tool").await.0, StatusCode::NO_CONTENT);
-    assert_error(&app.delete("/v1/tools/b-tool").await, StatusCode::NOT_FOUND, "not_found");
+    assert_error(
+        &app.delete("/v1/tools/b-tool").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
     assert_error(&app.get("/v1/tools/b-tool").await, StatusCode::NOT_FOUND, "not_found");
 }
 
@@ -358,12 +419,23 @@ async fn secrets_never_leak() {
     let header = json!({"Authorization": "Bearer ${env:HTTP_TOOLS_TEST_SECRET}"});
     // (The tool server echoes the query of /x, so only the failing tools carry the secret in it.)
     put_tool(&app, "ok_tool", json!({"url": server.url("/x"), "headers": header})).await;
-    put_tool(&app, "fail_tool", json!({"url": server.url("/fail?k=${env:HTTP_TOOLS_TEST_SECRET}"), "headers": header}))
-        .await;
+    put_tool(
+        &app,
+        "fail_tool",
+        json!({"url": server.url("/fail?k=${env:HTTP_TOOLS_TEST_SECRET}"), "headers": header}),
+    )
+    .await;
     // A closed port: a connection error, whose message must not carry the URL.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    put_tool(&app, "down_tool", json!({"url": format!("http://{closed}/?k=${{env:HTTP_TOOLS_TEST_SECRET}}"),
-                                       "headers": header}))
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    put_tool(
+        &app,
+        "down_tool",
+        json!({"url": format!("http://{closed}/?k=${{env:HTTP_TOOLS_TEST_SECRET}}"),
+                                       "headers": header}),
+    )
     .await;
     agent(&app, &["close_ticket", "ok_tool", "fail_tool", "down_tool"]).await;
     llm.push(Reply::tool_calls(vec![
@@ -376,7 +448,9 @@ async fn secrets_never_leak() {
     wait_status(&app, &key, "done").await;
     let sent = server.requests();
     assert_eq!(sent.len(), 2);
-    assert!(sent.iter().all(|r| r.headers["authorization"] == format!("Bearer {SECRET}")));
+    assert!(sent
+        .iter()
+        .all(|r| r.headers["authorization"] == format!("Bearer {SECRET}")));
     let fail = sent.iter().find(|r| r.path == "/fail").unwrap();
     assert_eq!(fail.query, format!("k={SECRET}"), "the URL's template was expanded");
     let failed = event_data(&app, &id, "tool.failed").await;
@@ -384,11 +458,10 @@ async fn secrets_never_leak() {
     assert!(failed.iter().any(|f| f["kind"] == "connection_failed"));
 
     // The database, every table as text.
-    let tables: Vec<String> =
-        sqlx::query_scalar("SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
+    let tables: Vec<String> = sqlx::query_scalar("SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
     assert!(tables.contains(&"events".to_string()) && tables.contains(&"http_tools".to_string()));
     for table in tables {
         let rows: Vec<String> = sqlx::query_scalar(&format!("SELECT t::text FROM \"{table}\" t"))

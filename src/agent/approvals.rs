@@ -71,7 +71,8 @@ impl Step<'_> {
         if !others.is_empty() {
             let outcomes = self.execute_tools(&others).await?;
             // A finisher among them ends the ticket here; what waited is dropped with it.
-            self.store_results(&others, outcomes, None, &TicketUsage::default()).await?;
+            self.store_results(&others, outcomes, None, &TicketUsage::default())
+                .await?;
         }
         self.wait_for_answers().await
     }
@@ -104,7 +105,8 @@ impl Step<'_> {
         tx.commit().await?;
         self.rt.hub.wake();
         let outcomes = self.execute_tools(&calls).await?;
-        self.store_results(&calls, outcomes, None, &TicketUsage::default()).await
+        self.store_results(&calls, outcomes, None, &TicketUsage::default())
+            .await
     }
 
     /// An answered call, ready to run (approved) or to return to the model (denied, or a tool

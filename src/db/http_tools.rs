@@ -92,7 +92,11 @@ pub async fn named<'e>(db: impl PgExecutor<'e>, names: &[String]) -> Result<Vec<
 }
 
 /// A page of tools in name order, after `after`.
-pub async fn list<'e>(db: impl PgExecutor<'e>, after: Option<&str>, limit: i64) -> Result<Vec<HttpToolDef>, sqlx::Error> {
+pub async fn list<'e>(
+    db: impl PgExecutor<'e>,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<HttpToolDef>, sqlx::Error> {
     let rows: Vec<Row> = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM http_tools WHERE $1::text IS NULL OR name > $1 ORDER BY name LIMIT $2"
     ))

@@ -95,7 +95,9 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
     let url = req.url.trim();
     let parsed = reqwest::Url::parse(&url_shape(url)).map_err(|e| invalid(format!("url {url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
-        return Err(invalid(format!("url must be an http or https URL with a host, not {url:?}")));
+        return Err(invalid(format!(
+            "url must be an http or https URL with a host, not {url:?}"
+        )));
     }
     let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_HTTP_TOOL_TIMEOUT_MS);
     if !(MIN_HTTP_TOOL_TIMEOUT_MS..=MAX_HTTP_TOOL_TIMEOUT_MS).contains(&timeout_ms) {
@@ -108,7 +110,9 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
             return Err(invalid(format!("invalid header name {header:?}")));
         }
         if header.eq_ignore_ascii_case("idempotency-key") {
-            return Err(invalid("the Idempotency-Key header is set by the desk (the call's id)".into()));
+            return Err(invalid(
+                "the Idempotency-Key header is set by the desk (the call's id)".into(),
+            ));
         }
         if HeaderValue::from_str(value).is_err() {
             return Err(invalid(format!("invalid value for header {header:?}")));
@@ -116,7 +120,9 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
     }
     let input_schema = req.input_schema.unwrap_or_else(|| json!({"type": "object"}));
     if input_schema.get("type").and_then(Value::as_str) != Some("object") {
-        return Err(invalid("input_schema must be a JSON Schema with \"type\": \"object\"".into()));
+        return Err(invalid(
+            "input_schema must be a JSON Schema with \"type\": \"object\"".into(),
+        ));
     }
     crate::schema::compile_schema(&input_schema).map_err(|e| invalid(format!("input_schema: {e}")))?;
     Ok(HttpToolDef {

@@ -93,16 +93,23 @@ impl HttpTool {
         };
         let filled = fill_placeholders(&self.def.url, &mut rest)?;
         let url = reqwest::Url::parse(&expand_env(&filled)).map_err(|e| {
-            ToolFailure::invalid(format!("the tool's URL {:?} is not valid once filled: {e}", self.def.url))
+            ToolFailure::invalid(format!(
+                "the tool's URL {:?} is not valid once filled: {e}",
+                self.def.url
+            ))
         })?;
-        self.client.guard.check_url(&url).map_err(|e| forbidden(&e.to_string()))?;
+        self.client
+            .guard
+            .check_url(&url)
+            .map_err(|e| forbidden(&e.to_string()))?;
         let mut headers = HeaderMap::new();
         for (name, template) in &self.def.headers {
             let name = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| ToolFailure::invalid(format!("invalid header name {name:?}")))?;
             // The message names the header, never the expanded value.
-            let value = HeaderValue::from_str(&expand_env(template))
-                .map_err(|_| ToolFailure::invalid(format!("header {name} is not valid once its secrets are expanded")))?;
+            let value = HeaderValue::from_str(&expand_env(template)).map_err(|_| {
+                ToolFailure::invalid(format!("header {name} is not valid once its secrets are expanded"))
+            })?;
             headers.insert(name, value);
         }
         if let Ok(key) = HeaderValue::from_str(call_id) {
@@ -127,7 +134,11 @@ impl HttpTool {
         let mut response = request.send().await.map_err(|e| self.transport_failure(e))?;
         let status = response.status();
         let mut body: Vec<u8> = Vec::new();
-        let limit = if status.is_success() { MAX_BODY_BYTES } else { ERROR_BODY_BYTES };
+        let limit = if status.is_success() {
+            MAX_BODY_BYTES
+        } else {
+            ERROR_BODY_BYTES
+        };
         while body.len() < limit {
             match response.chunk().await {
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
@@ -141,7 +152,11 @@ impl HttpTool {
         if !status.is_success() {
             return Err(ToolFailure::new(
                 ToolErrorKind::HttpStatus,
-                format!("{} {} answered HTTP {status}: {text}", self.def.method.as_str(), self.def.name),
+                format!(
+                    "{} {} answered HTTP {status}: {text}",
+                    self.def.method.as_str(),
+                    self.def.name
+                ),
             ));
         }
         if cut {
@@ -207,10 +222,9 @@ pub fn fill_placeholders(template: &str, input: &mut Map<String, Value>) -> Resu
         match (field, end) {
             (Some(field), Some(end)) => {
                 out.push_str(&rest[..start]);
-                let value = input
-                    .remove(field)
-                    .filter(|v| !v.is_null())
-                    .ok_or_else(|| ToolFailure::invalid(format!("the input needs `{field}` (it is part of the URL)")))?;
+                let value = input.remove(field).filter(|v| !v.is_null()).ok_or_else(|| {
+                    ToolFailure::invalid(format!("the input needs `{field}` (it is part of the URL)"))
+                })?;
                 out.push_str(&percent_encode(&plain(&value)));
                 rest = &after[end + 1..];
             }
@@ -252,7 +266,10 @@ mod tests {
 
     #[test]
     fn placeholders_are_filled_encoded_and_taken_from_the_input() {
-        let mut input = json!({"city": "São Paulo/x", "n": 3, "rest": true}).as_object().unwrap().clone();
+        let mut input = json!({"city": "São Paulo/x", "n": 3, "rest": true})
+            .as_object()
+            .unwrap()
+            .clone();
         let url = fill_placeholders("https://h/{city}/n{n}?k=${env:KEY}&x={}", &mut input).unwrap();
         assert_eq!(url, "https://h/S%C3%A3o%20Paulo%2Fx/n3?k=${env:KEY}&x={}");
         assert_eq!(Value::Object(input), json!({"rest": true}));

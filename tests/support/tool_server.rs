@@ -44,7 +44,9 @@ pub const HUGE_BYTES: usize = 300_000;
 
 impl ToolServer {
     pub async fn start() -> ToolServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the tool server");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the tool server");
         let addr = listener.local_addr().unwrap();
         let requests: Arc<Mutex<Vec<ToolRequest>>> = Arc::default();
         let recorded = requests.clone();
@@ -121,12 +123,16 @@ impl Drop for HangingServer {
 
 impl HangingServer {
     pub async fn start() -> HangingServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the hanging server");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the hanging server");
         let addr = listener.local_addr().unwrap();
         let (received_tx, received) = watch::channel(false);
         let (closed_tx, closed) = watch::channel(false);
         let server = tokio::spawn(async move {
-            let Ok((mut socket, _)) = listener.accept().await else { return };
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
             let mut buf = [0u8; 4096];
             if matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {
                 let _ = received_tx.send(true);
@@ -152,5 +158,7 @@ impl HangingServer {
 
 /// Waits (at most `timeout`) until the flag is true.
 pub async fn wait_flag(flag: &mut watch::Receiver<bool>, timeout: Duration) -> bool {
-    tokio::time::timeout(timeout, flag.wait_for(|v| *v)).await.is_ok_and(|r| r.is_ok())
+    tokio::time::timeout(timeout, flag.wait_for(|v| *v))
+        .await
+        .is_ok_and(|r| r.is_ok())
 }
