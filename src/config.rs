@@ -158,7 +158,8 @@ pub struct ServerArgs {
     pub agents_file: Option<String>,
     /// Let HTTP tools reach loopback, private, link-local and metadata addresses (true/false)
     #[arg(long, env = "AGENTDESK_ALLOW_PRIVATE_URLS", value_name = "BOOL",
-        default_value_t = Config::default().allow_private_urls, value_parser = Setting(boolean))]
+        default_value_t = Config::default().allow_private_urls, action = clap::ArgAction::Set,
+        value_parser = Setting(boolean))]
     pub allow_private_urls: bool,
 }
 
@@ -313,6 +314,7 @@ mod tests {
                 "AGENTDESK_LEASE_SECS" => Some("5"),
                 "AGENTDESK_API_TOKENS" => Some("a, b,,"),
                 "AGENTDESK_LOG_FORMAT" => Some("json"),
+                "AGENTDESK_ALLOW_PRIVATE_URLS" => Some("true"),
                 _ => None,
             }
             .map(str::to_owned)
@@ -324,6 +326,7 @@ mod tests {
         assert_eq!(c.api_tokens, vec!["a", "b"]);
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.stream_idle, Duration::from_secs(90));
+        assert!(c.allow_private_urls);
         assert!(!format!("{c:?}").contains("\"a\""), "tokens are not printed");
     }
 
@@ -333,6 +336,8 @@ mod tests {
         assert!(err.contains("AGENTDESK_WORKERS"));
         let err = Config::from_lookup(|n| (n == "AGENTDESK_LEASE_SECS").then(|| "-1".to_owned())).unwrap_err();
         assert!(err.contains("AGENTDESK_LEASE_SECS"));
+        let err = Config::from_lookup(|n| (n == "AGENTDESK_ALLOW_PRIVATE_URLS").then(|| "maybe".to_owned())).unwrap_err();
+        assert!(err.contains("AGENTDESK_ALLOW_PRIVATE_URLS"));
     }
 
     #[test]
@@ -355,6 +360,7 @@ mod tests {
             );
             assert_eq!((c.log_format, &c.data_dir), (d.log_format, &d.data_dir));
             assert!(c.database_url.is_none() && c.model.is_none() && c.api_tokens.is_empty());
+            assert!(!c.allow_private_urls, "the address guard is on by default");
         }
         let c = Config::from_lookup(|n| (n == "AGENTDESK_WORKERS").then(|| " 8 ".to_owned())).unwrap();
         assert_eq!(c.workers, 8);

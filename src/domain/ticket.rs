@@ -126,6 +126,7 @@ pub struct Ticket {
     /// Tool calls of the last step that wait for a person's answer
     /// (`POST /v1/tickets/{ticket}/approvals/{call_id}`); the ticket is `waiting` until all are answered.
     #[serde(default)]
+    #[schema(required = true)]
     pub pending_approvals: Vec<PendingApproval>,
     /// Every call of the last step that needed an answer, answered or not, until the next claim
     /// runs them (internal: not shown).
