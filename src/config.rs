@@ -336,7 +336,8 @@ mod tests {
         assert!(err.contains("AGENTDESK_WORKERS"));
         let err = Config::from_lookup(|n| (n == "AGENTDESK_LEASE_SECS").then(|| "-1".to_owned())).unwrap_err();
         assert!(err.contains("AGENTDESK_LEASE_SECS"));
-        let err = Config::from_lookup(|n| (n == "AGENTDESK_ALLOW_PRIVATE_URLS").then(|| "maybe".to_owned())).unwrap_err();
+        let err =
+            Config::from_lookup(|n| (n == "AGENTDESK_ALLOW_PRIVATE_URLS").then(|| "maybe".to_owned())).unwrap_err();
         assert!(err.contains("AGENTDESK_ALLOW_PRIVATE_URLS"));
     }
 

@@ -114,7 +114,7 @@ impl Step<'_> {
     fn answered_call(&self, approval: &Approval) -> PreparedCall {
         let input = match approval.decision {
             Some(Decision::Approved) => match self.tools.get(&approval.tool_name) {
-                Some(tool) if self.agent.tools.iter().any(|t| *t == approval.tool_name) => Ok(Prepared {
+                Some(tool) if self.agent.tools.contains(&approval.tool_name) => Ok(Prepared {
                     tool: tool.clone(),
                     input: approval.input.clone(),
                 }),

@@ -420,7 +420,7 @@ pub async fn notify_cancel(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx
 /// Callers hold the ticket's row lock (a fenced transaction, or the answer's lock), so the list
 /// is never written from two places at once.
 pub async fn set_approvals(conn: &mut PgConnection, id: Uuid, approvals: &[Approval]) -> Result<(), sqlx::Error> {
-    let value = (!approvals.is_empty()).then(|| sqlx::types::Json(approvals));
+    let value = (!approvals.is_empty()).then_some(sqlx::types::Json(approvals));
     sqlx::query("UPDATE tickets SET approvals = $2 WHERE id = $1")
         .bind(id)
         .bind(value)
