@@ -258,3 +258,24 @@ async fn pending_approvals_survive_a_restart() {
     wait_status(&app, &key, "done").await;
     assert_eq!(paths(&server), ["/deploy/prod"], "the approved call ran once");
 }
+
+#[tokio::test]
+async fn a_comment_wakes_a_ticket_with_unanswered_calls_but_it_waits_again() {
+    let llm = FakeLlm::start().await;
+    let app = start(&llm, None).await;
+    let server = ToolServer::start().await;
+    setup(&app, &server).await;
+    llm.push(Reply::tool_call("deploy", json!({"env": "prod"})));
+    let (key, id) = ticket(&app).await;
+    let call_id = pending_call(&app, &key).await;
+    app.comment(&key, "any news?").await;
+    // Woken (todo), claimed, and waiting again for the same call, without asking the model.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while event_data(&app, &id, "ticket.waiting").await.len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the ticket did not wait again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(pending_call(&app, &key).await, call_id);
+    assert_eq!(llm.requests().len(), 1, "the model was not asked while the call waits");
+    assert!(server.requests().is_empty());
+}
