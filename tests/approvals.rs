@@ -279,3 +279,20 @@ async fn a_comment_wakes_a_ticket_with_unanswered_calls_but_it_waits_again() {
     assert_eq!(llm.requests().len(), 1, "the model was not asked while the call waits");
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test]
+async fn a_ticket_closed_beside_a_call_that_needs_approval_is_done_and_nothing_waits() {
+    let llm = FakeLlm::start().await;
+    let app = start(&llm, None).await;
+    let server = ToolServer::start().await;
+    setup(&app, &server).await;
+    llm.push(Reply::tool_calls(vec![
+        ("deploy", json!({"env": "prod"})),
+        ("close_ticket", json!({"result": "ok"})),
+    ]));
+    let (key, id) = ticket(&app).await;
+    let done = wait_status(&app, &key, "done").await;
+    assert_eq!(done["pending_approvals"], json!([]));
+    assert_eq!(event_data(&app, &id, "tool.approval_requested").await.len(), 1);
+    assert!(server.requests().is_empty());
+}

@@ -48,14 +48,20 @@ pub struct TicketRow {
 
 impl From<TicketRow> for Ticket {
     fn from(r: TicketRow) -> Ticket {
-        let approvals = r.approvals.map(|a| a.0).unwrap_or_default();
+        let status = Status::parse(&r.status).unwrap_or(Status::Failed);
+        // A finished ticket runs nothing more: calls still listed (a finisher called beside
+        // them) are over; reopening it clears the column.
+        let approvals = match r.approvals {
+            Some(a) if !status.is_terminal() => a.0,
+            _ => vec![],
+        };
         Ticket {
             id: r.id,
             key: r.key,
             task: r.task,
             labels: r.labels,
             // The CHECK constraint admits only known statuses.
-            status: Status::parse(&r.status).unwrap_or(Status::Failed),
+            status,
             agent: r.agent,
             reporter: r.reporter,
             priority: r.priority,
