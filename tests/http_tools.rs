@@ -12,6 +12,9 @@ use support::tool_server::{wait_flag, HangingServer, ToolServer, HUGE_BYTES};
 use support::{assert_error, event_data, wait_status, StatusCode, TestApp};
 use testkit::fake_llm::{FakeLlm, Reply};
 
+/// The value of `${env:HTTP_TOOLS_TEST_SECRET}`.
+const SECRET: &str = "zq-very-secret-7731";
+
 /// Every log line of this test binary, kept in memory (see `secrets_never_leak`).
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -26,9 +29,14 @@ impl Write for Captured {
     }
 }
 
+/// Every test calls this first: the process's log capture and the secrets the tools read, set
+/// once before any test runs a service (setting the environment while another thread reads it
+/// is a race).
 fn logs() -> &'static Captured {
     static LOGS: OnceLock<Captured> = OnceLock::new();
     LOGS.get_or_init(|| {
+        std::env::set_var("HTTP_TOOLS_TEST_WEATHER_TOKEN", "s3cr3t-weather");
+        std::env::set_var("HTTP_TOOLS_TEST_SECRET", SECRET);
         let logs = Captured::default();
         let writer = logs.clone();
         let _ = tracing_subscriber::fmt()
@@ -92,7 +100,6 @@ fn result_sent_to_model(llm: &FakeLlm, call_id: &str) -> String {
 async fn a_get_tool_fills_placeholders_sends_the_rest_as_query_and_expands_secrets_at_call_time() {
     let (app, llm) = start().await;
     let server = ToolServer::start().await;
-    std::env::set_var("HTTP_TOOLS_TEST_WEATHER_TOKEN", "s3cr3t-weather");
     let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "units": {"type": "string"},
                         "days": {"type": "integer"}}, "required": ["city"]});
     let defined = put_tool(
@@ -351,6 +358,7 @@ async fn a_tool_removed_later_is_missing_to_the_model_not_a_crash() {
 
 #[tokio::test]
 async fn tool_definitions_are_validated_listed_and_deleted() {
+    logs();
     let app = TestApp::spawn().await;
     let ok = json!({"url": "https://api.example.com/{id}", "input_schema": {"type": "object"}});
     let bad = [
@@ -412,8 +420,6 @@ async fn tool_definitions_are_validated_listed_and_deleted() {
 /// dumped as text), the events, the API's responses, or the logs, on success and on failures.
 #[tokio::test]
 async fn secrets_never_leak() {
-    const SECRET: &str = "zq-very-secret-7731";
-    std::env::set_var("HTTP_TOOLS_TEST_SECRET", SECRET);
     let (app, llm) = start().await;
     let server = ToolServer::start().await;
     let header = json!({"Authorization": "Bearer ${env:HTTP_TOOLS_TEST_SECRET}"});
