@@ -64,6 +64,10 @@ impl App {
         ensure_default_agent(&pool, &config, &providers).await?;
 
         let config = Arc::new(config);
+        // One HTTP client for every HTTP tool call of this process, with the address guard on.
+        let catalog = crate::tools::catalog::ToolCatalog::new(crate::net::AddressGuard {
+            allow_private: config.allow_private_urls,
+        });
         let shutdown = CancellationToken::new();
         let hub = EventHub::new(pool.clone()).await?;
         let mut tasks = vec![
@@ -82,6 +86,7 @@ impl App {
                 hub: hub.clone(),
                 config: config.clone(),
                 providers: providers.clone(),
+                catalog: catalog.clone(),
                 intake: crate::transitions::intake::Intake::start(pool.clone(), hub.clone()),
                 shutdown: shutdown.clone(),
             };
@@ -139,6 +144,7 @@ impl App {
                 hub.clone(),
                 config.clone(),
                 providers.clone(),
+                catalog.clone(),
             ))
         } else {
             None

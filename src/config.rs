@@ -48,8 +48,8 @@ pub struct Config {
     pub db_max_connections: u32,
     /// Providers and agents applied at start-up (`AGENTDESK_AGENTS_FILE`), as `agents apply` does.
     pub agents_file: Option<PathBuf>,
-    /// Outbound requests made on a user's behalf (webhooks) may reach loopback and private
-    /// addresses (`AGENTDESK_ALLOW_PRIVATE_URLS`).
+    /// Outbound requests made on a user's behalf (HTTP tools, MCP servers, webhooks) may reach
+    /// loopback, private, link-local and metadata addresses (`AGENTDESK_ALLOW_PRIVATE_URLS`).
     pub allow_private_urls: bool,
     /// Delays before a failed webhook delivery's retries; after the last, the event is given up.
     pub webhook_retry: Vec<Duration>,
@@ -185,7 +185,7 @@ pub struct ServerArgs {
     /// does; a bad file stops start-up
     #[arg(long, env = "AGENTDESK_AGENTS_FILE", value_name = "FILE", value_parser = Setting(text))]
     pub agents_file: Option<String>,
-    /// Let webhooks reach loopback, private, link-local and metadata addresses
+    /// Let HTTP tools, MCP servers and webhooks reach loopback, private, link-local and metadata addresses
     #[arg(long, env = "AGENTDESK_ALLOW_PRIVATE_URLS", value_name = "BOOL",
         default_value_t = false, action = clap::ArgAction::Set, value_parser = Setting(boolean))]
     pub allow_private_urls: bool,
@@ -380,6 +380,7 @@ mod tests {
                 "AGENTDESK_LEASE_SECS" => Some("5"),
                 "AGENTDESK_API_TOKENS" => Some("a, b,,"),
                 "AGENTDESK_LOG_FORMAT" => Some("json"),
+                "AGENTDESK_ALLOW_PRIVATE_URLS" => Some("true"),
                 _ => None,
             }
             .map(str::to_owned)
@@ -391,6 +392,7 @@ mod tests {
         assert_eq!(c.api_tokens, vec!["a", "b"]);
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.stream_idle, Duration::from_secs(90));
+        assert!(c.allow_private_urls);
         assert!(!format!("{c:?}").contains("\"a\""), "tokens are not printed");
     }
 
@@ -400,6 +402,9 @@ mod tests {
         assert!(err.contains("AGENTDESK_WORKERS"));
         let err = Config::from_lookup(|n| (n == "AGENTDESK_LEASE_SECS").then(|| "-1".to_owned())).unwrap_err();
         assert!(err.contains("AGENTDESK_LEASE_SECS"));
+        let err =
+            Config::from_lookup(|n| (n == "AGENTDESK_ALLOW_PRIVATE_URLS").then(|| "maybe".to_owned())).unwrap_err();
+        assert!(err.contains("AGENTDESK_ALLOW_PRIVATE_URLS"));
     }
 
     #[test]
@@ -446,6 +451,7 @@ mod tests {
             );
             assert_eq!((c.log_format, &c.data_dir), (d.log_format, &d.data_dir));
             assert!(c.database_url.is_none() && c.model.is_none() && c.api_tokens.is_empty());
+            assert!(!c.allow_private_urls, "the address guard is on by default");
         }
         let c = Config::from_lookup(|n| (n == "AGENTDESK_WORKERS").then(|| " 8 ".to_owned())).unwrap();
         assert_eq!(c.workers, 8);

@@ -120,6 +120,7 @@ fn ctx<'a>(pool: &'a PgPool, claim: &'a Claim) -> ToolContext<'a> {
         fence: claim.fence(),
         ticket: &claim.ticket,
         agent: AGENT,
+        call_id: "call_1",
         cancel: Default::default(),
     }
 }

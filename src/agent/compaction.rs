@@ -240,7 +240,7 @@ impl Step<'_> {
                 let content = summary_comment(&summary);
                 let comment = db::comments::insert(&mut tx, self.ticket.id, Author::User, None, &content).await?;
                 let kept = db::comments::all(&mut *tx, self.ticket.id).await?;
-                let tokens_after = estimate_tokens(&request::build(&self.agent, &self.ticket, &kept));
+                let tokens_after = estimate_tokens(&request::build(&self.agent, &self.tools, &self.ticket, &kept));
                 let finished = EventData::CompactionFinished {
                     reason: reason.as_str().into(),
                     tokens_before,

@@ -8,6 +8,7 @@
 //! is fenced by the claim (`db::claims::fence`), so a worker that lost its claim writes nothing;
 //! no connection is held while the model or a tool runs.
 
+mod approvals;
 pub mod compaction;
 mod model_call;
 pub mod outputs;
@@ -38,6 +39,8 @@ pub struct Runtime {
     pub steps: db::steps::StepWriter,
     pub hub: EventHub,
     pub providers: Arc<Providers>,
+    /// Resolves the agent's tool names into the tools of a step.
+    pub catalog: crate::tools::catalog::ToolCatalog,
     /// A model stream silent this long is a stall.
     pub stream_idle: Duration,
 }

@@ -73,6 +73,21 @@ impl ResponseRecord {
         }
     }
 
+    /// Calls that wait for approval log `tool.approval_requested` where the others log
+    /// `tool.started`.
+    pub fn request_approvals(&mut self, calls: &[PreparedCall]) {
+        for (event, call) in self.tool_started.iter_mut().zip(calls) {
+            if call.requires_approval() {
+                let requested = EventData::ToolApprovalRequested {
+                    tool_name: call.name.clone(),
+                    call_id: call.id.clone(),
+                    input: call.shown_input.clone(),
+                };
+                *event = NewEvent::new(event.agent.as_deref(), requested);
+            }
+        }
+    }
+
     /// The response as a step stores it (`db::steps::store_step`): the assistant comment, the
     /// events around it in log order, and which of them carries the comment (its index, 0).
     pub fn into_step(mut self, ticket_id: uuid::Uuid, agent: &str) -> (Comment, Vec<NewEvent>, Vec<Option<usize>>) {

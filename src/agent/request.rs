@@ -6,13 +6,13 @@ use crate::domain::{Agent, Comment, Ticket, TicketUsage, TokenUsage};
 use crate::llm::{self, ModelRequest};
 use crate::tools::ToolRegistry;
 
-pub(super) fn build(agent: &Agent, ticket: &Ticket, comments: &[Comment]) -> ModelRequest {
+pub(super) fn build(agent: &Agent, tools: &ToolRegistry, ticket: &Ticket, comments: &[Comment]) -> ModelRequest {
     ModelRequest {
         model: agent.model.clone(),
         system: system_prompt(agent, ticket),
         messages: transcript::to_messages(comments),
         // Built once per tool by the registry; a request only clones them.
-        tools: ToolRegistry::builtin().specs(agent.tools.iter().map(String::as_str)),
+        tools: tools.specs(agent.tools.iter().map(String::as_str)),
         temperature: agent.temperature,
         max_tokens: agent.max_tokens.map(|m| m as u32),
         thinking_budget: agent.thinking_budget.map(|b| b as u32),

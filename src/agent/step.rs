@@ -2,6 +2,7 @@
 //! (compacting first when it nears the window), call the model, then either settle a text reply
 //! or run the tool calls and store their results.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::compaction::{self, Reason};
@@ -15,6 +16,7 @@ use crate::db::steps::{StepResult, StepWrite};
 use crate::domain::provider::BUILTIN_PROVIDERS;
 use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
 use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, StopReason};
+use crate::tools::ToolRegistry;
 
 /// What every part of a step works with: the process, the claim, the agent and the ticket as
 /// the step read them, and the signals that stop it.
@@ -23,6 +25,8 @@ pub(super) struct Step<'a> {
     pub fence: Fence,
     pub agent: Agent,
     pub ticket: Ticket,
+    /// The agent's tools for this step (`tools::catalog`).
+    pub tools: Cow<'static, ToolRegistry>,
     pub signals: &'a Signals,
     pub streaks: &'a Streaks,
     /// Requests of this step that failed and are not yet added to the ticket's usage.
@@ -57,11 +61,13 @@ pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, streaks:
     // As the claim wrote it: a comment posted since is seen by the next request, as one posted
     // during this request would be.
     let transcript = claim.transcript.as_ref().filter(|_| first).cloned();
+    let tools = rt.catalog.for_agent(&rt.pool, &agent.tools).await?;
     let step = Step {
         rt,
         fence,
         agent,
         ticket,
+        tools,
         signals,
         streaks,
         failed_requests: Count::default(),
@@ -75,6 +81,10 @@ impl Step<'_> {
     }
 
     async fn work(&self, transcript: Option<Vec<Comment>>) -> Flow<()> {
+        if !self.ticket.approvals.is_empty() {
+            // The last step's calls that waited for a person: wait on, or run them now.
+            return self.resume_approvals().await;
+        }
         if let Some((policy, limit)) = request::policy_violation(&self.agent, &self.ticket) {
             let event = NewEvent::new(
                 Some(self.name()),
@@ -99,7 +109,7 @@ impl Step<'_> {
             Some(transcript) => transcript,
             None => db::comments::all(&self.rt.pool, self.ticket.id).await?,
         };
-        let mut request = request::build(&self.agent, &self.ticket, &transcript);
+        let mut request = request::build(&self.agent, &self.tools, &self.ticket, &transcript);
         let compacted = match window {
             Some(window) => {
                 self.compact_before_request(provider.as_ref(), window, &mut request)
@@ -190,7 +200,7 @@ impl Step<'_> {
 
     async fn rebuild_request(&self) -> Flow<ModelRequest> {
         let comments = db::comments::all(&self.rt.pool, self.ticket.id).await?;
-        Ok(request::build(&self.agent, &self.ticket, &comments))
+        Ok(request::build(&self.agent, &self.tools, &self.ticket, &comments))
     }
 
     async fn overflow_failure<T>(&self, err: &LlmError, after_compaction: bool) -> Flow<T> {
@@ -204,7 +214,7 @@ impl Step<'_> {
 
     /// A text reply settles the step; tool calls run, and their results are stored.
     async fn act_on(&self, response: ModelResponse) -> Flow<()> {
-        let calls = tool_calls::prepare(&self.agent, &response);
+        let calls = tool_calls::prepare(&self.agent, &self.tools, &response);
         let mut record = ResponseRecord::of(&self.agent, &response, &calls);
         record.usage = self.with_failed_requests(record.usage);
         if calls.is_empty() && response.stop_reason == StopReason::MaxTokens {
@@ -218,6 +228,9 @@ impl Step<'_> {
             tool_calls: calls.len() as i64,
             ..TicketUsage::default()
         };
+        if calls.iter().any(PreparedCall::requires_approval) {
+            return self.hold_for_approval(record, calls, tool_usage).await;
+        }
         if calls.iter().all(PreparedCall::writes_nothing) {
             // Nothing these calls do writes (finishers apply at commit): run them first, then
             // store the response, the results and the outcome in one transaction. A crash before

@@ -24,9 +24,14 @@ impl PreparedCall {
     pub fn writes_nothing(&self) -> bool {
         self.input.as_ref().map_or(true, |p| p.tool.writes_nothing())
     }
+
+    /// A call that waits for a person's approval before it runs.
+    pub fn requires_approval(&self) -> bool {
+        self.input.as_ref().is_ok_and(|p| p.tool.requires_approval())
+    }
 }
 
-pub(super) fn prepare(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCall> {
+pub(super) fn prepare(agent: &Agent, tools: &ToolRegistry, response: &ModelResponse) -> Vec<PreparedCall> {
     response
         .tool_calls
         .iter()
@@ -37,7 +42,7 @@ pub(super) fn prepare(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCa
             } else {
                 call.id.clone()
             };
-            let input = ToolRegistry::builtin().prepare(&agent.tools, &call.name, &call.arguments);
+            let input = tools.prepare(&agent.tools, &call.name, &call.arguments);
             let shown_input = match &input {
                 Ok(p) => p.input.clone(),
                 Err(_) => tools::repair_json(&call.arguments).0,
@@ -55,14 +60,15 @@ pub(super) fn prepare(agent: &Agent, response: &ModelResponse) -> Vec<PreparedCa
 impl Step<'_> {
     /// Runs the calls concurrently; outcomes keep call order. Cancel aborts them.
     pub(super) async fn execute_tools(&self, calls: &[PreparedCall]) -> Flow<Vec<ToolOutcome>> {
-        let ctx = ToolContext {
-            pool: &self.rt.pool,
-            fence: self.fence,
-            ticket: &self.ticket,
-            agent: &self.agent.name,
-            cancel: self.signals.abort.clone(),
-        };
         let runs = calls.iter().map(|call| async {
+            let ctx = ToolContext {
+                pool: &self.rt.pool,
+                fence: self.fence,
+                ticket: &self.ticket,
+                agent: &self.agent.name,
+                call_id: &call.id,
+                cancel: self.signals.abort.clone(),
+            };
             match &call.input {
                 Err(failure) => failure.clone().into(),
                 Ok(prepared) => prepared.run(&ctx).await,

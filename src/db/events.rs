@@ -400,3 +400,16 @@ pub async fn head(conn: &mut PgConnection) -> Result<GlobalCursor, sqlx::Error> 
         })
         .unwrap_or_default())
 }
+
+/// Whether a person answered (approved or denied) this tool call of the ticket; read only when
+/// an answer names a call that no longer waits.
+pub async fn call_was_answered(conn: &mut PgConnection, ticket_id: Uuid, call_id: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM events WHERE ticket_id = $1 AND kind IN ('tool.approved', 'tool.denied')
+                        AND data->>'call_id' = $2)",
+    )
+    .bind(ticket_id)
+    .bind(call_id)
+    .fetch_one(conn)
+    .await
+}

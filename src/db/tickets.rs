@@ -5,14 +5,14 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
-use crate::domain::{Status, Ticket, TicketError, TicketRef, TicketUsage};
+use crate::domain::{Approval, PendingApproval, Status, Ticket, TicketError, TicketRef, TicketUsage};
 
 /// Every column a `Ticket` is built from, with the parent's key joined in.
 pub const TICKET_COLUMNS: &str = "t.id, t.key, t.task, t.labels, t.status, t.agent, t.reporter, t.priority, \
      t.parent_id, (SELECT p.key FROM tickets p WHERE p.id = t.parent_id) AS parent_key, \
      t.schema, t.result, t.error, t.attempts, t.max_attempts, t.metadata, \
      t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_creation_tokens, t.requests, t.tool_calls, \
-     t.usage_estimated, t.created_at, t.updated_at, t.started_at, t.finished_at";
+     t.usage_estimated, t.created_at, t.updated_at, t.started_at, t.finished_at, t.approvals";
 
 #[derive(sqlx::FromRow)]
 pub struct TicketRow {
@@ -43,17 +43,25 @@ pub struct TicketRow {
     updated_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
+    approvals: Option<sqlx::types::Json<Vec<Approval>>>,
 }
 
 impl From<TicketRow> for Ticket {
     fn from(r: TicketRow) -> Ticket {
+        let status = Status::parse(&r.status).unwrap_or(Status::Failed);
+        // A finished ticket runs nothing more: calls still listed (a finisher called beside
+        // them) are over; reopening it clears the column.
+        let approvals = match r.approvals {
+            Some(a) if !status.is_terminal() => a.0,
+            _ => vec![],
+        };
         Ticket {
             id: r.id,
             key: r.key,
             task: r.task,
             labels: r.labels,
             // The CHECK constraint admits only known statuses.
-            status: Status::parse(&r.status).unwrap_or(Status::Failed),
+            status,
             agent: r.agent,
             reporter: r.reporter,
             priority: r.priority,
@@ -78,6 +86,12 @@ impl From<TicketRow> for Ticket {
             updated_at: r.updated_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
+            pending_approvals: approvals
+                .iter()
+                .filter(|a| a.decision.is_none())
+                .map(PendingApproval::from)
+                .collect(),
+            approvals,
         }
     }
 }
@@ -377,6 +391,10 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
                 error = CASE WHEN $2 = 'todo' THEN NULL ELSE error END,
                 attempts = CASE WHEN $2 = 'todo' AND status IN ('done', 'failed', 'cancelled') THEN 0 ELSE attempts END,
                 schema_retries = CASE WHEN $2 = 'todo' THEN 0 ELSE schema_retries END,
+                -- a cancel drops the calls waiting for approval, and so does reopening a finished
+                -- ticket; a comment on a waiting ticket keeps them (the next claim waits again)
+                approvals = CASE WHEN $2 = 'cancelled' OR status IN ('done', 'failed', 'cancelled')
+                            THEN NULL ELSE approvals END,
                 updated_at = now()
             WHERE id = $1 RETURNING *)
          SELECT {TICKET_COLUMNS} FROM t"
@@ -402,4 +420,28 @@ pub async fn notify_cancel(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// Sets (or, with an empty list, clears) the calls of a ticket that wait for a person's answer.
+/// Callers hold the ticket's row lock (a fenced transaction, or the answer's lock), so the list
+/// is never written from two places at once.
+pub async fn set_approvals(conn: &mut PgConnection, id: Uuid, approvals: &[Approval]) -> Result<(), sqlx::Error> {
+    let value = (!approvals.is_empty()).then_some(sqlx::types::Json(approvals));
+    sqlx::query("UPDATE tickets SET approvals = $2 WHERE id = $1")
+        .bind(id)
+        .bind(value)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The calls of a ticket waiting for (or with) a person's answer, as stored now.
+pub async fn approvals(conn: &mut PgConnection, id: Uuid) -> Result<Vec<Approval>, sqlx::Error> {
+    let value: Option<sqlx::types::Json<Vec<Approval>>> =
+        sqlx::query_scalar("SELECT approvals FROM tickets WHERE id = $1")
+            .bind(id)
+            .fetch_optional(conn)
+            .await?
+            .flatten();
+    Ok(value.map(|v| v.0).unwrap_or_default())
 }

@@ -27,6 +27,9 @@ pub mod kind {
     pub const TOOL_STARTED: &str = "tool.started";
     pub const TOOL_FINISHED: &str = "tool.finished";
     pub const TOOL_FAILED: &str = "tool.failed";
+    pub const TOOL_APPROVAL_REQUESTED: &str = "tool.approval_requested";
+    pub const TOOL_APPROVED: &str = "tool.approved";
+    pub const TOOL_DENIED: &str = "tool.denied";
     pub const SCHEMA_RETRIED: &str = "schema.retried";
     pub const POLICY_VIOLATED: &str = "policy.violated";
     pub const COMPACTION_STARTED: &str = "compaction.started";
@@ -113,6 +116,8 @@ pub enum RequeueReason {
     Comment,
     /// `POST /v1/tickets/{ticket}/retry`.
     Retry,
+    /// Every call that waited for approval was answered.
+    Approval,
 }
 
 /// Tokens of one model response, as the provider reported them.
@@ -199,6 +204,30 @@ pub enum EventData {
         kind: String,
         message: String,
     },
+    /// A call of a tool that needs a person's approval: it waits instead of running.
+    #[serde(rename = "tool.approval_requested")]
+    ToolApprovalRequested {
+        tool_name: String,
+        call_id: String,
+        #[schema(value_type = Value)]
+        input: Value,
+    },
+    /// The call runs with the ticket's next claim.
+    #[serde(rename = "tool.approved")]
+    ToolApproved {
+        tool_name: String,
+        call_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The call does not run; the model gets an error result holding the reason.
+    #[serde(rename = "tool.denied")]
+    ToolDenied {
+        tool_name: String,
+        call_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     #[serde(rename = "schema.retried")]
     SchemaRetried {
         attempt: i32,
@@ -256,6 +285,9 @@ impl EventData {
             EventData::ToolStarted { .. } => kind::TOOL_STARTED,
             EventData::ToolFinished { .. } => kind::TOOL_FINISHED,
             EventData::ToolFailed { .. } => kind::TOOL_FAILED,
+            EventData::ToolApprovalRequested { .. } => kind::TOOL_APPROVAL_REQUESTED,
+            EventData::ToolApproved { .. } => kind::TOOL_APPROVED,
+            EventData::ToolDenied { .. } => kind::TOOL_DENIED,
             EventData::SchemaRetried { .. } => kind::SCHEMA_RETRIED,
             EventData::PolicyViolated { .. } => kind::POLICY_VIOLATED,
             EventData::CompactionStarted { .. } => kind::COMPACTION_STARTED,
@@ -410,6 +442,21 @@ mod tests {
                 call_id: s(),
                 kind: s(),
                 message: s(),
+            },
+            EventData::ToolApprovalRequested {
+                tool_name: s(),
+                call_id: s(),
+                input: json!({}),
+            },
+            EventData::ToolApproved {
+                tool_name: s(),
+                call_id: s(),
+                reason: None,
+            },
+            EventData::ToolDenied {
+                tool_name: s(),
+                call_id: s(),
+                reason: Some(s()),
             },
             EventData::SchemaRetried {
                 attempt: 1,

@@ -6,9 +6,11 @@ pub mod event;
 pub mod provider;
 pub mod ticket;
 pub mod webhook;
+pub mod tool;
 
 pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};
 pub use event::{EventData, NewEvent, RequeueReason, TicketEvent, TokenUsage};
 pub use provider::ProviderDef;
 pub use ticket::{Status, Ticket, TicketError, TicketRef, TicketUsage};
+pub use tool::{Approval, Decision, HttpMethod, HttpToolDef, PendingApproval};

@@ -6,6 +6,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::tool::{Approval, PendingApproval};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -121,6 +123,15 @@ pub struct Ticket {
     pub updated_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Tool calls of the last step that wait for a person's answer
+    /// (`POST /v1/tickets/{ticket}/approvals/{call_id}`); the ticket is `waiting` until all are answered.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub pending_approvals: Vec<PendingApproval>,
+    /// Every call of the last step that needed an answer, answered or not, until the next claim
+    /// runs them (internal: not shown).
+    #[serde(skip)]
+    pub approvals: Vec<Approval>,
 }
 
 impl Ticket {

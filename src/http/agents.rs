@@ -28,7 +28,8 @@ pub struct PutAgent {
     pub model: Option<String>,
     #[serde(default)]
     pub labels: Vec<String>,
-    /// Default: all four built-in tools.
+    /// Default: all four built-in tools. Built-in tool names, HTTP tools by name (`/v1/tools`),
+    /// `mcp:{server}` and `{server}__{tool}`; an unknown name is 422.
     pub tools: Option<Vec<String>>,
     pub context_window: Option<i32>,
     pub max_turns: Option<i32>,
@@ -90,9 +91,11 @@ pub async fn put_agent(
     let tools = match req.tools {
         None => BUILTIN_TOOLS.iter().map(|t| t.to_string()).collect(),
         Some(tools) => {
-            if let Some(unknown) = tools.iter().find(|t| !BUILTIN_TOOLS.contains(&t.as_str())) {
+            let unknown = state.catalog.unknown(&state.pool, &tools).await?;
+            if let Some(unknown) = unknown.first() {
                 return Err(ApiError::Validation(format!(
-                    "unknown tool {unknown:?}: the tools are {}",
+                    "unknown tool {unknown:?}: name built-in tools ({}), HTTP tools defined with PUT /v1/tools/{{name}}, \
+                     or MCP tools",
                     BUILTIN_TOOLS.join(", ")
                 )));
             }

@@ -1,6 +1,7 @@
 //! The HTTP API: routers per resource, the error type, extractors, SSE and OpenAPI.
 
 pub mod agents;
+pub mod approvals;
 pub mod auth;
 pub mod error;
 pub mod events;
@@ -11,6 +12,7 @@ pub mod pagination;
 pub mod providers;
 pub mod tickets;
 pub mod webhooks;
+pub mod tools;
 
 use std::sync::Arc;
 
@@ -43,6 +45,8 @@ pub struct AppState {
     pub hub: EventHub,
     pub config: Arc<Config>,
     pub providers: Arc<Providers>,
+    /// Resolves agents' tool names (and checks them at `PUT /v1/agents`).
+    pub catalog: crate::tools::catalog::ToolCatalog,
     /// Group-commits plain creates.
     pub intake: crate::transitions::intake::Intake,
     /// Cancelled on shutdown: ends SSE streams so graceful shutdown does not hang on them.
@@ -60,6 +64,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tickets::list_comments, tickets::create_comment))
         .routes(routes!(events::ticket_events))
         .routes(routes!(tickets::get_output))
+        .routes(routes!(approvals::answer_approval))
         .routes(routes!(events::global_events))
         .routes(routes!(agents::list_agents))
         .routes(routes!(agents::get_agent, agents::put_agent, agents::delete_agent))
@@ -77,6 +82,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(webhooks::list_deliveries))
         .routes(routes!(webhooks::test_webhook))
+        .routes(routes!(tools::list_tools))
+        .routes(routes!(tools::get_tool, tools::put_tool, tools::delete_tool))
         .routes(routes!(health::stats))
 }
 

@@ -23,6 +23,7 @@ impl From<DeskError> for ApiError {
         match err {
             DeskError::NotFound(r) => ApiError::ticket_not_found(&r),
             DeskError::Conflict(m) => ApiError::Conflict(m),
+            DeskError::Missing(m) => ApiError::NotFound(m),
             DeskError::Invalid(m) => ApiError::Validation(m),
             DeskError::Db(e) => e.into(),
         }

@@ -1,7 +1,6 @@
 //! Named providers: OpenAI-compatible or Anthropic endpoints defined through the API and stored in
 //! the database, next to the two built-in ones configured from the environment.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -67,46 +66,4 @@ impl Cache {
     }
 }
 
-/// Replaces every `${env:NAME}` with the variable's value (empty when unset).
-pub fn expand_env(template: &str) -> Cow<'_, str> {
-    expand_with(template, |name| std::env::var(name).ok())
-}
-
-fn expand_with(template: &str, lookup: impl Fn(&str) -> Option<String>) -> Cow<'_, str> {
-    if !template.contains("${env:") {
-        return Cow::Borrowed(template);
-    }
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find("${env:") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 6..];
-        match after.find('}') {
-            Some(end) => {
-                out.push_str(&lookup(&after[..end]).unwrap_or_default());
-                rest = &after[end + 1..];
-            }
-            None => {
-                // Unterminated: kept as written.
-                out.push_str(&rest[start..]);
-                rest = "";
-            }
-        }
-    }
-    out.push_str(rest);
-    Cow::Owned(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn templates_expand_from_the_environment() {
-        let lookup = |n: &str| (n == "KEY").then(|| "secret".to_string());
-        assert_eq!(expand_with("plain", lookup), "plain");
-        assert_eq!(expand_with("Bearer ${env:KEY}", lookup), "Bearer secret");
-        assert_eq!(expand_with("${env:KEY}-${env:NONE}-x", lookup), "secret--x");
-        assert_eq!(expand_with("a ${env:KEY", lookup), "a ${env:KEY");
-    }
-}
+pub use crate::net::secrets::expand_env;

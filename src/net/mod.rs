@@ -2,5 +2,7 @@
 //! servers and webhook deliveries.
 
 pub mod guard;
+pub mod secrets;
 
 pub use guard::{is_forbidden, AddressGuard, ForbiddenAddress};
+pub use secrets::expand_env;

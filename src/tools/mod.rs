@@ -11,8 +11,10 @@
 
 pub mod args;
 pub mod builtin;
+pub mod catalog;
 pub mod coerce;
 pub mod finish;
+pub mod http;
 pub mod placeholders;
 pub mod prepare;
 pub mod registry;
@@ -61,6 +63,11 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// True when a call must be approved by a person before it runs (see the approvals API).
+    fn requires_approval(&self) -> bool {
+        false
+    }
+
     async fn call(&self, ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome;
 }
 
@@ -73,6 +80,9 @@ pub struct ToolContext<'a> {
     pub ticket: &'a Ticket,
     /// The agent working it.
     pub agent: &'a str,
+    /// The model's id of this call: unique in the ticket, the same when an approved call runs
+    /// on a later claim (HTTP tools send it as `Idempotency-Key`).
+    pub call_id: &'a str,
     /// Cancelled when the ticket is cancelled or the claim is lost; the loop also stops waiting
     /// for the call then, so only a tool that must clean up (a remote request, a child process)
     /// needs to watch it.
@@ -107,6 +117,16 @@ pub enum ToolErrorKind {
     UnknownTool,
     /// The store failed; the model may try again.
     Internal,
+    /// A remote tool answered with a status other than 2xx.
+    HttpStatus,
+    /// A remote tool gave no answer in time.
+    Timeout,
+    /// A remote tool could not be reached (connection refused, reset, DNS, TLS).
+    ConnectionFailed,
+    /// The address guard refused the tool's address; nothing was sent.
+    ForbiddenAddress,
+    /// A person denied the call (approvals).
+    Denied,
 }
 
 impl ToolErrorKind {
@@ -118,6 +138,11 @@ impl ToolErrorKind {
             ToolErrorKind::Conflict => "conflict",
             ToolErrorKind::UnknownTool => "unknown_tool",
             ToolErrorKind::Internal => "internal",
+            ToolErrorKind::HttpStatus => "http_status",
+            ToolErrorKind::Timeout => "timeout",
+            ToolErrorKind::ConnectionFailed => "connection_failed",
+            ToolErrorKind::ForbiddenAddress => "forbidden_address",
+            ToolErrorKind::Denied => "denied",
         }
     }
 }
@@ -203,6 +228,11 @@ mod tests {
             (ToolErrorKind::Conflict, "conflict"),
             (ToolErrorKind::UnknownTool, "unknown_tool"),
             (ToolErrorKind::Internal, "internal"),
+            (ToolErrorKind::HttpStatus, "http_status"),
+            (ToolErrorKind::Timeout, "timeout"),
+            (ToolErrorKind::ConnectionFailed, "connection_failed"),
+            (ToolErrorKind::ForbiddenAddress, "forbidden_address"),
+            (ToolErrorKind::Denied, "denied"),
         ];
         for (kind, name) in kinds {
             assert_eq!(kind.as_str(), name);

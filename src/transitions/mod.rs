@@ -18,6 +18,9 @@ pub enum DeskError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// Something of the ticket (not the ticket itself) is missing.
+    #[error("{0}")]
+    Missing(String),
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -251,4 +254,81 @@ pub async fn retry(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> 
     db::tickets::notify_work(&mut tx).await?;
     tx.commit().await?;
     Ok(requeued)
+}
+
+/// A person's answer to a tool call that waits for approval: `tool.approved` or `tool.denied`;
+/// once every waiting call of the step is answered, a `waiting` ticket goes back to `todo` and
+/// its next claim runs them. All under the ticket's row lock, in one transaction: two answers to
+/// one call cannot both win (the second is a conflict), and a worker's step reads them whole.
+pub async fn answer_approval(
+    pool: &PgPool,
+    reference: &str,
+    call_id: &str,
+    approve: bool,
+    reason: Option<String>,
+) -> Result<Ticket, DeskError> {
+    let mut tx = pool.begin().await?;
+    let ticket = lock(&mut tx, reference).await?;
+    let mut approvals = ticket.approvals.clone();
+    let Some(approval) = approvals.iter_mut().find(|a| a.call_id == call_id) else {
+        // Answered calls leave `approvals` once they ran; their answer stays in the log.
+        if db::events::call_was_answered(&mut tx, ticket.id, call_id).await? {
+            return Err(DeskError::Conflict(format!(
+                "the call {call_id:?} of {} was already answered",
+                ticket.key
+            )));
+        }
+        return Err(DeskError::Missing(format!(
+            "{}: no tool call {call_id:?} waits for approval",
+            ticket.key
+        )));
+    };
+    if approval.decision.is_some() || ticket.status.is_terminal() {
+        return Err(DeskError::Conflict(format!(
+            "the call {call_id:?} of {} was already answered or the ticket is {}",
+            ticket.key,
+            ticket.status.as_str()
+        )));
+    }
+    approval.decision = Some(if approve {
+        crate::domain::Decision::Approved
+    } else {
+        crate::domain::Decision::Denied
+    });
+    approval.reason = reason.clone();
+    let (tool_name, call_id) = (approval.tool_name.clone(), approval.call_id.clone());
+    let event = if approve {
+        EventData::ToolApproved {
+            tool_name,
+            call_id,
+            reason,
+        }
+    } else {
+        EventData::ToolDenied {
+            tool_name,
+            call_id,
+            reason,
+        }
+    };
+    let mut events = vec![NewEvent::new(None, event)];
+    db::tickets::set_approvals(&mut tx, ticket.id, &approvals).await?;
+    let all_answered = approvals.iter().all(|a| a.decision.is_some());
+    let ticket = if all_answered && ticket.status == Status::Waiting {
+        let requeued = db::tickets::set_status(&mut tx, ticket.id, Status::Todo).await?;
+        events.push(NewEvent::new(
+            None,
+            EventData::TicketRequeued {
+                reason: RequeueReason::Approval,
+            },
+        ));
+        db::tickets::notify_work(&mut tx).await?;
+        requeued
+    } else {
+        db::tickets::find_by_id(&mut *tx, ticket.id)
+            .await?
+            .ok_or_else(|| DeskError::NotFound(reference.to_owned()))?
+    };
+    db::events::append(&mut tx, ticket.id, &events).await?;
+    tx.commit().await?;
+    Ok(ticket)
 }

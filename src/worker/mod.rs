@@ -52,7 +52,13 @@ pub struct WorkerPool {
 }
 
 impl WorkerPool {
-    pub fn start(pool: PgPool, hub: EventHub, config: Arc<Config>, providers: Arc<Providers>) -> WorkerPool {
+    pub fn start(
+        pool: PgPool,
+        hub: EventHub,
+        config: Arc<Config>,
+        providers: Arc<Providers>,
+        catalog: crate::tools::catalog::ToolCatalog,
+    ) -> WorkerPool {
         let worker_id = format!(
             "{}-{}-{}",
             std::env::var("HOSTNAME").unwrap_or_else(|_| "agentdesk".into()),
@@ -65,6 +71,7 @@ impl WorkerPool {
             pool,
             hub,
             providers,
+            catalog,
             stream_idle: config.stream_idle,
         };
         let shared = Arc::new(Shared {

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
+pub mod tool_server;
+
 use agentdesk::app::{App, Mode};
 use agentdesk::config::Config;
 use agentdesk::llm::Providers;

@@ -271,6 +271,7 @@ async fn check_fence_last(ctx: &ToolContext<'_>, tx: &mut sqlx::PgConnection) ->
 fn desk_failure(context: &str, err: DeskError) -> ToolFailure {
     match err {
         DeskError::NotFound(key) => ToolFailure::not_found(format!("no ticket {key:?}")),
+        DeskError::Missing(message) => ToolFailure::not_found(message),
         DeskError::Conflict(message) => ToolFailure::conflict(message),
         DeskError::Invalid(message) => ToolFailure::invalid(message),
         DeskError::Db(e) => ToolFailure::internal(context, &e),

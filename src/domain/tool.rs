@@ -1,0 +1,139 @@
+//! Tools defined at run time (HTTP tools) and the approvals of tool calls that wait for a person.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// A call of an HTTP tool waits at most this long by default.
+pub const DEFAULT_HTTP_TOOL_TIMEOUT_MS: i64 = 30_000;
+pub const MIN_HTTP_TOOL_TIMEOUT_MS: i64 = 100;
+pub const MAX_HTTP_TOOL_TIMEOUT_MS: i64 = 600_000;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    Get,
+    #[default]
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+impl HttpMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpMethod::Get => "GET",
+            HttpMethod::Post => "POST",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Patch => "PATCH",
+            HttpMethod::Delete => "DELETE",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<HttpMethod> {
+        [
+            HttpMethod::Get,
+            HttpMethod::Post,
+            HttpMethod::Put,
+            HttpMethod::Patch,
+            HttpMethod::Delete,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == s)
+    }
+
+    /// Whether the input goes as a JSON body (else as query parameters).
+    pub fn has_body(self) -> bool {
+        matches!(self, HttpMethod::Post | HttpMethod::Put | HttpMethod::Patch)
+    }
+}
+
+/// An HTTP tool as defined with `PUT /v1/tools/{name}`. Secrets stay templates (`${env:NAME}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HttpToolDef {
+    pub name: String,
+    pub description: String,
+    /// A JSON Schema object describing the input.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// May hold `{field}` placeholders, filled from the input (URL-encoded).
+    pub url: String,
+    pub method: HttpMethod,
+    /// Values may hold `${env:NAME}` templates, expanded only when a call is sent.
+    pub headers: BTreeMap<String, String>,
+    pub timeout_ms: i64,
+    /// A call waits for a person's approval (`POST /v1/tickets/{ticket}/approvals/{call_id}`).
+    pub requires_approval: bool,
+    pub created_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// HTTP tool names: 1 to 64 letters, digits, `_` or `-` (they are sent to models as tool names).
+pub fn is_valid_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+}
+
+/// A person's answer to a call that waits for approval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Approved,
+    Denied,
+}
+
+/// A tool call of a ticket's last step that waits for, or got, a person's answer (stored in the
+/// ticket's `approvals` column until the next claim runs it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    pub call_id: String,
+    pub tool_name: String,
+    pub input: Value,
+    #[serde(default)]
+    pub decision: Option<Decision>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A call that waits for a person, as a ticket shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PendingApproval {
+    pub call_id: String,
+    pub tool_name: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+}
+
+impl From<&Approval> for PendingApproval {
+    fn from(a: &Approval) -> Self {
+        PendingApproval {
+            call_id: a.call_id.clone(),
+            tool_name: a.tool_name.clone(),
+            input: a.input.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names_and_methods() {
+        assert!(is_valid_tool_name("weather_v2-x"));
+        for bad in ["", "a.b", "a b", "é", &"x".repeat(65)] {
+            assert!(!is_valid_tool_name(bad), "{bad}");
+        }
+        assert_eq!(HttpMethod::parse("PATCH"), Some(HttpMethod::Patch));
+        assert_eq!(HttpMethod::parse("get"), None);
+        assert_eq!(serde_json::to_value(HttpMethod::Delete).unwrap(), "DELETE");
+        assert!(HttpMethod::Post.has_body() && !HttpMethod::Get.has_body());
+    }
+}

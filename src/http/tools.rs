@@ -1,0 +1,215 @@
+//! `/v1/tools`: HTTP tools, defined once and given to agents by name.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::pagination::{Cursor, Page};
+use super::tickets::PageQuery;
+use super::AppState;
+use crate::db;
+use crate::domain::tool::{
+    is_valid_tool_name, DEFAULT_HTTP_TOOL_TIMEOUT_MS, MAX_HTTP_TOOL_TIMEOUT_MS, MIN_HTTP_TOOL_TIMEOUT_MS,
+};
+use crate::domain::{HttpMethod, HttpToolDef};
+use crate::tools::BUILTIN_TOOLS;
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutTool {
+    /// What the tool does and when to use it, for the model.
+    #[serde(default)]
+    pub description: String,
+    /// A JSON Schema (draft 2020-12) of `"type": "object"`; default `{"type": "object"}`.
+    #[schema(value_type = Object)]
+    pub input_schema: Option<Value>,
+    /// An http(s) URL; may hold `{field}` placeholders filled from the input (URL-encoded) and
+    /// `${env:NAME}` templates expanded at call time.
+    #[schema(example = "https://api.example.com/weather/{city}")]
+    pub url: String,
+    /// Default POST. POST, PUT and PATCH send the input as a JSON body; GET and DELETE as query
+    /// parameters (less the fields used by placeholders).
+    pub method: Option<HttpMethod>,
+    /// Request headers; values may hold `${env:NAME}` templates, expanded only at call time.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// 100 to 600000 ms, default 30000.
+    #[schema(minimum = 100, maximum = 600000)]
+    pub timeout_ms: Option<i64>,
+    /// A call waits for a person's approval before it runs.
+    #[serde(default)]
+    pub requires_approval: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ToolList {
+    pub items: Vec<HttpToolDef>,
+    pub next_cursor: Option<String>,
+}
+
+fn invalid(message: String) -> ApiError {
+    ApiError::Validation(message)
+}
+
+/// `url` with its placeholders and templates replaced by a plain word, to check its form.
+fn url_shape(url: &str) -> String {
+    let mut out = String::with_capacity(url.len());
+    let mut depth = 0;
+    for c in url.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    out.push('x');
+                }
+            }
+            _ if depth > 0 => {}
+            _ => out.push(c),
+        }
+    }
+    out.replace("$x", "x")
+}
+
+fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
+    if !is_valid_tool_name(name) {
+        return Err(invalid(format!(
+            "invalid tool name {name:?}: use 1 to 64 letters, digits, '_' or '-'"
+        )));
+    }
+    if BUILTIN_TOOLS.contains(&name) {
+        return Err(invalid(format!("{name:?} is a built-in tool's name")));
+    }
+    if name.contains("__") {
+        return Err(invalid(format!(
+            "invalid tool name {name:?}: '__' is kept for MCP tools ({{server}}__{{tool}})"
+        )));
+    }
+    let url = req.url.trim();
+    let parsed = reqwest::Url::parse(&url_shape(url)).map_err(|e| invalid(format!("url {url:?} is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
+        return Err(invalid(format!(
+            "url must be an http or https URL with a host, not {url:?}"
+        )));
+    }
+    let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_HTTP_TOOL_TIMEOUT_MS);
+    if !(MIN_HTTP_TOOL_TIMEOUT_MS..=MAX_HTTP_TOOL_TIMEOUT_MS).contains(&timeout_ms) {
+        return Err(invalid(format!(
+            "timeout_ms must be between {MIN_HTTP_TOOL_TIMEOUT_MS} and {MAX_HTTP_TOOL_TIMEOUT_MS}"
+        )));
+    }
+    for (header, value) in &req.headers {
+        if HeaderName::from_bytes(header.as_bytes()).is_err() {
+            return Err(invalid(format!("invalid header name {header:?}")));
+        }
+        if header.eq_ignore_ascii_case("idempotency-key") {
+            return Err(invalid(
+                "the Idempotency-Key header is set by the desk (the call's id)".into(),
+            ));
+        }
+        if HeaderValue::from_str(value).is_err() {
+            return Err(invalid(format!("invalid value for header {header:?}")));
+        }
+    }
+    let input_schema = req.input_schema.unwrap_or_else(|| json!({"type": "object"}));
+    if input_schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(invalid(
+            "input_schema must be a JSON Schema with \"type\": \"object\"".into(),
+        ));
+    }
+    crate::schema::compile_schema(&input_schema).map_err(|e| invalid(format!("input_schema: {e}")))?;
+    Ok(HttpToolDef {
+        name: name.to_owned(),
+        description: req.description,
+        input_schema,
+        url: url.to_owned(),
+        method: req.method.unwrap_or_default(),
+        headers: req.headers,
+        timeout_ms,
+        requires_approval: req.requires_approval,
+        created_at: None,
+        updated_at: None,
+    })
+}
+
+/// Define or replace an HTTP tool
+///
+/// Takes effect with the next step of every agent that names it, in every process. Header values
+/// are stored and shown as written: `${env:NAME}` is expanded only when a call is sent.
+#[utoipa::path(put, path = "/tools/{name}", tag = "tools", request_body = PutTool,
+    params(("name" = String, Path, description = "1 to 64 letters, digits, '_' or '-'; not a built-in tool's name")),
+    responses((status = 201, description = "Created", body = HttpToolDef),
+        (status = 200, description = "Replaced", body = HttpToolDef),
+        (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
+pub async fn put_tool(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(req): ApiJson<PutTool>,
+) -> ApiResult<(StatusCode, Json<HttpToolDef>)> {
+    let def = validate(&name, req)?;
+    let (def, created) = db::http_tools::upsert(&state.pool, &def).await?;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(def)))
+}
+
+/// Get an HTTP tool
+#[utoipa::path(get, path = "/tools/{name}", tag = "tools",
+    params(("name" = String, Path)),
+    responses((status = 200, body = HttpToolDef), (status = 404, body = ErrorBody)))]
+pub async fn get_tool(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<Json<HttpToolDef>> {
+    db::http_tools::get(&state.pool, &name)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no tool {name:?}")))
+}
+
+/// List HTTP tools, by name
+#[utoipa::path(get, path = "/tools", tag = "tools", params(PageQuery),
+    responses((status = 200, body = ToolList), (status = 400, body = ErrorBody)))]
+pub async fn list_tools(State(state): State<AppState>, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Json<ToolList>> {
+    let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let after = match page.cursor {
+        None => None,
+        Some(c) => Some(c.into_name().ok_or_else(Page::bad_cursor)?),
+    };
+    let mut items = db::http_tools::list(&state.pool, after.as_deref(), page.limit + 1).await?;
+    let more = items.len() as i64 > page.limit;
+    items.truncate(page.limit as usize);
+    let next_cursor = if more {
+        items.last().map(|t| Cursor::Name(t.name.clone()).encode())
+    } else {
+        None
+    };
+    Ok(Json(ToolList { items, next_cursor }))
+}
+
+/// Delete an HTTP tool
+///
+/// Agents that name it keep the name; their models see the tool as missing from the next step on.
+#[utoipa::path(delete, path = "/tools/{name}", tag = "tools",
+    params(("name" = String, Path)),
+    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
+pub async fn delete_tool(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
+    if db::http_tools::delete(&state.pool, &name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("no tool {name:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_shapes_hide_placeholders_and_templates() {
+        assert_eq!(url_shape("https://h/{city}?k=${env:KEY}"), "https://h/x?k=x");
+        assert_eq!(url_shape("https://${env:HOST}/a"), "https://x/a");
+    }
+}

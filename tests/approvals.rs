@@ -1,0 +1,298 @@
+//! Approvals of tool calls: a call of a tool with `requires_approval` waits for a person; the
+//! other calls of the step run at once; the answer decides whether it runs on the next claim.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::tool_server::{wait_flag, HangingServer, ToolServer};
+use support::{assert_error, event_data, event_kinds, position, wait_status, StatusCode, TestApp};
+use testkit::fake_llm::{FakeLlm, Reply};
+
+async fn start(llm: &FakeLlm, database_url: Option<String>) -> TestApp {
+    TestApp::spawn_with_llm(llm, |c| {
+        c.allow_private_urls = true;
+        if let Some(url) = database_url {
+            c.database_url = Some(url);
+        }
+    })
+    .await
+}
+
+/// `deploy` (needs approval, POST /deploy/{env}) and `lookup` (runs at once, GET /x), and an
+/// agent `tooler` with both.
+async fn setup(app: &TestApp, server: &ToolServer) {
+    let deploy = json!({"description": "Deploy", "url": server.url("/deploy/{env}"), "requires_approval": true,
+                        "input_schema": {"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]}});
+    let (code, body) = app.put("/v1/tools/deploy", deploy).await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    assert_eq!(body["requires_approval"], true);
+    let (code, _) = app
+        .put("/v1/tools/lookup", json!({"url": server.url("/x"), "method": "GET"}))
+        .await;
+    assert_eq!(code, StatusCode::CREATED);
+    let agent = json!({"provider": "openai", "model": "m", "labels": ["tooler"],
+                       "tools": ["close_ticket", "deploy", "lookup"]});
+    let (code, body) = app.put("/v1/agents/tooler", agent).await;
+    assert!(code.is_success(), "{body}");
+}
+
+async fn ticket(app: &TestApp) -> (String, String) {
+    let t = app
+        .create_ticket(json!({"task": "deploy it", "labels": ["tooler"]}))
+        .await;
+    (
+        t["key"].as_str().unwrap().to_owned(),
+        t["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn deploy_and_lookup() -> Reply {
+    Reply::tool_calls(vec![("deploy", json!({"env": "prod"})), ("lookup", json!({"q": "a"}))])
+}
+
+fn close() -> Reply {
+    Reply::tool_call("close_ticket", json!({"result": "ok"}))
+}
+
+fn paths(server: &ToolServer) -> Vec<String> {
+    server.requests().into_iter().map(|r| r.path).collect()
+}
+
+/// The tool result the model got for `call_id`.
+fn result_sent_to_model(llm: &FakeLlm, call_id: &str) -> Option<String> {
+    llm.requests().iter().find_map(|request| {
+        request.body["messages"].as_array().unwrap().iter().find_map(|m| {
+            (m["role"] == "tool" && m["tool_call_id"] == call_id).then(|| m["content"].as_str().unwrap().to_owned())
+        })
+    })
+}
+
+/// Waits until the ticket waits with one pending approval, and returns that call's id.
+async fn pending_call(app: &TestApp, key: &str) -> String {
+    let waiting = wait_status(app, key, "waiting").await;
+    let pending = waiting["pending_approvals"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{waiting}");
+    assert_eq!(pending[0]["tool_name"], "deploy");
+    assert_eq!(pending[0]["input"], json!({"env": "prod"}));
+    pending[0]["call_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn an_approved_call_runs_on_the_next_claim_and_the_other_calls_ran_at_once() {
+    let llm = FakeLlm::start().await;
+    let app = start(&llm, None).await;
+    let server = ToolServer::start().await;
+    setup(&app, &server).await;
+    llm.push(deploy_and_lookup());
+    let (key, id) = ticket(&app).await;
+    let call_id = pending_call(&app, &key).await;
+    assert_eq!(
+        paths(&server),
+        ["/x"],
+        "the other call ran at once, the one waiting did not"
+    );
+    let kinds = event_kinds(&app, &id).await;
+    assert!(position(&kinds, "tool.approval_requested") < position(&kinds, "tool.finished"));
+    assert_eq!(kinds.last().unwrap(), "ticket.waiting");
+    let requested = event_data(&app, &id, "tool.approval_requested").await;
+    assert_eq!(
+        requested[0],
+        json!({"tool_name": "deploy", "call_id": call_id, "input": {"env": "prod"}})
+    );
+    // Lists show what waits too.
+    let (_, listed) = app.get("/v1/tickets?status=waiting").await;
+    assert_eq!(listed["items"][0]["pending_approvals"][0]["call_id"], call_id.as_str());
+
+    llm.push(close());
+    let path = format!("/v1/tickets/{key}/approvals/{call_id}");
+    let (code, answered) = app.post(&path, json!({"approve": true})).await;
+    assert_eq!(code, StatusCode::OK, "{answered}");
+    assert!(answered["pending_approvals"].as_array().unwrap().is_empty());
+    wait_status(&app, &key, "done").await;
+
+    let deploys: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/deploy/prod")
+        .collect();
+    assert_eq!(deploys.len(), 1, "the approved call ran once");
+    assert_eq!(deploys[0].headers["idempotency-key"], call_id);
+    assert!(result_sent_to_model(&llm, &call_id).unwrap().contains("/deploy/prod"));
+    let kinds = event_kinds(&app, &id).await;
+    let approved = position(&kinds, "tool.approved");
+    assert_eq!(kinds[approved + 1], "ticket.requeued");
+    let requeued = event_data(&app, &id, "ticket.requeued").await;
+    assert_eq!(requeued[0], json!({"reason": "approval"}));
+    assert_eq!(
+        event_data(&app, &id, "tool.approved").await[0],
+        json!({"tool_name": "deploy", "call_id": call_id})
+    );
+
+    // Answered already: 409; unknown call or ticket: 404; a bad body: 422.
+    assert_error(
+        &app.post(&path, json!({"approve": false})).await,
+        StatusCode::CONFLICT,
+        "conflict",
+    );
+    let unknown = format!("/v1/tickets/{key}/approvals/call_nope");
+    assert_error(
+        &app.post(&unknown, json!({"approve": true})).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    let no_ticket = "/v1/tickets/TICKET-999/approvals/x";
+    assert_error(
+        &app.post(no_ticket, json!({"approve": true})).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    for bad in [
+        json!({"approve": "yes"}),
+        json!({}),
+        json!({"approve": true, "extra": 1}),
+    ] {
+        assert_error(
+            &app.post(&path, bad).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_denied_call_returns_to_the_model_with_the_reason() {
+    let llm = FakeLlm::start().await;
+    let app = start(&llm, None).await;
+    let server = ToolServer::start().await;
+    setup(&app, &server).await;
+    llm.push(Reply::tool_call("deploy", json!({"env": "prod"})));
+    let (key, id) = ticket(&app).await;
+    let call_id = pending_call(&app, &key).await;
+    llm.push(close());
+    let path = format!("/v1/tickets/{key}/approvals/{call_id}");
+    let (code, body) = app
+        .post(&path, json!({"approve": false, "reason": "not on a Friday"}))
+        .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    wait_status(&app, &key, "done").await;
+    assert!(server.requests().is_empty(), "a denied call never runs");
+    let told = result_sent_to_model(&llm, &call_id).unwrap();
+    assert!(told.contains("not on a Friday"), "{told}");
+    assert_eq!(
+        event_data(&app, &id, "tool.denied").await[0],
+        json!({"tool_name": "deploy", "call_id": call_id, "reason": "not on a Friday"})
+    );
+    assert_eq!(event_data(&app, &id, "tool.failed").await[0]["kind"], "denied");
+}
+
+#[tokio::test]
+async fn cancel_drops_pending_approvals_and_retry_tells_the_model_the_call_never_ran() {
+    let llm = FakeLlm::start().await;
+    let app = start(&llm, None).await;
+    let server = ToolServer::start().await;
+    setup(&app, &server).await;
+    llm.push(Reply::tool_call("deploy", json!({"env": "prod"})));
+    let (key, _) = ticket(&app).await;
+    let call_id = pending_call(&app, &key).await;
+    let (code, cancelled) = app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(cancelled["pending_approvals"].as_array().unwrap().is_empty());
+    let path = format!("/v1/tickets/{key}/approvals/{call_id}");
+    assert_error(
+        &app.post(&path, json!({"approve": true})).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+
+    llm.push(close());
+    let (code, _) = app.post(&format!("/v1/tickets/{key}/retry"), json!({})).await;
+    assert_eq!(code, StatusCode::OK);
+    wait_status(&app, &key, "done").await;
+    assert!(server.requests().is_empty());
+    let told = result_sent_to_model(&llm, &call_id).unwrap();
+    assert!(told.contains("interrupted"), "{told}");
+}
+
+/// The process stops while a step's other call runs and an approval waits; a new process finds
+/// the approval, waits again, and runs the approved call once.
+#[tokio::test]
+async fn pending_approvals_survive_a_restart() {
+    let llm = FakeLlm::start().await;
+    let app = start(&llm, None).await;
+    let server = ToolServer::start().await;
+    setup(&app, &server).await;
+    let mut hanging = HangingServer::start().await;
+    let hang = json!({"url": format!("http://{}/wait", hanging.addr), "timeout_ms": 600000});
+    app.put("/v1/tools/hang", hang).await;
+    let agent = json!({"provider": "openai", "model": "m", "labels": ["tooler"],
+                       "tools": ["close_ticket", "deploy", "hang"]});
+    app.put("/v1/agents/tooler", agent).await;
+    llm.push(Reply::tool_calls(vec![
+        ("deploy", json!({"env": "prod"})),
+        ("hang", json!({})),
+    ]));
+    let (key, _) = ticket(&app).await;
+    assert!(wait_flag(&mut hanging.received, Duration::from_secs(20)).await);
+    let (_, running) = app.get(&format!("/v1/tickets/{key}")).await;
+    assert_eq!(running["status"], "in_progress");
+    let call_id = running["pending_approvals"][0]["call_id"].as_str().unwrap().to_owned();
+    let database_url = app.database_url.clone();
+    app.shutdown().await;
+
+    let app = start(&llm, Some(database_url)).await;
+    assert_eq!(
+        pending_call(&app, &key).await,
+        call_id,
+        "the new process waits for the same call"
+    );
+    llm.push(close());
+    let (code, _) = app
+        .post(
+            &format!("/v1/tickets/{key}/approvals/{call_id}"),
+            json!({"approve": true}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    wait_status(&app, &key, "done").await;
+    assert_eq!(paths(&server), ["/deploy/prod"], "the approved call ran once");
+}
+
+#[tokio::test]
+async fn a_comment_wakes_a_ticket_with_unanswered_calls_but_it_waits_again() {
+    let llm = FakeLlm::start().await;
+    let app = start(&llm, None).await;
+    let server = ToolServer::start().await;
+    setup(&app, &server).await;
+    llm.push(Reply::tool_call("deploy", json!({"env": "prod"})));
+    let (key, id) = ticket(&app).await;
+    let call_id = pending_call(&app, &key).await;
+    app.comment(&key, "any news?").await;
+    // Woken (todo), claimed, and waiting again for the same call, without asking the model.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while event_data(&app, &id, "ticket.waiting").await.len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the ticket did not wait again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(pending_call(&app, &key).await, call_id);
+    assert_eq!(llm.requests().len(), 1, "the model was not asked while the call waits");
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_ticket_closed_beside_a_call_that_needs_approval_is_done_and_nothing_waits() {
+    let llm = FakeLlm::start().await;
+    let app = start(&llm, None).await;
+    let server = ToolServer::start().await;
+    setup(&app, &server).await;
+    llm.push(Reply::tool_calls(vec![
+        ("deploy", json!({"env": "prod"})),
+        ("close_ticket", json!({"result": "ok"})),
+    ]));
+    let (key, id) = ticket(&app).await;
+    let done = wait_status(&app, &key, "done").await;
+    assert_eq!(done["pending_approvals"], json!([]));
+    assert_eq!(event_data(&app, &id, "tool.approval_requested").await.len(), 1);
+    assert!(server.requests().is_empty());
+}
