@@ -43,6 +43,8 @@ pub struct App {
     pub pool: PgPool,
     pub hub: EventHub,
     pub shutdown: CancellationToken,
+    /// The process's MCP servers (for the agent's tool resolution).
+    pub mcp: crate::mcp::McpHub,
     config: Arc<Config>,
     tasks: Vec<JoinHandle<()>>,
     workers: Option<crate::worker::WorkerPool>,
@@ -67,6 +69,18 @@ impl App {
             tokio::spawn(hub.clone().run(shutdown.clone())),
             tokio::spawn(db::planner_stats::run(pool.clone(), shutdown.clone())),
         ];
+        let mcp = crate::mcp::McpHub::start(
+            pool.clone(),
+            crate::mcp::McpOptions {
+                guard: config
+                    .mcp_allow_private
+                    .map(|allow_private| crate::net::guard::AddressGuard { allow_private }),
+                config_file: config.mcp_config.clone(),
+            },
+            shutdown.clone(),
+        )
+        .await
+        .context("cannot start the MCP servers")?;
         if !mode.runs_api() {
             // Nobody here watches deltas: send them to the API processes.
             tasks.push(hub.forward_deltas(shutdown.clone()));
@@ -78,6 +92,7 @@ impl App {
                 hub: hub.clone(),
                 config: config.clone(),
                 providers: providers.clone(),
+                mcp: mcp.clone(),
                 intake: crate::transitions::intake::Intake::start(pool.clone(), hub.clone()),
                 shutdown: shutdown.clone(),
             };
@@ -122,6 +137,7 @@ impl App {
             pool,
             hub,
             shutdown,
+            mcp,
             config,
             tasks,
             workers,
@@ -145,6 +161,7 @@ impl App {
         if let Some(workers) = self.workers {
             workers.shutdown(self.config.shutdown_grace).await;
         }
+        self.mcp.shutdown().await;
         self.shutdown.cancel();
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;

@@ -48,6 +48,11 @@ pub struct Config {
     pub db_max_connections: u32,
     /// Providers and agents applied at start-up (`AGENTDESK_AGENTS_FILE`), as `agents apply` does.
     pub agents_file: Option<PathBuf>,
+    /// MCP servers read at start-up (`AGENTDESK_MCP_CONFIG`): a `{"mcpServers": …}` JSON file.
+    pub mcp_config: Option<PathBuf>,
+    /// Whether MCP connections may reach private addresses; None: `AGENTDESK_ALLOW_PRIVATE_URLS`
+    /// decides (tests set it here, since the environment is shared by parallel tests).
+    pub mcp_allow_private: Option<bool>,
 }
 
 impl fmt::Debug for Config {
@@ -81,6 +86,8 @@ impl Default for Config {
             data_dir: PathBuf::from(".agentdesk"),
             db_max_connections: 16,
             agents_file: None,
+            mcp_config: None,
+            mcp_allow_private: None,
         }
     }
 }
@@ -152,6 +159,10 @@ pub struct ServerArgs {
     /// does; a bad file stops start-up
     #[arg(long, env = "AGENTDESK_AGENTS_FILE", value_name = "FILE", value_parser = Setting(text))]
     pub agents_file: Option<String>,
+    /// A JSON file of MCP servers, `{"mcpServers": {"name": {"url", "headers"} | {"command",
+    /// "args", "env"}}}`, read at start-up; the only way to define stdio servers
+    #[arg(long, env = "AGENTDESK_MCP_CONFIG", value_name = "FILE", value_parser = Setting(text))]
+    pub mcp_config: Option<String>,
 }
 
 /// Every setting, for `Config::from_lookup`.
@@ -191,6 +202,11 @@ impl Config {
             config.db_max_connections = server.db_max_connections;
             config.agents_file = server
                 .agents_file
+                .as_deref()
+                .filter(|f| !f.is_empty())
+                .map(PathBuf::from);
+            config.mcp_config = server
+                .mcp_config
                 .as_deref()
                 .filter(|f| !f.is_empty())
                 .map(PathBuf::from);

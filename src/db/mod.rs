@@ -7,6 +7,7 @@ pub mod comments;
 pub mod desk_stats;
 pub mod events;
 pub mod group;
+pub mod mcp_servers;
 pub mod outputs;
 pub mod planner_stats;
 pub mod providers;

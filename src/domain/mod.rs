@@ -3,11 +3,13 @@
 pub mod agent;
 pub mod comment;
 pub mod event;
+pub mod mcp_server;
 pub mod provider;
 pub mod ticket;
 
 pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};
+pub use mcp_server::{McpServerDef, McpServerView, McpToolInfo, McpTransport, RequiresApproval};
 pub use event::{EventData, NewEvent, RequeueReason, TicketEvent, TokenUsage};
 pub use provider::ProviderDef;
 pub use ticket::{Status, Ticket, TicketError, TicketRef, TicketUsage};

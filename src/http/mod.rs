@@ -6,6 +6,7 @@ pub mod error;
 pub mod events;
 pub mod extract;
 pub mod health;
+pub mod mcp_servers;
 pub mod openapi;
 pub mod pagination;
 pub mod providers;
@@ -42,6 +43,8 @@ pub struct AppState {
     pub hub: EventHub,
     pub config: Arc<Config>,
     pub providers: Arc<Providers>,
+    /// The MCP servers and their connections.
+    pub mcp: crate::mcp::McpHub,
     /// Group-commits plain creates.
     pub intake: crate::transitions::intake::Intake,
     /// Cancelled on shutdown: ends SSE streams so graceful shutdown does not hang on them.
@@ -68,6 +71,13 @@ fn v1_routes() -> OpenApiRouter<AppState> {
             providers::put_provider,
             providers::delete_provider
         ))
+        .routes(routes!(mcp_servers::list_mcp_servers))
+        .routes(routes!(
+            mcp_servers::get_mcp_server,
+            mcp_servers::put_mcp_server,
+            mcp_servers::delete_mcp_server
+        ))
+        .routes(routes!(mcp_servers::refresh_mcp_server))
         .routes(routes!(health::stats))
 }
 

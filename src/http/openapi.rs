@@ -26,6 +26,7 @@ use utoipa::{Modify, OpenApi};
         (name = "comments", description = "A ticket's transcript: the agent conversation"),
         (name = "events", description = "Server-sent events, replayable"),
         (name = "agents", description = "Roles, models and tools"),
+        (name = "mcp-servers", description = "MCP servers lending their tools to agents as {server}__{tool}"),
         (name = "providers", description = "Model providers by name: the built-in openai and anthropic, and local servers or gateways defined here"),
         (name = "health", description = "Liveness and readiness (no token)"),
         (name = "stats", description = "Figures"),

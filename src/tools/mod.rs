@@ -61,6 +61,11 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// True when a call must be approved by a person before it runs (see the approvals API).
+    fn requires_approval(&self) -> bool {
+        false
+    }
+
     async fn call(&self, ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome;
 }
 
@@ -107,6 +112,13 @@ pub enum ToolErrorKind {
     UnknownTool,
     /// The store failed; the model may try again.
     Internal,
+    /// A remote tool failed: its server said so (`isError`, a JSON-RPC error), or could not be
+    /// reached, or the connection was lost during the call.
+    Remote,
+    /// A remote tool did not answer within its timeout.
+    Timeout,
+    /// The address guard refused the remote tool's address.
+    ForbiddenAddress,
 }
 
 impl ToolErrorKind {
@@ -118,6 +130,9 @@ impl ToolErrorKind {
             ToolErrorKind::Conflict => "conflict",
             ToolErrorKind::UnknownTool => "unknown_tool",
             ToolErrorKind::Internal => "internal",
+            ToolErrorKind::Remote => "remote",
+            ToolErrorKind::Timeout => "timeout",
+            ToolErrorKind::ForbiddenAddress => "forbidden_address",
         }
     }
 }
@@ -203,6 +218,9 @@ mod tests {
             (ToolErrorKind::Conflict, "conflict"),
             (ToolErrorKind::UnknownTool, "unknown_tool"),
             (ToolErrorKind::Internal, "internal"),
+            (ToolErrorKind::Remote, "remote"),
+            (ToolErrorKind::Timeout, "timeout"),
+            (ToolErrorKind::ForbiddenAddress, "forbidden_address"),
         ];
         for (kind, name) in kinds {
             assert_eq!(kind.as_str(), name);
