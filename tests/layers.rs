@@ -40,7 +40,17 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     (
         "llm",
-        &["agent", "app", "db", "events", "http", "mcp", "tools", "transitions", "worker"],
+        &[
+            "agent",
+            "app",
+            "db",
+            "events",
+            "http",
+            "mcp",
+            "tools",
+            "transitions",
+            "worker",
+        ],
     ),
     (
         "schema",
@@ -73,11 +83,17 @@ const RULES: &[(&str, &[&str])] = &[
             "worker",
         ],
     ),
-    ("transitions", &["agent", "app", "http", "llm", "mcp", "tools", "worker"]),
+    (
+        "transitions",
+        &["agent", "app", "http", "llm", "mcp", "tools", "worker"],
+    ),
     ("tools", &["agent", "app", "http", "mcp", "worker"]),
     // MCP servers lend tools: the hub builds on the store, the tools and the address guard.
     ("mcp", &["agent", "app", "events", "http", "transitions", "worker"]),
-    ("events", &["agent", "app", "http", "mcp", "tools", "transitions", "worker"]),
+    (
+        "events",
+        &["agent", "app", "http", "mcp", "tools", "transitions", "worker"],
+    ),
     ("agent", &["app", "http", "worker"]),
     ("worker", &["app", "http"]),
     ("http", &["app", "agent", "worker"]),

@@ -56,7 +56,10 @@ async fn tool(app: &TestApp, name: &str) -> Arc<dyn Tool> {
 
 async fn put_server(app: &TestApp, name: &str, body: Value) -> Value {
     let (status, view) = app.put(&format!("/v1/mcp-servers/{name}"), body).await;
-    assert!(status == StatusCode::CREATED || status == StatusCode::OK, "{status}: {view}");
+    assert!(
+        status == StatusCode::CREATED || status == StatusCode::OK,
+        "{status}: {view}"
+    );
     view
 }
 
@@ -94,7 +97,12 @@ async fn servers_are_defined_read_replaced_and_deleted_through_the_api() {
     assert_eq!(view["status"], "ok");
     assert_eq!(view["source"], "api");
     assert!(tool_names(&view).contains(&"files__echo".to_string()));
-    let exit = view["tools"].as_array().unwrap().iter().find(|t| t["name"] == "exit").unwrap();
+    let exit = view["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "exit")
+        .unwrap();
     assert_eq!(exit["requires_approval"], true);
 
     let (status, got) = app.get("/v1/mcp-servers/files").await;
@@ -115,7 +123,10 @@ async fn servers_are_defined_read_replaced_and_deleted_through_the_api() {
 
     // Replaced: the new definition applies at once.
     let (status, replaced) = app
-        .put("/v1/mcp-servers/files", json!({"url": server.url, "requires_approval": true}))
+        .put(
+            "/v1/mcp-servers/files",
+            json!({"url": server.url, "requires_approval": true}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{replaced}");
     assert_eq!(replaced["timeout_ms"], 60000);
@@ -124,13 +135,30 @@ async fn servers_are_defined_read_replaced_and_deleted_through_the_api() {
 
     let (status, _) = app.delete("/v1/mcp-servers/files").await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_error(&app.get("/v1/mcp-servers/files").await, StatusCode::NOT_FOUND, "not_found");
-    assert_error(&app.delete("/v1/mcp-servers/files").await, StatusCode::NOT_FOUND, "not_found");
+    assert_error(
+        &app.get("/v1/mcp-servers/files").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &app.delete("/v1/mcp-servers/files").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
     assert!(!hub(&app).knows("mcp:files"));
     assert!(hub(&app).resolve("files__echo").await.is_empty());
     // A tool resolved before the server went is missing now, not a crash.
     let gone = call(&app, &echo, json!({"text": "x"}), CancellationToken::new()).await;
-    assert!(matches!(gone, ToolOutcome::Failed { kind: ToolErrorKind::UnknownTool, .. }), "{gone:?}");
+    assert!(
+        matches!(
+            gone,
+            ToolOutcome::Failed {
+                kind: ToolErrorKind::UnknownTool,
+                ..
+            }
+        ),
+        "{gone:?}"
+    );
 }
 
 #[tokio::test]
@@ -138,17 +166,28 @@ async fn bad_bodies_and_names_are_422() {
     let app = app().await;
     let bad = [
         ("bad name", json!({"url": "http://127.0.0.1:1/mcp"})),
-        ("a-name-that-is-much-longer-than-32", json!({"url": "http://127.0.0.1:1/mcp"})),
+        (
+            "a-name-that-is-much-longer-than-32",
+            json!({"url": "http://127.0.0.1:1/mcp"}),
+        ),
         ("ok", json!({})),
         ("ok", json!({"url": "ftp://example.com/mcp"})),
         ("ok", json!({"url": "not a url"})),
         ("ok", json!({"url": "http://example.com/mcp", "timeout_ms": 5})),
-        ("ok", json!({"url": "http://example.com/mcp", "headers": {"bad header": "x"}})),
-        ("ok", json!({"url": "http://example.com/mcp", "requires_approval": "sometimes"})),
+        (
+            "ok",
+            json!({"url": "http://example.com/mcp", "headers": {"bad header": "x"}}),
+        ),
+        (
+            "ok",
+            json!({"url": "http://example.com/mcp", "requires_approval": "sometimes"}),
+        ),
         ("ok", json!({"url": "http://example.com/mcp", "command": "rm"})),
     ];
     for (name, body) in bad {
-        let answer = app.put(&format!("/v1/mcp-servers/{}", name.replace(' ', "%20")), body.clone()).await;
+        let answer = app
+            .put(&format!("/v1/mcp-servers/{}", name.replace(' ', "%20")), body.clone())
+            .await;
         assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
     }
     let (_, list) = app.get("/v1/mcp-servers").await;
@@ -169,7 +208,13 @@ async fn tools_work_on_every_protocol_revision_and_session_style() {
         let view = put_server(&app, name, json!({"url": server.url})).await;
         assert_eq!(view["status"], "ok", "{name}: {view}");
         let echo = tool(&app, &format!("{name}__echo")).await;
-        let out = call(&app, &echo, json!({"text": format!("hello {name}")}), CancellationToken::new()).await;
+        let out = call(
+            &app,
+            &echo,
+            json!({"text": format!("hello {name}")}),
+            CancellationToken::new(),
+        )
+        .await;
         assert_eq!(out, ToolOutcome::Output(format!("hello {name}")), "{name}");
         // A second call reuses the connection.
         let out = call(&app, &echo, json!({"text": "again"}), CancellationToken::new()).await;
@@ -179,7 +224,10 @@ async fn tools_work_on_every_protocol_revision_and_session_style() {
         let versions = server.state.protocol_versions.lock().unwrap().clone();
         if sessions {
             assert!(!session_ids.is_empty(), "{name}: the session's id was sent back");
-            assert!(session_ids.iter().all(|id| id == &session_ids[0]), "{name}: one session");
+            assert!(
+                session_ids.iter().all(|id| id == &session_ids[0]),
+                "{name}: one session"
+            );
         }
         if version == ProtocolVersion::V_2026_07_28 {
             assert!(session_ids.is_empty(), "{name}: the stateless revision has no sessions");
@@ -203,10 +251,31 @@ async fn failing_slow_hanging_and_huge_tools_are_tool_results() {
     );
 
     let started = std::time::Instant::now();
-    let out = call(&app, &tool(&app, "t__slow").await, json!({"ms": 5000}), CancellationToken::new()).await;
-    assert!(matches!(out, ToolOutcome::Failed { kind: ToolErrorKind::Timeout, .. }), "{out:?}");
+    let out = call(
+        &app,
+        &tool(&app, "t__slow").await,
+        json!({"ms": 5000}),
+        CancellationToken::new(),
+    )
+    .await;
+    assert!(
+        matches!(
+            out,
+            ToolOutcome::Failed {
+                kind: ToolErrorKind::Timeout,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(3));
-    let out = call(&app, &tool(&app, "t__slow").await, json!({"ms": 10}), CancellationToken::new()).await;
+    let out = call(
+        &app,
+        &tool(&app, "t__slow").await,
+        json!({"ms": 10}),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(out, ToolOutcome::Output("done".into()));
 
     // A hanging call stops when cancelled, and the server hears of it.
@@ -230,7 +299,13 @@ async fn failing_slow_hanging_and_huge_tools_are_tool_results() {
     })
     .await;
 
-    let out = call(&app, &tool(&app, "t__huge").await, json!({"bytes": 2_000_000}), CancellationToken::new()).await;
+    let out = call(
+        &app,
+        &tool(&app, "t__huge").await,
+        json!({"bytes": 2_000_000}),
+        CancellationToken::new(),
+    )
+    .await;
     match out {
         ToolOutcome::Output(text) => assert_eq!(text.len(), 2_000_000),
         other => panic!("{other:?}"),
@@ -244,7 +319,13 @@ async fn a_changed_tool_list_is_listed_again() {
     let server = McpHttpServer::start(ProtocolVersion::V_2025_11_25, true).await;
     put_server(&app, "live", json!({"url": server.url})).await;
     assert!(hub(&app).resolve("live__extra").await.is_empty());
-    let out = call(&app, &tool(&app, "live__add_tool").await, json!({}), CancellationToken::new()).await;
+    let out = call(
+        &app,
+        &tool(&app, "live__add_tool").await,
+        json!({}),
+        CancellationToken::new(),
+    )
+    .await;
     assert_eq!(out, ToolOutcome::Output("added".into()));
     eventually("the new tool to be listed", || async {
         !hub(&app).resolve("live__extra").await.is_empty()
@@ -324,9 +405,21 @@ async fn malformed_json_rpc_is_an_error_not_a_crash() {
     let url = scripted_server(garbage_on_call).await;
     let view = put_server(&app, "half", json!({"url": url, "timeout_ms": 2000})).await;
     assert_eq!(view["status"], "ok", "{view}");
-    let out = call(&app, &tool(&app, "half__broken").await, json!({}), CancellationToken::new()).await;
+    let out = call(
+        &app,
+        &tool(&app, "half__broken").await,
+        json!({}),
+        CancellationToken::new(),
+    )
+    .await;
     assert!(
-        matches!(out, ToolOutcome::Failed { kind: ToolErrorKind::Remote | ToolErrorKind::Timeout, .. }),
+        matches!(
+            out,
+            ToolOutcome::Failed {
+                kind: ToolErrorKind::Remote | ToolErrorKind::Timeout,
+                ..
+            }
+        ),
         "{out:?}"
     );
     // The service still answers.
@@ -339,10 +432,16 @@ async fn an_inward_address_is_refused_and_nothing_is_sent() {
     let app = TestApp::spawn_with(|c| c.mcp_allow_private = Some(false)).await;
     let server = McpHttpServer::start(ProtocolVersion::V_2025_11_25, true).await;
     let view = put_server(&app, "inside", json!({"url": server.url})).await;
-    assert!(view["status"].as_str().unwrap().starts_with("forbidden_address"), "{view}");
+    assert!(
+        view["status"].as_str().unwrap().starts_with("forbidden_address"),
+        "{view}"
+    );
     let localhost = server.url.replace("127.0.0.1", "localhost");
     let view = put_server(&app, "named", json!({"url": localhost})).await;
-    assert!(view["status"].as_str().unwrap().starts_with("forbidden_address"), "{view}");
+    assert!(
+        view["status"].as_str().unwrap().starts_with("forbidden_address"),
+        "{view}"
+    );
     assert!(hub(&app).resolve("mcp:inside").await.is_empty());
     assert_eq!(server.state.listings.load(Ordering::SeqCst), 0);
     assert!(server.state.protocol_versions.lock().unwrap().is_empty());
@@ -369,7 +468,10 @@ async fn expanded_secrets_never_leak() {
         .iter()
         .all(|h| h == &format!("Bearer {SECRET}")));
     assert!(!server.state.authorization.lock().unwrap().is_empty());
-    assert_eq!(view["headers"]["Authorization"], "Bearer ${env:AGENTDESK_TEST_MCP_SECRET}");
+    assert_eq!(
+        view["headers"]["Authorization"],
+        "Bearer ${env:AGENTDESK_TEST_MCP_SECRET}"
+    );
 
     // A server that cannot be reached, its secret in the URL and a header.
     let view = put_server(
@@ -389,7 +491,11 @@ async fn expanded_secrets_never_leak() {
     .await;
     assert!(!format!("{out:?}").contains(SECRET));
 
-    for path in ["/v1/mcp-servers", "/v1/mcp-servers/secret", "/v1/mcp-servers/unreachable"] {
+    for path in [
+        "/v1/mcp-servers",
+        "/v1/mcp-servers/secret",
+        "/v1/mcp-servers/unreachable",
+    ] {
         let (_, body) = app.get(path).await;
         assert!(!body.to_string().contains(SECRET), "{path}: {body}");
     }
@@ -433,7 +539,11 @@ async fn config_file_servers_are_listed_and_read_only() {
         StatusCode::CONFLICT,
         "conflict",
     );
-    assert_error(&app.delete("/v1/mcp-servers/cfg").await, StatusCode::CONFLICT, "conflict");
+    assert_error(
+        &app.delete("/v1/mcp-servers/cfg").await,
+        StatusCode::CONFLICT,
+        "conflict",
+    );
     let (status, view) = app.post("/v1/mcp-servers/cfg/refresh", json!({})).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(view["status"], "ok");

@@ -19,7 +19,9 @@ pub const MCP_SEPARATOR: &str = "__";
 /// 1 to 32 of `[a-zA-Z0-9_-]`.
 pub fn is_valid_mcp_server_name(name: &str) -> bool {
     (1..=32).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Whether a server's tools need a person's approval before a call runs: all, none, or those
@@ -51,7 +53,10 @@ impl RequiresApproval {
 pub enum McpTransport {
     /// Streamable HTTP; `url` and header values may hold `${env:NAME}` templates, expanded only
     /// when connecting.
-    Http { url: String, headers: BTreeMap<String, String> },
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
     /// A child process speaking MCP over stdio; `env` values may hold templates too.
     Stdio {
         command: String,

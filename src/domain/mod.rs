@@ -9,7 +9,7 @@ pub mod ticket;
 
 pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};
-pub use mcp_server::{McpServerDef, McpServerView, McpToolInfo, McpTransport, RequiresApproval};
 pub use event::{EventData, NewEvent, RequeueReason, TicketEvent, TokenUsage};
+pub use mcp_server::{McpServerDef, McpServerView, McpToolInfo, McpTransport, RequiresApproval};
 pub use provider::ProviderDef;
 pub use ticket::{Status, Ticket, TicketError, TicketRef, TicketUsage};

@@ -69,7 +69,9 @@ fn validate(name: &str, req: PutMcpServer) -> ApiResult<McpServerDef> {
     let url = req.url.trim();
     let parsed = reqwest::Url::parse(url).map_err(|e| validation(format!("url {url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
-        return Err(validation(format!("url must be an http or https URL with a host, not {url:?}")));
+        return Err(validation(format!(
+            "url must be an http or https URL with a host, not {url:?}"
+        )));
     }
     let timeout_ms = req.timeout_ms.unwrap_or(DEFAULT_MCP_TIMEOUT_MS);
     if !(MIN_MCP_TIMEOUT_MS..=MAX_MCP_TIMEOUT_MS).contains(&timeout_ms) {

@@ -180,8 +180,12 @@ pub(crate) async fn connect(
                     custom.insert(name, value);
                 }
                 let make = || {
-                    let config = StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom.clone());
-                    Ok(StreamableHttpClientTransport::with_client(GuardedHttp(http.clone()), config))
+                    let config =
+                        StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom.clone());
+                    Ok(StreamableHttpClientTransport::with_client(
+                        GuardedHttp(http.clone()),
+                        config,
+                    ))
                 };
                 handshake(handler, make, &secrets).await
             }

@@ -145,10 +145,10 @@ impl StreamableHttpClient for GuardedHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        let request = self
-            .0
-            .post(uri.as_ref())
-            .header(reqwest::header::ACCEPT, format!("{JSON_MIME_TYPE}, {EVENT_STREAM_MIME_TYPE}"));
+        let request = self.0.post(uri.as_ref()).header(
+            reqwest::header::ACCEPT,
+            format!("{JSON_MIME_TYPE}, {EVENT_STREAM_MIME_TYPE}"),
+        );
         let request = with_headers(request, session_id.as_deref(), auth_header, custom_headers);
         let response = request.json(&message).send().await.map_err(client_error)?;
         let status = response.status();
@@ -203,7 +203,12 @@ impl StreamableHttpClient for GuardedHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), HttpError> {
-        let request = with_headers(self.0.delete(uri.as_ref()), Some(&session_id), auth_header, custom_headers);
+        let request = with_headers(
+            self.0.delete(uri.as_ref()),
+            Some(&session_id),
+            auth_header,
+            custom_headers,
+        );
         let response = request.send().await.map_err(client_error)?;
         if response.status() == StatusCode::METHOD_NOT_ALLOWED {
             return Ok(());
@@ -220,10 +225,10 @@ impl StreamableHttpClient for GuardedHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
-        let mut request = self
-            .0
-            .get(uri.as_ref())
-            .header(reqwest::header::ACCEPT, format!("{EVENT_STREAM_MIME_TYPE}, {JSON_MIME_TYPE}"));
+        let mut request = self.0.get(uri.as_ref()).header(
+            reqwest::header::ACCEPT,
+            format!("{EVENT_STREAM_MIME_TYPE}, {JSON_MIME_TYPE}"),
+        );
         if let Some(last_event_id) = last_event_id {
             request = request.header(HEADER_LAST_EVENT_ID, last_event_id);
         }

@@ -109,7 +109,12 @@ impl McpHub {
     fn split<'n>(&self, name: &'n str) -> Option<(&'n str, Option<&'n str>)> {
         let exists = |server: &str| {
             self.inner.config_servers.contains_key(server)
-                || self.inner.api_names.read().unwrap_or_else(|e| e.into_inner()).contains(server)
+                || self
+                    .inner
+                    .api_names
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(server)
         };
         if let Some(server) = name.strip_prefix(MCP_PREFIX) {
             return exists(server).then_some((server, None));
@@ -152,7 +157,10 @@ impl McpHub {
             .listing()
             .tools
             .into_iter()
-            .filter(|t| tool.as_deref().is_none_or(|tool| t.info.qualified_name == name || t.info.name == tool))
+            .filter(|t| {
+                tool.as_deref()
+                    .is_none_or(|tool| t.info.qualified_name == name || t.info.name == tool)
+            })
             .map(|t| t as Arc<dyn Tool>)
             .collect()
     }
@@ -190,7 +198,12 @@ impl McpHub {
                 return Some(handle.clone());
             }
         }
-        let handle = ServerHandle::new(def, self.inner.guard, self.inner.http.clone(), Some(self.inner.pool.clone()));
+        let handle = ServerHandle::new(
+            def,
+            self.inner.guard,
+            self.inner.http.clone(),
+            Some(self.inner.pool.clone()),
+        );
         if let Some(old) = servers.insert(server.to_owned(), handle.clone()) {
             tokio::spawn(async move { old.close().await });
         }
@@ -216,7 +229,12 @@ impl McpHub {
         let mut config: Vec<&Arc<ServerHandle>> = self.inner.config_servers.values().collect();
         config.sort_by(|a, b| a.def.name.cmp(&b.def.name));
         let mut items: Vec<McpServerView> = config.into_iter().map(|h| config_view(h)).collect();
-        items.extend(db::mcp_servers::all(&self.inner.pool).await?.into_iter().map(stored_view));
+        items.extend(
+            db::mcp_servers::all(&self.inner.pool)
+                .await?
+                .into_iter()
+                .map(stored_view),
+        );
         Ok(items)
     }
 
@@ -276,7 +294,11 @@ fn config_view(handle: &ServerHandle) -> McpServerView {
         timeout_ms: def.timeout_ms,
         requires_approval: def.requires_approval.clone(),
         source: "config",
-        tools: listing.tools.iter().map(|t| t.info.clone()).collect::<Vec<McpToolInfo>>(),
+        tools: listing
+            .tools
+            .iter()
+            .map(|t| t.info.clone())
+            .collect::<Vec<McpToolInfo>>(),
         status: listing.status,
         listed_at: listing.listed_at,
         created_at: None,

@@ -146,7 +146,10 @@ impl ServerHandle {
                 let tools = self.tools_from(tools);
                 self.record(Some(tools), "ok").await;
             }
-            Ok(Err(e)) => self.record(None, &self.redact(&format!("tools/list failed: {e}"))).await,
+            Ok(Err(e)) => {
+                self.record(None, &self.redact(&format!("tools/list failed: {e}")))
+                    .await
+            }
             Err(_) => self.record(None, "tools/list timed out").await,
         }
     }
@@ -202,7 +205,8 @@ impl ServerHandle {
         }
         if let Some(pool) = &self.pool {
             let stored =
-                db::mcp_servers::record_listing(pool, &self.def.name, self.def.revision, infos.as_deref(), status).await;
+                db::mcp_servers::record_listing(pool, &self.def.name, self.def.revision, infos.as_deref(), status)
+                    .await;
             if let Err(e) = stored {
                 tracing::warn!(server = %self.def.name, error = %e, "cannot record an MCP server's listing");
             }
@@ -218,7 +222,11 @@ pub fn qualified_name(server: &str, tool: &str) -> String {
         if name.len() >= MAX_TOOL_NAME {
             break;
         }
-        name.push(if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' });
+        name.push(if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+            c
+        } else {
+            '_'
+        });
     }
     name
 }

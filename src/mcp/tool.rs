@@ -58,6 +58,8 @@ fn result_text(result: &CallToolResult) -> String {
 
 #[async_trait]
 impl Tool for McpTool {
+    // The model's name for the tool is the qualified one; `info.name` is the server's.
+    #[allow(clippy::misnamed_getters)]
     fn name(&self) -> &str {
         &self.info.qualified_name
     }
@@ -87,7 +89,12 @@ impl Tool for McpTool {
             Err(status) if status.starts_with("forbidden_address") => {
                 return failed(ToolErrorKind::ForbiddenAddress, status);
             }
-            Err(status) => return failed(ToolErrorKind::Remote, format!("{name}: the MCP server is unavailable: {status}")),
+            Err(status) => {
+                return failed(
+                    ToolErrorKind::Remote,
+                    format!("{name}: the MCP server is unavailable: {status}"),
+                )
+            }
         };
         let arguments = match input {
             Value::Object(map) => map.clone(),

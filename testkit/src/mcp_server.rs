@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -73,8 +73,13 @@ fn text(s: impl Into<String>) -> CallToolResult {
 
 impl ServerHandler for TestTools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
-            .with_server_info(Implementation::new("testkit-mcp", "1.0.0"))
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("testkit-mcp", "1.0.0"))
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -184,12 +189,18 @@ impl McpHttpServer {
             .with_legacy_session_mode(sessions)
             .with_cancellation_token(stop.child_token());
         let router = if sessions {
-            let service =
-                StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(LocalSessionManager::default()), config);
+            let service = StreamableHttpService::new(
+                move || Ok(tools.clone()),
+                Arc::new(LocalSessionManager::default()),
+                config,
+            );
             axum::Router::new().nest_service("/mcp", service)
         } else {
-            let service =
-                StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(NeverSessionManager::default()), config);
+            let service = StreamableHttpService::new(
+                move || Ok(tools.clone()),
+                Arc::new(NeverSessionManager::default()),
+                config,
+            );
             axum::Router::new().nest_service("/mcp", service)
         };
         let seen = state.clone();

@@ -129,7 +129,10 @@ async fn a_stdio_server_is_started_restarted_after_dying_and_stopped_on_shutdown
     let views = hub.list().await.unwrap();
     assert_eq!(views.len(), 1);
     assert_eq!(views[0].source, "config");
-    assert_eq!(views[0].command.as_deref(), Some(env!("CARGO_BIN_EXE_mcp-stdio-server")));
+    assert_eq!(
+        views[0].command.as_deref(),
+        Some(env!("CARGO_BIN_EXE_mcp-stdio-server"))
+    );
 
     hub.shutdown().await;
     let mut stopped = false;
