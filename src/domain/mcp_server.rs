@@ -120,3 +120,22 @@ pub struct McpServerView {
     pub created_at: Option<DateTime<Utc>>,
     pub updated_at: Option<DateTime<Utc>>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_approvals() {
+        assert!(is_valid_mcp_server_name("git-hub_2"));
+        assert!(!is_valid_mcp_server_name(""));
+        assert!(!is_valid_mcp_server_name("a.b"));
+        assert!(!is_valid_mcp_server_name(&"a".repeat(33)));
+        let some: RequiresApproval = serde_json::from_str(r#"["push"]"#).unwrap();
+        assert!(some.for_tool("push") && !some.for_tool("pull"));
+        let all: RequiresApproval = serde_json::from_str("true").unwrap();
+        assert!(all.for_tool("anything"));
+        assert!(!RequiresApproval::default().for_tool("anything"));
+        assert!(serde_json::from_str::<RequiresApproval>(r#""yes""#).is_err());
+    }
+}

@@ -32,6 +32,9 @@ pub use tool::McpTool;
 
 /// How often a process re-reads the names of the API's servers, for [`McpHub::knows`].
 const NAMES_REFRESH: Duration = Duration::from_secs(5);
+/// After a failed attempt, how long resolving an agent's tools goes on without trying again, so
+/// a server that is down does not slow every step of the agents naming it.
+const RETRY_PAUSE: Duration = Duration::from_secs(5);
 /// The longest `PUT` and refresh wait for a listing before they answer with what they have.
 const LIST_WAIT: Duration = Duration::from_secs(15);
 
@@ -150,7 +153,7 @@ impl McpHub {
         let Some(handle) = self.handle(&server).await else {
             return Vec::new();
         };
-        if !handle.is_listed() || !handle.is_connected().await {
+        if (!handle.is_listed() || !handle.is_connected().await) && !handle.failed_within(RETRY_PAUSE) {
             handle.relist().await;
         }
         handle

@@ -40,6 +40,8 @@ pub(crate) struct ServerHandle {
     listing: RwLock<Listing>,
     /// What the current connection's templates expanded to.
     secrets: RwLock<Secrets>,
+    /// When the last attempt to connect or list failed (None after a success).
+    failed_at: RwLock<Option<std::time::Instant>>,
 }
 
 impl ServerHandle {
@@ -56,11 +58,21 @@ impl ServerHandle {
                 listed_at: None,
             }),
             secrets: RwLock::new(Secrets::default()),
+            failed_at: RwLock::new(None),
         })
     }
 
     pub fn listing(&self) -> Listing {
         self.listing.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether the last attempt failed less than `pause` ago: resolving an agent's tools does
+    /// not wait for another attempt then (a call still makes one).
+    pub fn failed_within(&self, pause: std::time::Duration) -> bool {
+        self.failed_at
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| at.elapsed() < pause)
     }
 
     pub fn is_listed(&self) -> bool {
@@ -200,6 +212,7 @@ impl ServerHandle {
             }
             listing.status = status.to_owned();
         }
+        *self.failed_at.write().unwrap_or_else(|e| e.into_inner()) = (status != "ok").then(std::time::Instant::now);
         if status != "ok" {
             tracing::warn!(server = %self.def.name, status, "MCP server unavailable");
         }
@@ -229,4 +242,18 @@ pub fn qualified_name(server: &str, tool: &str) -> String {
         });
     }
     name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qualified_names_keep_to_what_models_accept() {
+        assert_eq!(qualified_name("gh", "search_issues"), "gh__search_issues");
+        assert_eq!(qualified_name("gh", "repo.read/file"), "gh__repo_read_file");
+        let long = qualified_name("server", &"t".repeat(100));
+        assert_eq!(long.len(), 64);
+        assert!(long.starts_with("server__t"));
+    }
 }
