@@ -103,6 +103,7 @@ pub async fn names<'e>(db: impl PgExecutor<'e>) -> Result<Vec<String>, sqlx::Err
     sqlx::query_scalar("SELECT name FROM mcp_servers").fetch_all(db).await
 }
 
+/// One statement; a process still holding the server's connection drops it at its next lookup.
 pub async fn delete<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<bool, sqlx::Error> {
     let done = sqlx::query("DELETE FROM mcp_servers WHERE name = $1")
         .bind(name)
