@@ -46,6 +46,8 @@ pub struct App {
     pub pool: PgPool,
     pub hub: EventHub,
     pub shutdown: CancellationToken,
+    /// The process's MCP servers (for the agent's tool resolution).
+    pub mcp: crate::mcp::McpHub,
     config: Arc<Config>,
     tasks: Vec<JoinHandle<()>>,
     workers: Option<crate::worker::WorkerPool>,
@@ -64,16 +66,30 @@ impl App {
         ensure_default_agent(&pool, &config, &providers).await?;
 
         let config = Arc::new(config);
-        // One HTTP client for every HTTP tool call of this process, with the address guard on.
-        let catalog = crate::tools::catalog::ToolCatalog::new(crate::net::AddressGuard {
-            allow_private: config.allow_private_urls,
-        });
         let shutdown = CancellationToken::new();
         let hub = EventHub::new(pool.clone()).await?;
         let mut tasks = vec![
             tokio::spawn(hub.clone().run(shutdown.clone())),
             tokio::spawn(db::planner_stats::run(pool.clone(), shutdown.clone())),
         ];
+        let mcp = crate::mcp::McpHub::start(
+            pool.clone(),
+            crate::mcp::McpOptions {
+                guard: Some(crate::net::AddressGuard {
+                    allow_private: config.mcp_allow_private.unwrap_or(config.allow_private_urls),
+                }),
+                config_file: config.mcp_config.clone(),
+            },
+            shutdown.clone(),
+        )
+        .await
+        .context("cannot start the MCP servers")?;
+        // One HTTP client for every HTTP tool call of this process, with the address guard on;
+        // MCP names resolve through the hub.
+        let catalog = crate::tools::catalog::ToolCatalog::new(crate::net::AddressGuard {
+            allow_private: config.allow_private_urls,
+        })
+        .with_lender(Arc::new(mcp.clone()));
         if !mode.runs_api() {
             // Nobody here watches deltas: send them to the API processes.
             tasks.push(hub.forward_deltas(shutdown.clone()));
@@ -87,6 +103,7 @@ impl App {
                 config: config.clone(),
                 providers: providers.clone(),
                 catalog: catalog.clone(),
+                mcp: mcp.clone(),
                 intake: crate::transitions::intake::Intake::start(pool.clone(), hub.clone()),
                 shutdown: shutdown.clone(),
             };
@@ -156,6 +173,7 @@ impl App {
             pool,
             hub,
             shutdown,
+            mcp,
             config,
             tasks,
             workers,
@@ -179,6 +197,7 @@ impl App {
         if let Some(workers) = self.workers {
             workers.shutdown(self.config.shutdown_grace).await;
         }
+        self.mcp.shutdown().await;
         self.shutdown.cancel();
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;

@@ -60,6 +60,11 @@ pub struct Config {
     pub webhook_lease: Duration,
     /// Webhook deliveries in flight at once in one process.
     pub webhook_concurrency: usize,
+    /// MCP servers read at start-up (`AGENTDESK_MCP_CONFIG`): a `{"mcpServers": …}` JSON file.
+    pub mcp_config: Option<PathBuf>,
+    /// Whether MCP connections may reach private addresses; None: `AGENTDESK_ALLOW_PRIVATE_URLS`
+    /// decides (tests set it here, since the environment is shared by parallel tests).
+    pub mcp_allow_private: Option<bool>,
 }
 
 /// `AGENTDESK_WEBHOOK_RETRY_SECS`'s default.
@@ -105,6 +110,8 @@ impl Default for Config {
             webhook_timeout: Duration::from_secs(15),
             webhook_lease: Duration::from_secs(60),
             webhook_concurrency: 64,
+            mcp_config: None,
+            mcp_allow_private: None,
         }
     }
 }
@@ -201,6 +208,10 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_WEBHOOK_CONCURRENCY", value_name = "N", allow_negative_numbers = true,
         default_value_t = Config::default().webhook_concurrency, value_parser = Setting(parsed::<usize>))]
     pub webhook_concurrency: usize,
+    /// A JSON file of MCP servers, `{"mcpServers": {"name": {"url", "headers"} | {"command",
+    /// "args", "env"}}}`, read at start-up; the only way to define stdio servers
+    #[arg(long, env = "AGENTDESK_MCP_CONFIG", value_name = "FILE", value_parser = Setting(text))]
+    pub mcp_config: Option<String>,
 }
 
 /// Every setting, for `Config::from_lookup`.
@@ -252,6 +263,11 @@ impl Config {
                 .collect();
             config.webhook_timeout = Duration::from_secs_f64(server.webhook_timeout_secs);
             config.webhook_concurrency = server.webhook_concurrency.max(1);
+            config.mcp_config = server
+                .mcp_config
+                .as_deref()
+                .filter(|f| !f.is_empty())
+                .map(PathBuf::from);
         }
         config
     }

@@ -61,7 +61,11 @@ pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, streaks:
     // As the claim wrote it: a comment posted since is seen by the next request, as one posted
     // during this request would be.
     let transcript = claim.transcript.as_ref().filter(|_| first).cloned();
-    let tools = rt.catalog.for_agent(&rt.pool, &agent.tools).await?;
+    let step_tools = rt.catalog.for_agent(&rt.pool, &agent.tools).await?;
+    let (tools, mut agent) = (step_tools.registry, agent);
+    if let Some(offered) = step_tools.offered {
+        agent.tools = offered;
+    }
     let step = Step {
         rt,
         fence,

@@ -8,6 +8,7 @@ pub mod desk_stats;
 pub mod events;
 pub mod group;
 pub mod http_tools;
+pub mod mcp_servers;
 pub mod outputs;
 pub mod planner_stats;
 pub mod providers;

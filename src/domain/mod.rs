@@ -3,14 +3,16 @@
 pub mod agent;
 pub mod comment;
 pub mod event;
+pub mod mcp_server;
 pub mod provider;
 pub mod ticket;
-pub mod webhook;
 pub mod tool;
+pub mod webhook;
 
 pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};
 pub use event::{EventData, NewEvent, RequeueReason, TicketEvent, TokenUsage};
+pub use mcp_server::{McpServerDef, McpServerView, McpToolInfo, McpTransport, RequiresApproval};
 pub use provider::ProviderDef;
 pub use ticket::{Status, Ticket, TicketError, TicketRef, TicketUsage};
 pub use tool::{Approval, Decision, HttpMethod, HttpToolDef, PendingApproval};

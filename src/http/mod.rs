@@ -7,12 +7,13 @@ pub mod error;
 pub mod events;
 pub mod extract;
 pub mod health;
+pub mod mcp_servers;
 pub mod openapi;
 pub mod pagination;
 pub mod providers;
 pub mod tickets;
-pub mod webhooks;
 pub mod tools;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -47,6 +48,8 @@ pub struct AppState {
     pub providers: Arc<Providers>,
     /// Resolves agents' tool names (and checks them at `PUT /v1/agents`).
     pub catalog: crate::tools::catalog::ToolCatalog,
+    /// The MCP servers and their connections.
+    pub mcp: crate::mcp::McpHub,
     /// Group-commits plain creates.
     pub intake: crate::transitions::intake::Intake,
     /// Cancelled on shutdown: ends SSE streams so graceful shutdown does not hang on them.
@@ -84,6 +87,13 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(webhooks::test_webhook))
         .routes(routes!(tools::list_tools))
         .routes(routes!(tools::get_tool, tools::put_tool, tools::delete_tool))
+        .routes(routes!(mcp_servers::list_mcp_servers))
+        .routes(routes!(
+            mcp_servers::get_mcp_server,
+            mcp_servers::put_mcp_server,
+            mcp_servers::delete_mcp_server
+        ))
+        .routes(routes!(mcp_servers::refresh_mcp_server))
         .routes(routes!(health::stats))
 }
 

@@ -27,6 +27,7 @@ use utoipa::{Modify, OpenApi};
         (name = "events", description = "Server-sent events, replayable"),
         (name = "agents", description = "Roles, models and tools"),
         (name = "tools", description = "HTTP tools: defined once, given to agents by name"),
+        (name = "mcp-servers", description = "MCP servers lending their tools to agents as {server}__{tool}"),
         (name = "providers", description = "Model providers by name: the built-in openai and anthropic, and local servers or gateways defined here"),
         (name = "webhooks", description = "Events POSTed to your endpoints as signed Standard Webhooks, with a delivery log"),
         (name = "health", description = "Liveness and readiness (no token)"),

@@ -1,6 +1,7 @@
 //! The one place an agent's tool names become the tools of a step. A name is a built-in tool, an
-//! HTTP tool (`/v1/tools`), or, once MCP servers are wired in, `mcp:{server}` (all of a server's
-//! tools) or `{server}__{tool}`.
+//! HTTP tool (`/v1/tools`), `mcp:{server}` (all of an MCP server's tools) or `{server}__{tool}`;
+//! the MCP names are resolved by a [`ToolLender`] (the MCP hub), which this module only knows as
+//! that trait.
 //!
 //! An agent that names only built-ins gets the process's built-in registry: no query, no
 //! allocation, so the hot path does not pay for custom tools. Any other agent's tools are loaded
@@ -11,11 +12,12 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use sqlx::PgPool;
 
 use super::builtin::BUILTIN_TOOLS;
 use super::http::HttpToolClient;
-use super::ToolRegistry;
+use super::{Tool, ToolRegistry};
 use crate::db;
 use crate::net::AddressGuard;
 
@@ -39,23 +41,51 @@ pub fn name_form(name: &str) -> NameForm {
     }
 }
 
+/// Lends tools by the names of the [`NameForm::Mcp`] form: the MCP hub.
+#[async_trait]
+pub trait ToolLender: Send + Sync {
+    /// Whether `name` (an entry of an agent's `tools`) names something that exists.
+    fn knows(&self, name: &str) -> bool;
+    /// The tools `name` stands for now; empty when it names nothing (any more) or its server is
+    /// unreachable.
+    async fn resolve(&self, name: &str) -> Vec<Arc<dyn Tool>>;
+}
+
 /// Resolves tool names. Cheap to clone; holds the one HTTP client all HTTP tools share.
 #[derive(Clone)]
 pub struct ToolCatalog {
     http: HttpToolClient,
+    lender: Option<Arc<dyn ToolLender>>,
+}
+
+/// The tools of one step: the registry, and the names offered to the model when they differ from
+/// the agent's own list (`mcp:{server}` stands for the server's tools, each offered by its name).
+pub struct StepTools {
+    pub registry: Cow<'static, ToolRegistry>,
+    pub offered: Option<Vec<String>>,
 }
 
 impl ToolCatalog {
     pub fn new(guard: AddressGuard) -> ToolCatalog {
         ToolCatalog {
             http: HttpToolClient::new(guard),
+            lender: None,
         }
     }
 
+    /// With the lender of `mcp:{server}` and `{server}__{tool}` names.
+    pub fn with_lender(mut self, lender: Arc<dyn ToolLender>) -> ToolCatalog {
+        self.lender = Some(lender);
+        self
+    }
+
     /// The tools of a step for an agent naming `names`.
-    pub async fn for_agent(&self, pool: &PgPool, names: &[String]) -> Result<Cow<'static, ToolRegistry>, sqlx::Error> {
+    pub async fn for_agent(&self, pool: &PgPool, names: &[String]) -> Result<StepTools, sqlx::Error> {
         if names.iter().all(|n| name_form(n) == NameForm::Builtin) {
-            return Ok(Cow::Borrowed(ToolRegistry::builtin()));
+            return Ok(StepTools {
+                registry: Cow::Borrowed(ToolRegistry::builtin()),
+                offered: None,
+            });
         }
         let mut registry = ToolRegistry::builtin().clone();
         let http_names: Vec<String> = names
@@ -73,9 +103,38 @@ impl ToolCatalog {
                 }
             }
         }
-        // MCP extension point: `mcp:{server}` and `{server}__{tool}` names resolve through the
-        // MCP hub (`McpHub::resolve(name)`), whose tools are registered here like HTTP tools.
-        Ok(Cow::Owned(registry))
+        // `mcp:{server}` stands for each of its tools: the list offered to the model names them.
+        let mut offered = None;
+        if names.iter().any(|n| name_form(n) == NameForm::Mcp) {
+            let mut list = Vec::with_capacity(names.len());
+            for name in names {
+                if name_form(name) != NameForm::Mcp {
+                    list.push(name.clone());
+                    continue;
+                }
+                let lent = match &self.lender {
+                    Some(lender) => lender.resolve(name).await,
+                    None => vec![],
+                };
+                for tool in lent {
+                    let tool_name = tool.name().to_string();
+                    // Named twice (`mcp:x` and `x__y`): registered once.
+                    let usable = registry.contains(&tool_name)
+                        || registry
+                            .register(tool)
+                            .map_err(|e| tracing::warn!(tool = %tool_name, error = %e, "an MCP tool was not usable"))
+                            .is_ok();
+                    if usable && !list.contains(&tool_name) {
+                        list.push(tool_name);
+                    }
+                }
+            }
+            offered = Some(list);
+        }
+        Ok(StepTools {
+            registry: Cow::Owned(registry),
+            offered,
+        })
     }
 
     /// The names of `names` that name no tool, for `PUT /v1/agents` (422).
@@ -99,8 +158,7 @@ impl ToolCatalog {
             .filter(|n| match name_form(n) {
                 NameForm::Builtin => false,
                 NameForm::Http => !defined.contains(n),
-                // MCP extension point: known when the MCP hub knows it (`McpHub::knows(name)`).
-                NameForm::Mcp => true,
+                NameForm::Mcp => !self.lender.as_ref().is_some_and(|l| l.knows(n)),
             })
             .cloned()
             .collect())

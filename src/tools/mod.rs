@@ -127,6 +127,9 @@ pub enum ToolErrorKind {
     ForbiddenAddress,
     /// A person denied the call (approvals).
     Denied,
+    /// A remote tool failed: its server said so (`isError`, a JSON-RPC error), or could not be
+    /// reached, or the connection was lost during the call.
+    Remote,
 }
 
 impl ToolErrorKind {
@@ -143,6 +146,7 @@ impl ToolErrorKind {
             ToolErrorKind::ConnectionFailed => "connection_failed",
             ToolErrorKind::ForbiddenAddress => "forbidden_address",
             ToolErrorKind::Denied => "denied",
+            ToolErrorKind::Remote => "remote",
         }
     }
 }
@@ -233,6 +237,7 @@ mod tests {
             (ToolErrorKind::ConnectionFailed, "connection_failed"),
             (ToolErrorKind::ForbiddenAddress, "forbidden_address"),
             (ToolErrorKind::Denied, "denied"),
+            (ToolErrorKind::Remote, "remote"),
         ];
         for (kind, name) in kinds {
             assert_eq!(kind.as_str(), name);

@@ -3,4 +3,5 @@
 //! database per test.
 
 pub mod fake_llm;
+pub mod mcp_server;
 pub mod testing;

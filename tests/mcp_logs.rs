@@ -1,0 +1,66 @@
+//! The value a `${env:…}` template of an MCP server expands to never reaches a log line, at any
+//! level, whether the server answers or cannot be reached. Its own test binary, since it installs
+//! the process's log subscriber.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::ProtocolVersion;
+use serde_json::json;
+use support::{StatusCode, TestApp};
+use testkit::mcp_server::McpHttpServer;
+
+/// Log output kept in memory.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn expanded_mcp_secrets_are_never_logged() {
+    const SECRET: &str = "s3cret-logged-mcp-token-5521";
+    std::env::set_var("AGENTDESK_TEST_MCP_LOG_SECRET", SECRET);
+    let logs = Captured::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter("debug")
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
+
+    let app = TestApp::spawn_with(|c| c.mcp_allow_private = Some(true)).await;
+    let server = McpHttpServer::start(ProtocolVersion::V_2025_11_25, true).await;
+    let (status, view) = app
+        .put(
+            "/v1/mcp-servers/logged",
+            json!({"url": server.url, "headers": {"Authorization": "Bearer ${env:AGENTDESK_TEST_MCP_LOG_SECRET}"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    assert_eq!(view["status"], "ok");
+    let (status, view) = app
+        .put(
+            "/v1/mcp-servers/gone",
+            json!({"url": "http://127.0.0.1:1/mcp?key=${env:AGENTDESK_TEST_MCP_LOG_SECRET}",
+                   "headers": {"X-Key": "${env:AGENTDESK_TEST_MCP_LOG_SECRET}"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    assert_ne!(view["status"], "ok");
+    app.post("/v1/mcp-servers/gone/refresh", json!({})).await;
+
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    assert!(text.contains("MCP server unavailable"), "the failure was logged");
+    assert!(!text.contains(SECRET), "a log line holds the secret");
+}
