@@ -52,6 +52,8 @@ impl App {
     /// Connects, migrates, and starts what `mode` runs. `database_url` must be resolved by now
     /// (the embedded database is started by the caller).
     pub async fn start(config: Config, mode: Mode, providers: Providers) -> anyhow::Result<App> {
+        // The process's metrics recorder (once per process, whatever starts it).
+        crate::telemetry::metric::install();
         let url = config.database_url.clone().context("DATABASE_URL is not set")?;
         let pool = db::connect(&url, config.db_max_connections)
             .await

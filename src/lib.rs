@@ -13,6 +13,7 @@ pub mod http;
 pub mod llm;
 pub mod net;
 pub mod schema;
+pub mod telemetry;
 pub mod tools;
 pub mod transitions;
 pub mod worker;

@@ -14,6 +14,7 @@ use crate::db::claims::{Claim, Fence};
 use crate::db::steps::{StepResult, StepWrite};
 use crate::domain::provider::BUILTIN_PROVIDERS;
 use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
+use crate::telemetry::trace::AgentSpan;
 use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, StopReason};
 
 /// What every part of a step works with: the process, the claim, the agent and the ticket as
@@ -27,11 +28,20 @@ pub(super) struct Step<'a> {
     pub streaks: &'a Streaks,
     /// Requests of this step that failed and are not yet added to the ticket's usage.
     pub failed_requests: Count,
+    /// The claim's `invoke_agent` span (inert when tracing is off).
+    pub span: &'a AgentSpan,
 }
 
 /// Runs one step of a claimed ticket. `first`: the first step of a new claim, which works from
 /// what the claim returned instead of reading it again.
-pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, streaks: &Streaks, first: bool) -> Flow<()> {
+pub(super) async fn run(
+    rt: &Runtime,
+    claim: &Claim,
+    signals: &Signals,
+    streaks: &Streaks,
+    first: bool,
+    span: &AgentSpan,
+) -> Flow<()> {
     let fence = claim.fence();
     let agent_name = claim.agent.as_str();
     let state = if first {
@@ -65,6 +75,7 @@ pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, streaks:
         signals,
         streaks,
         failed_requests: Count::default(),
+        span,
     };
     step.work(transcript).await
 }

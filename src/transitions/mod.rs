@@ -155,8 +155,12 @@ pub async fn add_comment(
     } else {
         ticket
     };
+    let requeued = events.len() > 1;
     db::events::append(&mut tx, ticket.id, &events).await?;
     tx.commit().await?;
+    if requeued {
+        crate::telemetry::metric::requeued("comment");
+    }
     Ok((comment, ticket))
 }
 
@@ -250,5 +254,6 @@ pub async fn retry(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> 
     .await?;
     db::tickets::notify_work(&mut tx).await?;
     tx.commit().await?;
+    crate::telemetry::metric::requeued("retry");
     Ok(requeued)
 }
