@@ -108,6 +108,21 @@ impl App {
             None
         };
 
+        if let Some(metrics_addr) = config.metrics_addr {
+            let listener = listen(metrics_addr).with_context(|| format!("cannot listen on {metrics_addr}"))?;
+            tracing::info!(addr = %listener.local_addr()?, "serving /metrics");
+            let router = http::metrics::standalone(pool.clone(), config.api_tokens.clone());
+            let stop = shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let served = axum::serve(listener, router)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+                if let Err(err) = served {
+                    tracing::error!(error = %err, "the metrics listener failed");
+                }
+            }));
+        }
+
         let workers = if mode.runs_workers() {
             Some(crate::worker::WorkerPool::start(
                 pool.clone(),

@@ -48,6 +48,8 @@ pub struct Config {
     pub db_max_connections: u32,
     /// Providers and agents applied at start-up (`AGENTDESK_AGENTS_FILE`), as `agents apply` does.
     pub agents_file: Option<PathBuf>,
+    /// Also serve `GET /metrics` here (for worker processes, which serve no API).
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl fmt::Debug for Config {
@@ -81,6 +83,7 @@ impl Default for Config {
             data_dir: PathBuf::from(".agentdesk"),
             db_max_connections: 16,
             agents_file: None,
+            metrics_addr: None,
         }
     }
 }
@@ -152,6 +155,10 @@ pub struct ServerArgs {
     /// does; a bad file stops start-up
     #[arg(long, env = "AGENTDESK_AGENTS_FILE", value_name = "FILE", value_parser = Setting(text))]
     pub agents_file: Option<String>,
+    /// Also serve GET /metrics on this address, with the same tokens (a worker process serves no
+    /// API, and so no metrics without it)
+    #[arg(long, env = "AGENTDESK_METRICS_ADDR", value_name = "ADDR", value_parser = Setting(parsed::<SocketAddr>))]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// Every setting, for `Config::from_lookup`.
@@ -194,6 +201,7 @@ impl Config {
                 .as_deref()
                 .filter(|f| !f.is_empty())
                 .map(PathBuf::from);
+            config.metrics_addr = server.metrics_addr;
         }
         config
     }

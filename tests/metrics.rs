@@ -57,15 +57,17 @@ impl Scrape {
         self.samples
             .iter()
             .find(|(n, l, _)| {
-                n == name && l.len() == labels.len() && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+                n == name
+                    && l.len() == labels.len()
+                    && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
             })
             .map_or(0.0, |(_, _, v)| *v)
     }
 
     fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
-        self.samples.iter().any(|(n, l, _)| {
-            n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
-        })
+        self.samples
+            .iter()
+            .any(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
     }
 
     /// The label names of a metric's samples (histogram series: `le` left out).
@@ -127,16 +129,36 @@ const CONTRACT: &[(&str, &str, &[&str])] = &[
     ("agentdesk_claims_total", "counter", &[]),
     ("agentdesk_leases_lost_total", "counter", &[]),
     ("agentdesk_requeues_total", "counter", &["reason"]),
-    ("agentdesk_model_requests_total", "counter", &["model", "outcome", "provider"]),
-    ("agentdesk_model_request_duration_seconds", "histogram", &["model", "provider"]),
-    ("agentdesk_model_time_to_first_token_seconds", "histogram", &["model", "provider"]),
+    (
+        "agentdesk_model_requests_total",
+        "counter",
+        &["model", "outcome", "provider"],
+    ),
+    (
+        "agentdesk_model_request_duration_seconds",
+        "histogram",
+        &["model", "provider"],
+    ),
+    (
+        "agentdesk_model_time_to_first_token_seconds",
+        "histogram",
+        &["model", "provider"],
+    ),
     ("agentdesk_tokens_total", "counter", &["model", "provider", "type"]),
     ("agentdesk_tool_calls_total", "counter", &["outcome", "tool"]),
     ("agentdesk_tool_duration_seconds", "histogram", &["tool"]),
     ("agentdesk_events_total", "counter", &["kind"]),
     ("agentdesk_sse_subscribers", "gauge", &[]),
-    ("agentdesk_http_requests_total", "counter", &["method", "route", "status"]),
-    ("agentdesk_http_request_duration_seconds", "histogram", &["method", "route"]),
+    (
+        "agentdesk_http_requests_total",
+        "counter",
+        &["method", "route", "status"],
+    ),
+    (
+        "agentdesk_http_request_duration_seconds",
+        "histogram",
+        &["method", "route"],
+    ),
     ("agentdesk_db_pool_connections", "gauge", &["state"]),
     ("agentdesk_webhook_deliveries_total", "counter", &["outcome"]),
     ("agentdesk_build_info", "gauge", &["version"]),
@@ -163,20 +185,32 @@ async fn a_ticket_run_moves_the_metrics_with_the_contract_names_types_and_labels
             .usage(120, 30)
             .cache_tokens(5, 2),
     );
-    let ticket = app.create_ticket(json!({ "task": "Count this.", "labels": [agent] })).await;
+    let ticket = app
+        .create_ticket(json!({ "task": "Count this.", "labels": [agent] }))
+        .await;
     let key = ticket["key"].as_str().unwrap().to_owned();
     wait_status(&app, &key, "done").await;
     let mut events = app.sse("/v1/events", None).await;
     events.wait_ready(Duration::from_secs(5)).await;
-    let (code, _) = app.get(&format!("/v1/tickets/{}", ticket["id"].as_str().unwrap())).await;
+    let (code, _) = app
+        .get(&format!("/v1/tickets/{}", ticket["id"].as_str().unwrap()))
+        .await;
     assert_eq!(code, StatusCode::OK);
     let missing = format!("/no-such-{suffix}");
     assert_eq!(app.get(&missing).await.0, StatusCode::NOT_FOUND);
     let (text, after) = scrape(&app).await;
 
     for (name, kind, labels) in CONTRACT {
-        assert_eq!(after.types.get(*name).map(String::as_str), Some(*kind), "{name}'s # TYPE");
-        let suffixes: &[&str] = if *kind == "histogram" { &["_bucket", "_sum", "_count"] } else { &[""] };
+        assert_eq!(
+            after.types.get(*name).map(String::as_str),
+            Some(*kind),
+            "{name}'s # TYPE"
+        );
+        let suffixes: &[&str] = if *kind == "histogram" {
+            &["_bucket", "_sum", "_count"]
+        } else {
+            &[""]
+        };
         for suffix in suffixes {
             let series = format!("{name}{suffix}");
             let names = after.label_names(&series);
@@ -193,10 +227,21 @@ async fn a_ticket_run_moves_the_metrics_with_the_contract_names_types_and_labels
     let ok = [("provider", "openai"), ("model", model.as_str()), ("outcome", "ok")];
     assert_eq!(after.value("agentdesk_model_requests_total", &ok), 1.0);
     let series = [("provider", "openai"), ("model", model.as_str())];
-    assert_eq!(after.value("agentdesk_model_request_duration_seconds_count", &series), 1.0);
-    assert_eq!(after.value("agentdesk_model_time_to_first_token_seconds_count", &series), 1.0);
+    assert_eq!(
+        after.value("agentdesk_model_request_duration_seconds_count", &series),
+        1.0
+    );
+    assert_eq!(
+        after.value("agentdesk_model_time_to_first_token_seconds_count", &series),
+        1.0
+    );
     // The OpenAI wire format reports cached reads only, no cache writes.
-    for (kind, count) in [("input", 120.0), ("output", 30.0), ("cache_read", 5.0), ("cache_creation", 0.0)] {
+    for (kind, count) in [
+        ("input", 120.0),
+        ("output", 30.0),
+        ("cache_read", 5.0),
+        ("cache_creation", 0.0),
+    ] {
         let labels = [("provider", "openai"), ("model", model.as_str()), ("type", kind)];
         assert_eq!(after.value("agentdesk_tokens_total", &labels), count, "{kind} tokens");
     }
@@ -206,10 +251,22 @@ async fn a_ticket_run_moves_the_metrics_with_the_contract_names_types_and_labels
     let closed = [("tool", "close_ticket"), ("outcome", "ok")];
     assert!(moved("agentdesk_tool_calls_total", &closed) >= 1.0);
     assert!(moved("agentdesk_tool_duration_seconds_count", &[("tool", "close_ticket")]) >= 1.0);
-    for kind in ["ticket.created", "ticket.started", "request.finished", "tool.finished", "ticket.done"] {
-        assert!(moved("agentdesk_events_total", &[("kind", kind)]) >= 1.0, "{kind} events");
+    for kind in [
+        "ticket.created",
+        "ticket.started",
+        "request.finished",
+        "tool.finished",
+        "ticket.done",
+    ] {
+        assert!(
+            moved("agentdesk_events_total", &[("kind", kind)]) >= 1.0,
+            "{kind} events"
+        );
     }
-    assert!(after.value("agentdesk_sse_subscribers", &[]) >= 1.0, "the open stream counts");
+    assert!(
+        after.value("agentdesk_sse_subscribers", &[]) >= 1.0,
+        "the open stream counts"
+    );
     // Read from this service's database and pool.
     assert_eq!(after.value("agentdesk_tickets", &[("status", "done")]), 1.0);
     assert_eq!(after.value("agentdesk_tickets", &[("status", "todo")]), 0.0);
@@ -224,7 +281,10 @@ async fn a_ticket_run_moves_the_metrics_with_the_contract_names_types_and_labels
     assert!(after.has("agentdesk_http_requests_total", &created));
     let unmatched = [("method", "GET"), ("route", "unmatched"), ("status", "404")];
     assert!(after.has("agentdesk_http_requests_total", &unmatched));
-    assert!(after.has("agentdesk_http_request_duration_seconds_bucket", &[("route", "/v1/tickets/{ticket}")]));
+    assert!(after.has(
+        "agentdesk_http_request_duration_seconds_bucket",
+        &[("route", "/v1/tickets/{ticket}")]
+    ));
     for leak in [ticket["id"].as_str().unwrap(), &key, &missing] {
         assert!(!text.contains(leak), "{leak} appears in the metrics");
     }
@@ -239,22 +299,75 @@ async fn metrics_take_the_same_tokens_as_the_api() {
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
     let body: serde_json::Value = anonymous.json().await.unwrap();
     assert_eq!(body["error"]["code"], "unauthorized");
-    let wrong = app.client.get(app.endpoint("/metrics")).bearer_auth("nope").send().await.unwrap();
+    let wrong = app
+        .client
+        .get(app.endpoint("/metrics"))
+        .bearer_auth("nope")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     for token in ["writer", "other"] {
-        let scraped = app.client.get(app.endpoint("/metrics")).bearer_auth(token).send().await.unwrap();
+        let scraped = app
+            .client
+            .get(app.endpoint("/metrics"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(scraped.status(), StatusCode::OK, "{token}");
         let text = scraped.text().await.unwrap();
         assert!(text.contains("# TYPE agentdesk_tickets gauge"), "{text}");
     }
     // The refused scrape is itself counted, under its route.
     let (_, scrape) = {
-        let response = app.client.get(app.endpoint("/metrics")).bearer_auth("writer").send().await.unwrap();
+        let response = app
+            .client
+            .get(app.endpoint("/metrics"))
+            .bearer_auth("writer")
+            .send()
+            .await
+            .unwrap();
         let text = response.text().await.unwrap();
         let parsed = Scrape::parse(&text);
         (text, parsed)
     };
     let refused = [("method", "GET"), ("route", "/metrics"), ("status", "401")];
     assert!(scrape.value("agentdesk_http_requests_total", &refused) >= 2.0);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_worker_process_serves_its_metrics_on_the_metrics_address() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let app = TestApp::spawn_mode(agentdesk::app::Mode::Worker, |c| {
+        c.metrics_addr = Some(([127, 0, 0, 1], port).into());
+        c.api_tokens = vec!["scraper".into()];
+    })
+    .await;
+    assert!(app.url.is_empty(), "a worker serves no API");
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let refused = app.client.get(&url).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let scraped = app.client.get(&url).bearer_auth("scraper").send().await.unwrap();
+    assert_eq!(scraped.status(), StatusCode::OK);
+    let scrape = Scrape::parse(&scraped.text().await.unwrap());
+    assert_eq!(
+        scrape.types.get("agentdesk_claims_total").map(String::as_str),
+        Some("counter")
+    );
+    assert_eq!(scrape.value("agentdesk_tickets", &[("status", "todo")]), 0.0);
+    assert!(scrape.has("agentdesk_db_pool_connections", &[("state", "max")]));
+    let elsewhere = app
+        .client
+        .get(format!("http://127.0.0.1:{port}/v1/tickets"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.status(), StatusCode::NOT_FOUND);
     app.shutdown().await;
 }

@@ -329,14 +329,25 @@ async fn contents_are_recorded_only_when_asked_for() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let trace = wait_spans(&spans, &server_trace, &["invoke_agent default", "execute_tool close_ticket"]).await;
+    let trace = wait_spans(
+        &spans,
+        &server_trace,
+        &["invoke_agent default", "execute_tool close_ticket"],
+    )
+    .await;
     let chat = trace
         .iter()
         .find(|r| r.span.name.starts_with("chat "))
         .expect("a chat span");
-    assert!(chat.str("gen_ai.input.messages").is_some_and(|m| m.contains("The recipe of the sauce")));
-    assert!(chat.str("gen_ai.output.messages").is_some_and(|m| m.contains("close_ticket")));
+    assert!(chat
+        .str("gen_ai.input.messages")
+        .is_some_and(|m| m.contains("The recipe of the sauce")));
+    assert!(chat
+        .str("gen_ai.output.messages")
+        .is_some_and(|m| m.contains("close_ticket")));
     let tool = one(&trace, "execute_tool close_ticket");
-    assert!(tool.str("gen_ai.tool.call.arguments").is_some_and(|a| a.contains("secret sauce")));
+    assert!(tool
+        .str("gen_ai.tool.call.arguments")
+        .is_some_and(|a| a.contains("secret sauce")));
     assert!(tool.str("gen_ai.tool.call.id") == Some("call_c"));
 }

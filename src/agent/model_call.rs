@@ -63,7 +63,13 @@ impl Step<'_> {
                 r = provider.stream(request, &mut on_delta, self.rt.stream_idle) => Some(r),
             };
             let Some(result) = result else {
-                metric::model_request(provider_label, &self.agent.model, "cancelled", sent.elapsed(), first_output);
+                metric::model_request(
+                    provider_label,
+                    &self.agent.model,
+                    "cancelled",
+                    sent.elapsed(),
+                    first_output,
+                );
                 chat.fail("cancelled", "the ticket was cancelled or its claim lost");
                 return self.keep_cancelled_text(streamed).await;
             };
@@ -75,7 +81,13 @@ impl Step<'_> {
                 }
                 Err(err) => err,
             };
-            metric::model_request(provider_label, &self.agent.model, err.kind.as_str(), sent.elapsed(), first_output);
+            metric::model_request(
+                provider_label,
+                &self.agent.model,
+                err.kind.as_str(),
+                sent.elapsed(),
+                first_output,
+            );
             if chat.is_recording() {
                 chat.fail(err.kind.as_str(), &llm::excerpt(&err.message, 300));
             }

@@ -14,8 +14,8 @@ use crate::db::claims::{Claim, Fence};
 use crate::db::steps::{StepResult, StepWrite};
 use crate::domain::provider::BUILTIN_PROVIDERS;
 use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
-use crate::telemetry::trace::AgentSpan;
 use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, StopReason};
+use crate::telemetry::trace::AgentSpan;
 
 /// What every part of a step works with: the process, the claim, the agent and the ticket as
 /// the step read them, and the signals that stop it.

@@ -13,10 +13,10 @@ use uuid::Uuid;
 
 use super::events::ReservedEvent;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
-use crate::telemetry::metric;
 use crate::domain::{
     Agent, Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Ticket, TicketError, TicketUsage,
 };
+use crate::telemetry::metric;
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
 #[derive(Clone, Debug)]

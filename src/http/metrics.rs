@@ -1,15 +1,19 @@
 //! `GET /metrics` (the Prometheus text format) and the middleware that counts and traces every
 //! request by its route template.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use opentelemetry::context::FutureExt as _;
+use sqlx::PgPool;
 
-use super::error::{ApiResult, ErrorBody};
+use super::error::{ApiError, ApiResult, ErrorBody};
 use super::AppState;
 use crate::db;
 use crate::telemetry::{metric, trace};
@@ -26,22 +30,55 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
         (status = 200, description = "The Prometheus text format (version 0.0.4)", body = String, content_type = "text/plain"),
         (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn metrics(State(state): State<AppState>) -> ApiResult<Response> {
-    let counts = db::tickets::count_by_status(&state.pool).await?;
+    scrape(&state.pool).await
+}
+
+async fn scrape(pool: &PgPool) -> ApiResult<Response> {
+    let counts = db::tickets::count_by_status(pool).await?;
     let mut text = metric::render();
     // Written here rather than through the process's recorder: they belong to this service's
     // database and pool, and a process may run several services (the tests do).
-    let size = state.pool.size();
-    let idle = state.pool.num_idle() as u32;
-    let pool = [
+    let size = pool.size();
+    let idle = pool.num_idle() as u32;
+    let connections = [
         ("idle", idle),
         ("in_use", size.saturating_sub(idle)),
-        ("max", state.pool.options().get_max_connections()),
+        ("max", pool.options().get_max_connections()),
     ];
-    let tickets = (metric::TICKETS, "Tickets by status, read from the database when scraped");
+    let tickets = (
+        metric::TICKETS,
+        "Tickets by status, read from the database when scraped",
+    );
     metric::write_gauge(&mut text, tickets, "status", counts);
-    let connections = (metric::DB_POOL, "Database pool connections by state (idle, in_use, max)");
-    metric::write_gauge(&mut text, connections, "state", pool.map(|(s, n)| (s, i64::from(n))));
+    let pool_gauge = (
+        metric::DB_POOL,
+        "Database pool connections by state (idle, in_use, max)",
+    );
+    metric::write_gauge(
+        &mut text,
+        pool_gauge,
+        "state",
+        connections.map(|(s, n)| (s, i64::from(n))),
+    );
     Ok(([(header::CONTENT_TYPE, TEXT_FORMAT)], text).into_response())
+}
+
+/// `GET /metrics` alone, with the API's tokens, for `AGENTDESK_METRICS_ADDR` (a worker process
+/// has no API to serve it on).
+pub fn standalone(pool: PgPool, tokens: Vec<String>) -> Router {
+    let tokens: Arc<[String]> = tokens.into();
+    let handler = move |req: Request| {
+        let (pool, tokens) = (pool.clone(), tokens.clone());
+        async move {
+            if !super::auth::authorized(&req, &tokens) {
+                return ApiError::Unauthorized.into_response();
+            }
+            scrape(&pool).await.into_response()
+        }
+    };
+    Router::new()
+        .route("/metrics", get(handler))
+        .fallback(|| async { ApiError::NotFound("no such endpoint: this address serves /metrics".into()) })
 }
 
 /// Counts the request under its route template (`/v1/tickets/{ticket}`, never the path: ids

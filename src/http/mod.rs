@@ -91,7 +91,8 @@ pub fn router(state: AppState) -> Router {
     let v1 = v1_routes()
         .fallback(not_found)
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
-    let scraped = metrics_routes().route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
+    let scraped =
+        metrics_routes().route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     let (routes, api) = documented(v1).merge(scraped).split_for_parts();
     let document = Bytes::from(openapi::to_json(&api));
     let openapi_json = move || {

@@ -139,8 +139,7 @@ pub async fn create_ticket(
     }
 
     // Its spans continue the caller's trace (through this request's span when tracing is on).
-    let trace_context =
-        trace::ticket_trace_context(headers.get("traceparent").and_then(|v| v.to_str().ok()));
+    let trace_context = trace::ticket_trace_context(headers.get("traceparent").and_then(|v| v.to_str().ok()));
     let in_flight = state.intake.enter();
     if idempotency_key.is_none() && req.parent.is_none() && in_flight.crowded() {
         // Under load, a plain create shares a transaction with the creates arriving alongside it.

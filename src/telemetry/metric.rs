@@ -33,9 +33,13 @@ pub const BUILD_INFO: &str = "agentdesk_build_info";
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
 /// Model calls and tool runs: from a fast local server to a long reasoning answer.
-const SLOW_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+const SLOW_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
 /// HTTP requests (an SSE stream counts until its headers are sent).
-const FAST_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const FAST_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -73,20 +77,41 @@ fn build() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> 
 }
 
 fn describe() {
-    describe_counter!(TICKETS_FINISHED, "Tickets this process finished (done, failed), by agent");
+    describe_counter!(
+        TICKETS_FINISHED,
+        "Tickets this process finished (done, failed), by agent"
+    );
     describe_counter!(CLAIMS, "Tickets claimed by this process's workers");
-    describe_counter!(LEASES_LOST, "Claims this process held and lost (lease expired, taken or cancelled)");
+    describe_counter!(
+        LEASES_LOST,
+        "Claims this process held and lost (lease expired, taken or cancelled)"
+    );
     describe_counter!(REQUEUES, "Tickets put back to todo, by reason");
     describe_counter!(MODEL_REQUESTS, "Model requests sent, by outcome (ok or the error kind)");
-    describe_histogram!(MODEL_REQUEST_DURATION, Unit::Seconds, "Model request duration, to the end of the stream");
-    describe_histogram!(MODEL_TTFT, Unit::Seconds, "Time from a model request to its first streamed output");
-    describe_counter!(TOKENS, "Tokens of model responses, by type (input, output, cache_read, cache_creation)");
+    describe_histogram!(
+        MODEL_REQUEST_DURATION,
+        Unit::Seconds,
+        "Model request duration, to the end of the stream"
+    );
+    describe_histogram!(
+        MODEL_TTFT,
+        Unit::Seconds,
+        "Time from a model request to its first streamed output"
+    );
+    describe_counter!(
+        TOKENS,
+        "Tokens of model responses, by type (input, output, cache_read, cache_creation)"
+    );
     describe_counter!(TOOL_CALLS, "Tool calls run, by outcome (ok or the error kind)");
     describe_histogram!(TOOL_DURATION, Unit::Seconds, "Tool call duration");
     describe_counter!(EVENTS, "Events written to the log by this process, by kind");
     describe_gauge!(SSE_SUBSCRIBERS, "Open SSE streams");
     describe_counter!(HTTP_REQUESTS, "HTTP requests answered, by route template and status");
-    describe_histogram!(HTTP_DURATION, Unit::Seconds, "HTTP request duration, to the response head");
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "HTTP request duration, to the response head"
+    );
     describe_counter!(WEBHOOK_DELIVERIES, "Webhook delivery attempts, by outcome");
     describe_gauge!(BUILD_INFO, "Always 1, labelled with the version");
 }
@@ -147,7 +172,13 @@ pub fn requeued(reason: &'static str) {
 }
 
 /// One model request as sent: `outcome` is `ok` or the error kind.
-pub fn model_request(provider: &str, model: &str, outcome: &'static str, took: Duration, first_output: Option<Duration>) {
+pub fn model_request(
+    provider: &str,
+    model: &str,
+    outcome: &'static str,
+    took: Duration,
+    first_output: Option<Duration>,
+) {
     let (provider, model) = (provider.to_owned(), model.to_owned());
     counter!(MODEL_REQUESTS, "provider" => provider.clone(), "model" => model.clone(), "outcome" => outcome)
         .increment(1);
@@ -181,14 +212,15 @@ pub fn events_written<'a>(kinds: impl IntoIterator<Item = &'a &'static str>) {
 
 pub fn http_request(method: &str, route: String, status: u16, took: Duration) {
     let method = static_method(method);
-    counter!(HTTP_REQUESTS, "method" => method, "route" => route.clone(), "status" => status.to_string())
-        .increment(1);
+    counter!(HTTP_REQUESTS, "method" => method, "route" => route.clone(), "status" => status.to_string()).increment(1);
     histogram!(HTTP_DURATION, "method" => method, "route" => route).record(took.as_secs_f64());
 }
 
 /// The label of a method, from a fixed set (a made-up method is `other`, not a new series).
 fn static_method(method: &str) -> &'static str {
-    const KNOWN: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"];
+    const KNOWN: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT",
+    ];
     KNOWN.into_iter().find(|m| *m == method).unwrap_or("other")
 }
 

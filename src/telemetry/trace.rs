@@ -28,7 +28,10 @@ static CONTENT: AtomicBool = AtomicBool::new(false);
 pub const DEFAULT_SERVICE_NAME: &str = "agentdesk";
 
 fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+    std::env::var(name)
+        .ok()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
 }
 
 /// Starts the OTLP exporter when the standard variables ask for one; Ok(false) when they don't.
@@ -61,7 +64,8 @@ pub fn init_from_env() -> anyhow::Result<bool> {
         .build()?;
     let mut resource = opentelemetry_sdk::Resource::builder();
     let named = env("OTEL_SERVICE_NAME").is_some()
-        || env("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.split(',').any(|kv| kv.trim().starts_with("service.name=")));
+        || env("OTEL_RESOURCE_ATTRIBUTES")
+            .is_some_and(|a| a.split(',').any(|kv| kv.trim().starts_with("service.name=")));
     if !named {
         resource = resource.with_service_name(DEFAULT_SERVICE_NAME);
     }

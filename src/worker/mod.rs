@@ -210,7 +210,12 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
     shared.tasks.spawn(async move {
         let shared = task_shared;
         let ticket_id = claim.ticket.id.to_string();
-        let span = AgentSpan::start(&claim.agent, &ticket_id, &claim.ticket.key, claim.trace_context.as_deref());
+        let span = AgentSpan::start(
+            &claim.agent,
+            &ticket_id,
+            &claim.ticket.key,
+            claim.trace_context.as_deref(),
+        );
         let end = run_until_settled(&shared, &claim, &signals, &span).await;
         tracing::debug!(ticket = %claim.ticket.key, ?end, "ticket run ended");
         record_end(&claim.agent, end, &span);
