@@ -157,8 +157,8 @@ pub struct ServerArgs {
     pub agents_file: Option<String>,
     /// Also serve GET /metrics on this address, with the same tokens (a worker process serves no
     /// API, and so no metrics without it)
-    #[arg(long, env = "AGENTDESK_METRICS_ADDR", value_name = "ADDR", value_parser = Setting(parsed::<SocketAddr>))]
-    pub metrics_addr: Option<SocketAddr>,
+    #[arg(long, env = "AGENTDESK_METRICS_ADDR", value_name = "ADDR", value_parser = Setting(optional_address))]
+    pub metrics_addr: Option<String>,
 }
 
 /// Every setting, for `Config::from_lookup`.
@@ -201,7 +201,7 @@ impl Config {
                 .as_deref()
                 .filter(|f| !f.is_empty())
                 .map(PathBuf::from);
-            config.metrics_addr = server.metrics_addr;
+            config.metrics_addr = server.metrics_addr.as_deref().and_then(|a| a.parse().ok());
         }
         config
     }
@@ -283,6 +283,14 @@ fn log_format(name: &str, value: &str) -> Result<LogFormat, String> {
     }
 }
 
+/// An address, or blank for none (checked here, parsed again by `from_args`).
+fn optional_address(name: &str, value: &str) -> Result<String, String> {
+    if !value.is_empty() {
+        parsed::<SocketAddr>(name, value)?;
+    }
+    Ok(value.to_owned())
+}
+
 fn text(_: &str, value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
@@ -324,6 +332,10 @@ mod tests {
         assert!(err.contains("AGENTDESK_WORKERS"));
         let err = Config::from_lookup(|n| (n == "AGENTDESK_LEASE_SECS").then(|| "-1".to_owned())).unwrap_err();
         assert!(err.contains("AGENTDESK_LEASE_SECS"));
+        let err = Config::from_lookup(|n| (n == "AGENTDESK_METRICS_ADDR").then(|| ":9090".to_owned())).unwrap_err();
+        assert!(err.contains("AGENTDESK_METRICS_ADDR"));
+        let c = Config::from_lookup(|n| (n == "AGENTDESK_METRICS_ADDR").then(|| "0.0.0.0:9090".to_owned())).unwrap();
+        assert_eq!(c.metrics_addr, Some(([0, 0, 0, 0], 9090).into()));
     }
 
     #[test]
