@@ -293,6 +293,30 @@ async fn a_ticket_run_moves_the_metrics_with_the_contract_names_types_and_labels
 }
 
 #[tokio::test]
+async fn a_cancel_and_a_retry_are_counted() {
+    let app = TestApp::spawn().await;
+    let (_, before) = scrape(&app).await;
+    let ticket = app.create_ticket(json!({ "task": "Never mind." })).await;
+    let key = ticket["key"].as_str().unwrap();
+    assert_eq!(
+        app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.post(&format!("/v1/tickets/{key}/retry"), json!({})).await.0,
+        StatusCode::OK
+    );
+    let (_, after) = scrape(&app).await;
+    let moved = |name: &str, labels: &[(&str, &str)]| after.value(name, labels) - before.value(name, labels);
+    let cancelled = [("agent", ""), ("status", "cancelled")];
+    assert!(moved("agentdesk_tickets_finished_total", &cancelled) >= 1.0);
+    assert!(moved("agentdesk_requeues_total", &[("reason", "retry")]) >= 1.0);
+    assert!(moved("agentdesk_events_total", &[("kind", "ticket.cancelled")]) >= 1.0);
+    assert_eq!(after.value("agentdesk_tickets", &[("status", "todo")]), 1.0);
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn metrics_take_the_same_tokens_as_the_api() {
     let app = TestApp::spawn_with(|c| c.api_tokens = vec!["writer".into(), "other".into()]).await;
     let anonymous = app.client.get(app.endpoint("/metrics")).send().await.unwrap();

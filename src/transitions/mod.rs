@@ -226,6 +226,8 @@ pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError>
         db::tickets::notify_cancel(&mut tx, ticket.id).await?;
     }
     tx.commit().await?;
+    // Under the agent that had it, if any (`""` for a ticket cancelled before any claim).
+    crate::telemetry::metric::ticket_finished(ticket.agent.as_deref().unwrap_or_default(), "cancelled");
     Ok(cancelled)
 }
 
