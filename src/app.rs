@@ -57,6 +57,8 @@ impl App {
     /// Connects, migrates, and starts what `mode` runs. `database_url` must be resolved by now
     /// (the embedded database is started by the caller).
     pub async fn start(config: Config, mode: Mode, providers: Providers) -> anyhow::Result<App> {
+        // The process's metrics recorder (once per process, whatever starts it).
+        crate::telemetry::metric::install();
         let url = config.database_url.clone().context("DATABASE_URL is not set")?;
         let pool = db::connect(&url, config.db_max_connections)
             .await
@@ -135,8 +137,9 @@ impl App {
             match listen(config.addr) {
                 Ok(listener) => {
                     health_addr = listener.local_addr().ok();
-                    tracing::info!(addr = ?health_addr, "worker health listening (/healthz, /readyz)");
-                    let router = http::health::worker_router(pool.clone());
+                    tracing::info!(addr = ?health_addr, "worker listening (/healthz, /readyz, /metrics)");
+                    let router = http::health::worker_router(pool.clone())
+                        .merge(http::metrics::standalone(pool.clone(), config.api_tokens.clone()));
                     let stop = shutdown.clone();
                     tasks.push(tokio::spawn(async move {
                         let _ = axum::serve(listener, router)
@@ -153,6 +156,20 @@ impl App {
         if mode.runs_workers() {
             // Webhooks are delivered where tickets are worked: an API-only process stays thin.
             tasks.push(crate::webhooks::start(pool.clone(), &hub, &config, shutdown.clone()));
+        }
+        if let Some(metrics_addr) = config.metrics_addr {
+            let listener = listen(metrics_addr).with_context(|| format!("cannot listen on {metrics_addr}"))?;
+            tracing::info!(addr = %listener.local_addr()?, "serving /metrics");
+            let router = http::metrics::standalone(pool.clone(), config.api_tokens.clone());
+            let stop = shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let served = axum::serve(listener, router)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+                if let Err(err) = served {
+                    tracing::error!(error = %err, "the metrics listener failed");
+                }
+            }));
         }
 
         let workers = if mode.runs_workers() {

@@ -65,6 +65,8 @@ pub struct Config {
     /// Whether MCP connections may reach private addresses; None: `AGENTDESK_ALLOW_PRIVATE_URLS`
     /// decides (tests set it here, since the environment is shared by parallel tests).
     pub mcp_allow_private: Option<bool>,
+    /// Also serve `GET /metrics` here (for worker processes, which serve no API).
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// `AGENTDESK_WEBHOOK_RETRY_SECS`'s default.
@@ -112,6 +114,7 @@ impl Default for Config {
             webhook_concurrency: 64,
             mcp_config: None,
             mcp_allow_private: None,
+            metrics_addr: None,
         }
     }
 }
@@ -212,6 +215,10 @@ pub struct ServerArgs {
     /// "args", "env"}}}`, read at start-up; the only way to define stdio servers
     #[arg(long, env = "AGENTDESK_MCP_CONFIG", value_name = "FILE", value_parser = Setting(text))]
     pub mcp_config: Option<String>,
+    /// Also serve GET /metrics on this address, with the same tokens (a worker process serves no
+    /// API, and so no metrics without it)
+    #[arg(long, env = "AGENTDESK_METRICS_ADDR", value_name = "ADDR", value_parser = Setting(optional_address))]
+    pub metrics_addr: Option<String>,
 }
 
 /// Every setting, for `Config::from_lookup`.
@@ -268,6 +275,7 @@ impl Config {
                 .as_deref()
                 .filter(|f| !f.is_empty())
                 .map(PathBuf::from);
+            config.metrics_addr = server.metrics_addr.as_deref().and_then(|a| a.parse().ok());
         }
         config
     }
@@ -375,6 +383,14 @@ fn log_format(name: &str, value: &str) -> Result<LogFormat, String> {
     }
 }
 
+/// An address, or blank for none (checked here, parsed again by `from_args`).
+fn optional_address(name: &str, value: &str) -> Result<String, String> {
+    if !value.is_empty() {
+        parsed::<SocketAddr>(name, value)?;
+    }
+    Ok(value.to_owned())
+}
+
 fn text(_: &str, value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
@@ -445,6 +461,10 @@ mod tests {
         assert!(c.allow_private_urls);
         let err = Config::from_lookup(|n| (n == "AGENTDESK_WEBHOOK_RETRY_SECS").then(|| "5,x".to_owned())).unwrap_err();
         assert!(err.contains("AGENTDESK_WEBHOOK_RETRY_SECS"), "{err}");
+        let err = Config::from_lookup(|n| (n == "AGENTDESK_METRICS_ADDR").then(|| ":9090".to_owned())).unwrap_err();
+        assert!(err.contains("AGENTDESK_METRICS_ADDR"));
+        let c = Config::from_lookup(|n| (n == "AGENTDESK_METRICS_ADDR").then(|| "0.0.0.0:9090".to_owned())).unwrap();
+        assert_eq!(c.metrics_addr, Some(([0, 0, 0, 0], 9090).into()));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod llm;
 pub mod mcp;
 pub mod net;
 pub mod schema;
+pub mod telemetry;
 pub mod tools;
 pub mod transitions;
 pub mod webhooks;

@@ -77,6 +77,15 @@ fn main() -> ExitCode {
     };
     let config = Config::from_args(&global, server);
     init_tracing(config.log_format);
+    // Before the runtime: the OTLP exporter's blocking client starts its own.
+    match agentdesk::telemetry::trace::init_from_env() {
+        Ok(true) => tracing::info!("exporting traces over OTLP"),
+        Ok(false) => {}
+        Err(err) => {
+            eprintln!("agentdesk: cannot export traces: {err:#}");
+            return ExitCode::FAILURE;
+        }
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(err) => {
@@ -93,6 +102,8 @@ fn main() -> ExitCode {
             ServerCommand::Healthcheck(listen) => healthcheck(listen.addr).await,
         }
     });
+    drop(runtime);
+    agentdesk::telemetry::trace::shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // Logged once: the log already goes to stderr.

@@ -191,6 +191,14 @@ async fn two_apis_and_two_workers_lose_nothing_through_a_kill_and_a_rolling_rest
         .await
         .unwrap();
     assert_eq!(api_on_worker.status(), 404);
+    // And its metrics, for Prometheus to scrape each process.
+    let metrics = client
+        .get(format!("{}/metrics", workers[0].base()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), 200);
+    assert!(metrics.text().await.unwrap().contains("agentdesk_claims_total"));
 
     let stop = Arc::new(AtomicBool::new(false));
     let followers: Vec<_> = apis.iter().map(|a| follow_events(a.base(), stop.clone())).collect();

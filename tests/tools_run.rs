@@ -55,6 +55,7 @@ fn new_ticket(task: &str, labels: &[&str], schema: Option<Value>) -> NewTicket {
         max_attempts: 3,
         reporter: "user".into(),
         idempotency: None,
+        trace_context: None,
     }
 }
 

@@ -29,6 +29,7 @@ use crate::db;
 use crate::db::claims::{Claim, Fence, Release};
 use crate::events::EventHub;
 use crate::llm::Providers;
+use crate::telemetry::trace::AgentSpan;
 
 /// What the loop needs from the process.
 pub struct Runtime {
@@ -115,7 +116,14 @@ impl Count {
 /// Runs a claimed ticket until it settles. A database error ends the run with Err; the caller may
 /// run it again with the same claim and `resumed` set, and then everything is read again from the
 /// database (what the claim returned may be out of date by then).
-pub async fn run_ticket(rt: &Runtime, claim: &Claim, signals: &Signals, resumed: bool) -> Result<RunEnd, sqlx::Error> {
+/// `span` is the claim's `invoke_agent` span, parent of the step's model and tool spans.
+pub async fn run_ticket(
+    rt: &Runtime,
+    claim: &Claim,
+    signals: &Signals,
+    resumed: bool,
+    span: &AgentSpan,
+) -> Result<RunEnd, sqlx::Error> {
     // The first step of a new claim works from what the claim returned (the ticket, the agent,
     // a transcript it wrote), sparing the reads.
     let mut first = !resumed;
@@ -127,7 +135,7 @@ pub async fn run_ticket(rt: &Runtime, claim: &Claim, signals: &Signals, resumed:
         if signals.stop.is_cancelled() {
             return release(rt, claim.fence(), Release::Shutdown, &claim.agent).await;
         }
-        match step::run(rt, claim, signals, &streaks, std::mem::take(&mut first)).await {
+        match step::run(rt, claim, signals, &streaks, std::mem::take(&mut first), span).await {
             Ok(()) => {}
             Err(Stop::End(end)) => return Ok(end),
             Err(Stop::Db(err)) => return Err(err),
@@ -143,6 +151,9 @@ pub async fn release(rt: &Runtime, fence: Fence, how: Release, agent: &str) -> R
     db::claims::release(&mut tx, fence, how, agent).await?;
     tx.commit().await?;
     rt.hub.wake();
+    if how == Release::Shutdown {
+        crate::telemetry::metric::requeued("shutdown");
+    }
     Ok(match how {
         Release::Waiting => RunEnd::Waiting,
         Release::Shutdown => RunEnd::Released,

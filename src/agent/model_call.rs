@@ -4,7 +4,7 @@
 //! output); a cancel keeps the text shown so far.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
@@ -15,6 +15,8 @@ use crate::domain::event::kind;
 use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent};
 use crate::events::hub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
+use crate::telemetry::metric;
+use crate::telemetry::trace::{ChatResult, ChildSpan};
 
 /// How often an empty answer is sent again, whatever the agent's `max_request_retries`.
 const MAX_EMPTY_RETRIES: u32 = 2;
@@ -38,12 +40,17 @@ impl Step<'_> {
         // The text shown so far, kept if a cancel stops the response.
         let mut streamed = String::new();
         let mut empty = 0u32;
+        let provider_label = self.agent.provider.as_deref().unwrap_or(provider.name());
         loop {
+            let chat = self.span.chat(provider.name(), &self.agent.model);
+            let sent = Instant::now();
+            let mut first_output = None;
             let shown = AtomicBool::new(false);
             let mut on_delta = |delta: Delta| {
                 if self.signals.abort.is_cancelled() {
                     return;
                 }
+                first_output.get_or_insert_with(|| sent.elapsed());
                 shown.store(true, Ordering::Relaxed);
                 if let Delta::Text(text) = &delta {
                     streamed.push_str(text);
@@ -56,15 +63,35 @@ impl Step<'_> {
                 r = provider.stream(request, &mut on_delta, self.rt.stream_idle) => Some(r),
             };
             let Some(result) = result else {
+                metric::model_request(
+                    provider_label,
+                    &self.agent.model,
+                    "cancelled",
+                    sent.elapsed(),
+                    first_output,
+                );
+                chat.fail("cancelled", "the ticket was cancelled or its claim lost");
                 return self.keep_cancelled_text(streamed).await;
             };
             let err: LlmError = match result {
                 Ok(mut response) => {
                     request::estimate_usage(request, &mut response);
+                    self.record_response(provider_label, request, &response, &chat, sent, first_output);
                     return Ok(ModelOutcome::Response(response));
                 }
                 Err(err) => err,
             };
+            metric::model_request(
+                provider_label,
+                &self.agent.model,
+                err.kind.as_str(),
+                sent.elapsed(),
+                first_output,
+            );
+            if chat.is_recording() {
+                chat.fail(err.kind.as_str(), &llm::excerpt(&err.message, 300));
+            }
+            drop(chat);
             // A request that failed was still sent: it counts.
             self.count_failed_request();
             if err.kind == LlmErrorKind::ContextWindowExceeded {
@@ -112,6 +139,66 @@ impl Step<'_> {
             };
             return self.fail_request(err.kind.as_str(), &message).await;
         }
+    }
+
+    /// The metrics and the `chat` span of a response.
+    fn record_response(
+        &self,
+        provider: &str,
+        request: &ModelRequest,
+        response: &ModelResponse,
+        chat: &ChildSpan,
+        sent: Instant,
+        first_output: Option<Duration>,
+    ) {
+        let model = &self.agent.model;
+        metric::model_request(provider, model, "ok", sent.elapsed(), first_output);
+        let usage = &response.usage;
+        metric::tokens(
+            provider,
+            model,
+            [
+                ("input", usage.input_tokens),
+                ("output", usage.output_tokens),
+                ("cache_read", usage.cache_read_tokens),
+                ("cache_creation", usage.cache_creation_tokens),
+            ],
+        );
+        if !chat.is_recording() {
+            return;
+        }
+        chat.chat_result(ChatResult {
+            response_model: &response.model,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            finish_reason: response.stop_reason.as_str(),
+        });
+        chat.content(|| {
+            let messages: Vec<serde_json::Value> = request
+                .messages
+                .iter()
+                .map(|m| {
+                    let role = match m.role {
+                        llm::Role::User => "user",
+                        llm::Role::Assistant => "assistant",
+                    };
+                    serde_json::json!({ "role": role, "parts": m.content })
+                })
+                .collect();
+            let calls: Vec<serde_json::Value> = response
+                .tool_calls
+                .iter()
+                .map(|c| serde_json::json!({ "type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments }))
+                .collect();
+            let mut parts = vec![serde_json::json!({ "type": "text", "content": response.text })];
+            parts.extend(calls);
+            let output = serde_json::json!([{ "role": "assistant", "parts": parts }]);
+            vec![
+                ("gen_ai.system_instructions", request.system.clone()),
+                ("gen_ai.input.messages", serde_json::Value::Array(messages).to_string()),
+                ("gen_ai.output.messages", output.to_string()),
+            ]
+        });
     }
 
     /// The response was stopped: after a cancel, the text it had shown stays in the transcript

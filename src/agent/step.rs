@@ -16,6 +16,7 @@ use crate::db::steps::{StepResult, StepWrite};
 use crate::domain::provider::BUILTIN_PROVIDERS;
 use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
 use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, StopReason};
+use crate::telemetry::trace::AgentSpan;
 use crate::tools::ToolRegistry;
 
 /// What every part of a step works with: the process, the claim, the agent and the ticket as
@@ -31,11 +32,20 @@ pub(super) struct Step<'a> {
     pub streaks: &'a Streaks,
     /// Requests of this step that failed and are not yet added to the ticket's usage.
     pub failed_requests: Count,
+    /// The claim's `invoke_agent` span (inert when tracing is off).
+    pub span: &'a AgentSpan,
 }
 
 /// Runs one step of a claimed ticket. `first`: the first step of a new claim, which works from
 /// what the claim returned instead of reading it again.
-pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, streaks: &Streaks, first: bool) -> Flow<()> {
+pub(super) async fn run(
+    rt: &Runtime,
+    claim: &Claim,
+    signals: &Signals,
+    streaks: &Streaks,
+    first: bool,
+    span: &AgentSpan,
+) -> Flow<()> {
     let fence = claim.fence();
     let agent_name = claim.agent.as_str();
     let state = if first {
@@ -75,6 +85,7 @@ pub(super) async fn run(rt: &Runtime, claim: &Claim, signals: &Signals, streaks:
         signals,
         streaks,
         failed_requests: Count::default(),
+        span,
     };
     step.work(transcript).await
 }

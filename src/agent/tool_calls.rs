@@ -1,12 +1,15 @@
 //! A response's tool calls: prepared (the tool looked up, the input repaired and checked against
 //! its schema) and then run concurrently.
 
+use std::time::Instant;
+
 use serde_json::Value;
 
 use super::step::Step;
 use super::{aborted, Flow};
 use crate::domain::Agent;
 use crate::llm::ModelResponse;
+use crate::telemetry::metric;
 use crate::tools::{self, Prepared, ToolContext, ToolFailure, ToolOutcome, ToolRegistry};
 
 /// A tool call as the model made it, with its input repaired and checked.
@@ -69,10 +72,34 @@ impl Step<'_> {
                 call_id: &call.id,
                 cancel: self.signals.abort.clone(),
             };
-            match &call.input {
+            // A name the agent does not have is the model's invention: one label for all of them.
+            let tool = if self.agent.tools.contains(&call.name) {
+                call.name.as_str()
+            } else {
+                "unknown"
+            };
+            let span = self.span.tool(tool, &call.id);
+            let started = Instant::now();
+            let outcome = match &call.input {
                 Err(failure) => failure.clone().into(),
                 Ok(prepared) => prepared.run(&ctx).await,
-            }
+            };
+            let label = match &outcome {
+                ToolOutcome::Failed { kind, message } => {
+                    span.fail(kind.as_str(), message);
+                    kind.as_str()
+                }
+                ToolOutcome::Output(_) | ToolOutcome::Finish(_) => "ok",
+            };
+            metric::tool_call(tool, label, started.elapsed());
+            span.content(|| {
+                let mut attributes = vec![("gen_ai.tool.call.arguments", call.shown_input.to_string())];
+                if let ToolOutcome::Output(output) = &outcome {
+                    attributes.push(("gen_ai.tool.call.result", output.clone()));
+                }
+                attributes
+            });
+            outcome
         });
         tokio::select! {
             biased;

@@ -16,6 +16,7 @@ use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::domain::{
     Agent, Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Ticket, TicketError, TicketUsage,
 };
+use crate::telemetry::metric;
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
 #[derive(Clone, Debug)]
@@ -29,6 +30,8 @@ pub struct Claim {
     /// The whole transcript when the claim wrote it (a first claim of a ticket nobody had
     /// commented on: just the task), for the first step; None means read it.
     pub transcript: Option<Vec<Comment>>,
+    /// The `traceparent` stored with the ticket, which its spans continue.
+    pub trace_context: Option<String>,
 }
 
 impl Claim {
@@ -104,7 +107,7 @@ pub async fn claim_batch(
             -- guessed many candidates would read the whole table to hash it.
             FROM candidates c WHERE t.id = ANY(ARRAY(SELECT id FROM candidates)) AND t.id = c.id
             RETURNING t.*, c.seeded AS was_seeded)
-         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq, t.last_event_seq,
+         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq, t.last_event_seq, t.trace_context,
                 (SELECT to_jsonb(a) FROM agents a WHERE a.name = t.agent) AS definition
          FROM claimed t"
     );
@@ -124,6 +127,7 @@ pub async fn claim_batch(
         let (last_event_seq, last_comment_seq): (i64, i64) =
             (row.try_get("last_event_seq")?, row.try_get("last_comment_seq")?);
         let seeded: bool = row.try_get("was_seeded")?;
+        let trace_context: Option<String> = row.try_get("trace_context")?;
         // Unreadable, it is read again by name in the first step.
         let definition = row
             .try_get::<Option<sqlx::types::Json<Agent>>, _>("definition")
@@ -158,6 +162,7 @@ pub async fn claim_batch(
             agent,
             definition,
             transcript,
+            trace_context,
         });
     }
     super::events::insert_reserved(&mut tx, &comments, &events).await?;
@@ -315,6 +320,13 @@ pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Erro
         super::tickets::notify_work(&mut tx).await?;
     }
     tx.commit().await?;
+    for (_, attempts, max_attempts, agent) in &expired {
+        if attempts >= max_attempts {
+            metric::ticket_finished(agent.as_deref().unwrap_or_default(), "failed");
+        } else {
+            metric::requeued("lease_lost");
+        }
+    }
     Ok(expired.len())
 }
 

@@ -134,6 +134,9 @@ impl<'a> EventColumns<'a> {
             agents.push(e.agent.as_deref());
             data.push(e.data.as_str());
         }
+        // Counted as they are written: a group that fails and is written again one by one is
+        // counted twice (rare; the counter is for rates, the log is the record).
+        crate::telemetry::metric::events_written(&kinds);
         EventColumns { kinds, agents, data }
     }
 }

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgConnection, PgExecutor};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::domain::{Approval, PendingApproval, Status, Ticket, TicketError, TicketRef, TicketUsage};
@@ -107,6 +107,8 @@ pub struct NewTicket {
     pub max_attempts: i32,
     pub reporter: String,
     pub idempotency: Option<(String, String)>,
+    /// The W3C `traceparent` its spans continue (see `telemetry::trace`).
+    pub trace_context: Option<String>,
 }
 
 /// Inserts a ticket with seq 1 of its log reserved for its `ticket.created`, which the caller must
@@ -116,8 +118,8 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
     let sql = format!(
         "WITH t AS (
             INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts,
-                                 reporter, idempotency_key, idempotency_hash, last_event_seq)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1)
+                                 reporter, idempotency_key, idempotency_hash, last_event_seq, trace_context)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12)
             RETURNING *)
          SELECT {TICKET_COLUMNS} FROM t"
     );
@@ -133,6 +135,7 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
         .bind(&new.reporter)
         .bind(idem_key)
         .bind(idem_hash)
+        .bind(&new.trace_context)
         .fetch_one(conn)
         .await?;
     Ok(row.into())
@@ -156,16 +159,17 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
     let metadata: Vec<&Value> = new.iter().map(|n| &n.metadata).collect();
     let max_attempts: Vec<i32> = new.iter().map(|n| n.max_attempts).collect();
     let reporters: Vec<&str> = new.iter().map(|n| n.reporter.as_str()).collect();
+    let trace_contexts: Vec<Option<&str>> = new.iter().map(|n| n.trace_context.as_deref()).collect();
     let sql = format!(
         "WITH t AS (
             INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts, reporter,
-                                 last_event_seq)
+                                 last_event_seq, trace_context)
             SELECT n.id, n.task, ARRAY(SELECT jsonb_array_elements_text(n.labels)), n.priority, n.schema,
-                   n.parent_id, n.metadata, n.max_attempts, n.reporter, 1
+                   n.parent_id, n.metadata, n.max_attempts, n.reporter, 1, n.trace_context
             FROM unnest($1::uuid[], $2::jsonb[], $3::jsonb[], $4::int4[], $5::jsonb[], $6::uuid[], $7::jsonb[],
-                        $8::int4[], $9::text[])
+                        $8::int4[], $9::text[], $10::text[])
                  WITH ORDINALITY AS n(id, task, labels, priority, schema, parent_id, metadata, max_attempts,
-                                      reporter, ord)
+                                      reporter, trace_context, ord)
             ORDER BY n.ord
             RETURNING *)
          SELECT {TICKET_COLUMNS} FROM t"
@@ -180,11 +184,26 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
         .bind(&metadata)
         .bind(&max_attempts)
         .bind(&reporters)
+        .bind(&trace_contexts)
         .fetch_all(conn)
         .await?;
     let mut tickets: Vec<Ticket> = rows.into_iter().map(Ticket::from).collect();
     tickets.sort_by_key(|t| ids.iter().position(|id| *id == t.id));
     Ok(tickets)
+}
+
+/// Tickets by status, every status present (zero where none): the `tickets` gauge, at scrape time.
+pub async fn count_by_status(pool: &PgPool) -> Result<Vec<(&'static str, i64)>, sqlx::Error> {
+    let rows: Vec<(String, i64)> = sqlx::query_as("SELECT status, count(*) FROM tickets GROUP BY status")
+        .fetch_all(pool)
+        .await?;
+    Ok(Status::ALL
+        .into_iter()
+        .map(|status| {
+            let count = rows.iter().find(|(s, _)| s == status.as_str()).map_or(0, |(_, n)| *n);
+            (status.as_str(), count)
+        })
+        .collect())
 }
 
 /// Serialises creates that share an idempotency key until the first one commits.

@@ -10,7 +10,7 @@ use super::error::ApiError;
 use super::AppState;
 
 /// Compares digests in constant time, so neither content nor length leaks through timing.
-fn token_matches(presented: &str, tokens: &[String]) -> bool {
+pub(super) fn token_matches(presented: &str, tokens: &[String]) -> bool {
     let presented = Sha256::digest(presented.as_bytes());
     tokens.iter().fold(false, |found, t| {
         found | bool::from(Sha256::digest(t.as_bytes()).ct_eq(&presented))
@@ -18,8 +18,17 @@ fn token_matches(presented: &str, tokens: &[String]) -> bool {
 }
 
 pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if state.config.api_tokens.is_empty() {
-        return next.run(req).await;
+    if authorized(&req, &state.config.api_tokens) {
+        next.run(req).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+/// Whether the request may pass: no tokens are configured, or it presents one of them.
+pub(super) fn authorized(req: &Request, tokens: &[String]) -> bool {
+    if tokens.is_empty() {
+        return true;
     }
     let presented = req
         .headers()
@@ -27,10 +36,7 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
-    match presented {
-        Some(token) if token_matches(token, &state.config.api_tokens) => next.run(req).await,
-        _ => ApiError::Unauthorized.into_response(),
-    }
+    presented.is_some_and(|token| token_matches(token, tokens))
 }
 
 #[cfg(test)]

@@ -18,6 +18,13 @@ fn sse_response<S>(frames: S) -> Response
 where
     S: futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send + 'static,
 {
+    use futures::StreamExt;
+    // Counted in `sse_subscribers` until the body, and so the stream, is dropped.
+    let subscriber = crate::telemetry::metric::SseSubscriber::open();
+    let frames = frames.map(move |frame| {
+        let _open = &subscriber;
+        frame
+    });
     let mut response = Response::new(Body::from_stream(frames));
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

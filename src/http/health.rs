@@ -30,7 +30,8 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// What a worker-only process serves on its listen address: liveness and readiness (the database
-/// is reachable), for container health checks and Kubernetes probes. No API, so no tokens.
+/// is reachable), for container health checks and Kubernetes probes, open like the API's; the
+/// caller adds `/metrics` (with the API's tokens).
 pub fn worker_router(pool: sqlx::PgPool) -> axum::Router {
     use axum::routing::get;
     axum::Router::new()
@@ -45,7 +46,6 @@ pub fn worker_router(pool: sqlx::PgPool) -> axum::Router {
                 }
             }),
         )
-        .fallback(|| async { ApiError::NotFound("a worker serves only /healthz and /readyz".into()) })
         .with_state(pool)
 }
 

@@ -8,6 +8,7 @@ pub mod events;
 pub mod extract;
 pub mod health;
 pub mod mcp_servers;
+pub mod metrics;
 pub mod openapi;
 pub mod pagination;
 pub mod providers;
@@ -107,11 +108,18 @@ fn documented(v1: OpenApiRouter<AppState>) -> OpenApiRouter<AppState> {
         .routes(routes!(health::readyz))
 }
 
+/// `/metrics`, behind the same tokens as `/v1/*`.
+fn metrics_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default().routes(routes!(metrics::metrics))
+}
+
 pub fn router(state: AppState) -> Router {
     let v1 = v1_routes()
         .fallback(not_found)
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
-    let (routes, api) = documented(v1).split_for_parts();
+    let scraped =
+        metrics_routes().route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
+    let (routes, api) = documented(v1).merge(scraped).split_for_parts();
     let document = Bytes::from(openapi::to_json(&api));
     let openapi_json = move || {
         let document = document.clone();
@@ -123,6 +131,8 @@ pub fn router(state: AppState) -> Router {
         .merge(Scalar::with_url("/docs", api))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // Per route (so it sees the matched template) and on the fallback.
+        .layer(axum::middleware::from_fn(metrics::observe))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal.into_response()))
         .layer(TraceLayer::new_for_http())

@@ -55,7 +55,9 @@ impl Modify for BearerAuth {
 
 /// The document of the routes `http::router` serves.
 pub fn document() -> utoipa::openapi::OpenApi {
-    super::documented(super::v1_routes()).into_openapi()
+    super::documented(super::v1_routes())
+        .merge(super::metrics_routes())
+        .into_openapi()
 }
 
 /// The document as committed in `openapi/openapi.json`.

@@ -16,6 +16,7 @@ use super::AppState;
 use crate::db;
 use crate::db::tickets::{ListFilter, NewTicket, TicketPatch};
 use crate::domain::{Author, Comment, Status, Ticket, TicketRef};
+use crate::telemetry::trace;
 use crate::transitions::{self, Created, DeskError};
 
 impl From<DeskError> for ApiError {
@@ -138,6 +139,8 @@ pub async fn create_ticket(
         return Err(ApiError::Validation("max_attempts must be between 1 and 100".into()));
     }
 
+    // Its spans continue the caller's trace (through this request's span when tracing is on).
+    let trace_context = trace::ticket_trace_context(headers.get("traceparent").and_then(|v| v.to_str().ok()));
     let in_flight = state.intake.enter();
     if idempotency_key.is_none() && req.parent.is_none() && in_flight.crowded() {
         // Under load, a plain create shares a transaction with the creates arriving alongside it.
@@ -151,6 +154,7 @@ pub async fn create_ticket(
             max_attempts,
             reporter: "user".into(),
             idempotency: None,
+            trace_context,
         };
         let ticket = state.intake.create(new).await?;
         return Ok((StatusCode::CREATED, Json(ticket)).into_response());
@@ -165,6 +169,7 @@ pub async fn create_ticket(
         max_attempts,
         reporter: "user".into(),
         idempotency: idempotency_key.map(|k| (k, hash)),
+        trace_context,
     };
     match transitions::create_requested(&state.pool, new, req.parent.as_deref()).await? {
         Created::New(ticket) => {

@@ -158,8 +158,12 @@ pub async fn add_comment(
     } else {
         ticket
     };
+    let requeued = events.len() > 1;
     db::events::append(&mut tx, ticket.id, &events).await?;
     tx.commit().await?;
+    if requeued {
+        crate::telemetry::metric::requeued("comment");
+    }
     Ok((comment, ticket))
 }
 
@@ -225,6 +229,8 @@ pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError>
         db::tickets::notify_cancel(&mut tx, ticket.id).await?;
     }
     tx.commit().await?;
+    // Under the agent that had it, if any (`""` for a ticket cancelled before any claim).
+    crate::telemetry::metric::ticket_finished(ticket.agent.as_deref().unwrap_or_default(), "cancelled");
     Ok(cancelled)
 }
 
@@ -253,6 +259,7 @@ pub async fn retry(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> 
     .await?;
     db::tickets::notify_work(&mut tx).await?;
     tx.commit().await?;
+    crate::telemetry::metric::requeued("retry");
     Ok(requeued)
 }
 

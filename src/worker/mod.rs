@@ -18,6 +18,8 @@ use crate::db;
 use crate::db::claims::{Claim, Fence, Release};
 use crate::events::EventHub;
 use crate::llm::Providers;
+use crate::telemetry::metric;
+use crate::telemetry::trace::AgentSpan;
 
 /// Most tickets claimed by one statement.
 const MAX_CLAIM_BATCH: i64 = 64;
@@ -162,6 +164,7 @@ async fn claim_loop(shared: Arc<Shared>) {
                     let full = claims.len() as i64 == free;
                     if !claims.is_empty() {
                         shared.runtime.hub.wake();
+                        metric::claimed(claims.len());
                     }
                     for claim in claims {
                         spawn_run(&shared, claim);
@@ -213,8 +216,16 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
     let task_shared = shared.clone();
     shared.tasks.spawn(async move {
         let shared = task_shared;
-        let end = run_until_settled(&shared, &claim, &signals).await;
+        let ticket_id = claim.ticket.id.to_string();
+        let span = AgentSpan::start(
+            &claim.agent,
+            &ticket_id,
+            &claim.ticket.key,
+            claim.trace_context.as_deref(),
+        );
+        let end = run_until_settled(&shared, &claim, &signals, &span).await;
         tracing::debug!(ticket = %claim.ticket.key, ?end, "ticket run ended");
+        record_end(&claim.agent, end, &span);
         if let Ok(mut running) = shared.running.lock() {
             running.remove(&fence);
         }
@@ -222,12 +233,27 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
     });
 }
 
+/// How a claim ended, for the metrics and its span.
+fn record_end(agent: &str, end: RunEnd, span: &AgentSpan) {
+    let outcome = match end {
+        RunEnd::Done => "done",
+        RunEnd::Failed => "failed",
+        RunEnd::Waiting => "waiting",
+        RunEnd::Released => "released",
+        RunEnd::Aborted => "aborted",
+    };
+    if matches!(end, RunEnd::Done | RunEnd::Failed) {
+        metric::ticket_finished(agent, outcome);
+    }
+    span.set_outcome(outcome, end == RunEnd::Failed);
+}
+
 /// Runs the agent loop; a database outage (e.g. a Postgres restart) pauses the ticket and retries
 /// with the same claim until it succeeds or the claim is lost.
-async fn run_until_settled(shared: &Shared, claim: &Claim, signals: &Signals) -> RunEnd {
+async fn run_until_settled(shared: &Shared, claim: &Claim, signals: &Signals, span: &AgentSpan) -> RunEnd {
     let mut failures = 0u32;
     loop {
-        match agent::run_ticket(&shared.runtime, claim, signals, failures > 0).await {
+        match agent::run_ticket(&shared.runtime, claim, signals, failures > 0, span).await {
             Ok(end) => return end,
             Err(err) => {
                 failures += 1;
@@ -266,11 +292,14 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
         match db::claims::renew_leases(&shared.runtime.pool, &held, lease).await {
             Ok(kept) => {
                 last_success = tokio::time::Instant::now();
-                abort(&shared, &lost_claims(&held, &kept));
+                let lost = lost_claims(&held, &kept);
+                metric::leases_lost(lost.len());
+                abort(&shared, &lost);
             }
             Err(err) => {
                 tracing::warn!(error = %err, "cannot renew leases");
                 if last_success.elapsed() >= lease {
+                    metric::leases_lost(held.len());
                     abort(&shared, &held);
                 }
             }

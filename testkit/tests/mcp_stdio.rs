@@ -34,6 +34,7 @@ async fn ticket(pool: &PgPool) -> Ticket {
             max_attempts: 3,
             reporter: "user".into(),
             idempotency: None,
+            trace_context: None,
         },
     )
     .await

@@ -1,0 +1,241 @@
+//! The Prometheus metrics of one process, through the `metrics` facade: the hot path only bumps
+//! counters and records histogram samples (atomics behind a sharded registry, no query, no lock
+//! of ours); the gauges read from the database (`tickets`, `db_pool_connections`) are set when
+//! `/metrics` is scraped. The recorder is global to the process and installed once, however many
+//! services a process starts (the tests start many).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const TICKETS: &str = "agentdesk_tickets";
+pub const TICKETS_FINISHED: &str = "agentdesk_tickets_finished_total";
+pub const CLAIMS: &str = "agentdesk_claims_total";
+pub const LEASES_LOST: &str = "agentdesk_leases_lost_total";
+pub const REQUEUES: &str = "agentdesk_requeues_total";
+pub const MODEL_REQUESTS: &str = "agentdesk_model_requests_total";
+pub const MODEL_REQUEST_DURATION: &str = "agentdesk_model_request_duration_seconds";
+pub const MODEL_TTFT: &str = "agentdesk_model_time_to_first_token_seconds";
+pub const TOKENS: &str = "agentdesk_tokens_total";
+pub const TOOL_CALLS: &str = "agentdesk_tool_calls_total";
+pub const TOOL_DURATION: &str = "agentdesk_tool_duration_seconds";
+pub const EVENTS: &str = "agentdesk_events_total";
+pub const SSE_SUBSCRIBERS: &str = "agentdesk_sse_subscribers";
+pub const HTTP_REQUESTS: &str = "agentdesk_http_requests_total";
+pub const HTTP_DURATION: &str = "agentdesk_http_request_duration_seconds";
+pub const DB_POOL: &str = "agentdesk_db_pool_connections";
+pub const WEBHOOK_DELIVERIES: &str = "agentdesk_webhook_deliveries_total";
+pub const BUILD_INFO: &str = "agentdesk_build_info";
+
+/// The `route` label of a request that matched no route (never the raw path: unbounded).
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// Model calls and tool runs: from a fast local server to a long reasoning answer.
+const SLOW_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+/// HTTP requests (an SSE stream counts until its headers are sent).
+const FAST_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process's recorder (once; later calls return the same handle). None when another
+/// recorder was installed first: the metrics then go to that one and `/metrics` has nothing.
+pub fn install() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let handle = build().inspect_err(|err| tracing::warn!(error = %err, "metrics are off: {err}"));
+            let handle = handle.ok()?;
+            describe();
+            gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+            register_known_series();
+            // Histogram samples wait in lock-free buckets until folded in; fold them even when
+            // nobody scrapes, so they cannot pile up.
+            let upkeep = handle.clone();
+            let _ = std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || loop {
+                    std::thread::sleep(Duration::from_secs(5));
+                    upkeep.run_upkeep();
+                });
+            Some(handle)
+        })
+        .as_ref()
+}
+
+fn build() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    let mut builder = PrometheusBuilder::new();
+    for name in [MODEL_REQUEST_DURATION, MODEL_TTFT, TOOL_DURATION] {
+        builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), SLOW_BUCKETS)?;
+    }
+    builder = builder.set_buckets_for_metric(Matcher::Full(HTTP_DURATION.into()), FAST_BUCKETS)?;
+    builder.install_recorder()
+}
+
+fn describe() {
+    describe_counter!(
+        TICKETS_FINISHED,
+        "Tickets this process finished (done, failed), by agent"
+    );
+    describe_counter!(CLAIMS, "Tickets claimed by this process's workers");
+    describe_counter!(
+        LEASES_LOST,
+        "Claims this process held and lost (lease expired, taken or cancelled)"
+    );
+    describe_counter!(REQUEUES, "Tickets put back to todo, by reason");
+    describe_counter!(MODEL_REQUESTS, "Model requests sent, by outcome (ok or the error kind)");
+    describe_histogram!(
+        MODEL_REQUEST_DURATION,
+        Unit::Seconds,
+        "Model request duration, to the end of the stream"
+    );
+    describe_histogram!(
+        MODEL_TTFT,
+        Unit::Seconds,
+        "Time from a model request to its first streamed output"
+    );
+    describe_counter!(
+        TOKENS,
+        "Tokens of model responses, by type (input, output, cache_read, cache_creation)"
+    );
+    describe_counter!(TOOL_CALLS, "Tool calls run, by outcome (ok or the error kind)");
+    describe_histogram!(TOOL_DURATION, Unit::Seconds, "Tool call duration");
+    describe_counter!(EVENTS, "Events written to the log by this process, by kind");
+    describe_gauge!(SSE_SUBSCRIBERS, "Open SSE streams");
+    describe_counter!(HTTP_REQUESTS, "HTTP requests answered, by route template and status");
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "HTTP request duration, to the response head"
+    );
+    describe_counter!(WEBHOOK_DELIVERIES, "Webhook delivery attempts, by outcome");
+    describe_gauge!(BUILD_INFO, "Always 1, labelled with the version");
+}
+
+/// Series whose labels are known up front start at zero, so a rate or an alert over them works
+/// before the first event (Prometheus sees no series until a value exists).
+fn register_known_series() {
+    counter!(CLAIMS).absolute(0);
+    counter!(LEASES_LOST).absolute(0);
+    for reason in REQUEUE_REASONS {
+        counter!(REQUEUES, "reason" => reason).absolute(0);
+    }
+    gauge!(SSE_SUBSCRIBERS).increment(0.0);
+    // The outcomes `webhooks` counts its delivery attempts under.
+    for outcome in ["success", "retry", "gave_up", "gone"] {
+        counter!(WEBHOOK_DELIVERIES, "outcome" => outcome).absolute(0);
+    }
+}
+
+/// The `reason` of `ticket.requeued` events.
+pub const REQUEUE_REASONS: [&str; 4] = ["lease_lost", "shutdown", "comment", "retry"];
+
+/// The metrics in the Prometheus text format (empty when metrics are off).
+pub fn render() -> String {
+    install().map(PrometheusHandle::render).unwrap_or_default()
+}
+
+/// Appends a gauge with one label, in the text format, to `out` (for the gauges read when
+/// scraped, which belong to one service rather than to the process).
+pub fn write_gauge(
+    out: &mut String,
+    (name, help): (&str, &str),
+    label: &str,
+    values: impl IntoIterator<Item = (&'static str, i64)>,
+) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    for (value_label, value) in values {
+        let _ = writeln!(out, "{name}{{{label}=\"{value_label}\"}} {value}");
+    }
+    out.push('\n');
+}
+
+pub fn ticket_finished(agent: &str, status: &'static str) {
+    counter!(TICKETS_FINISHED, "agent" => agent.to_owned(), "status" => status).increment(1);
+}
+
+pub fn claimed(tickets: usize) {
+    counter!(CLAIMS).increment(tickets as u64);
+}
+
+pub fn leases_lost(claims: usize) {
+    counter!(LEASES_LOST).increment(claims as u64);
+}
+
+pub fn requeued(reason: &'static str) {
+    counter!(REQUEUES, "reason" => reason).increment(1);
+}
+
+/// One model request as sent: `outcome` is `ok` or the error kind.
+pub fn model_request(
+    provider: &str,
+    model: &str,
+    outcome: &'static str,
+    took: Duration,
+    first_output: Option<Duration>,
+) {
+    let (provider, model) = (provider.to_owned(), model.to_owned());
+    counter!(MODEL_REQUESTS, "provider" => provider.clone(), "model" => model.clone(), "outcome" => outcome)
+        .increment(1);
+    histogram!(MODEL_REQUEST_DURATION, "provider" => provider.clone(), "model" => model.clone())
+        .record(took.as_secs_f64());
+    if let Some(first) = first_output {
+        histogram!(MODEL_TTFT, "provider" => provider, "model" => model).record(first.as_secs_f64());
+    }
+}
+
+/// The tokens of one response, by type.
+pub fn tokens(provider: &str, model: &str, counts: [(&'static str, u64); 4]) {
+    for (kind, count) in counts {
+        if count > 0 {
+            counter!(TOKENS, "provider" => provider.to_owned(), "model" => model.to_owned(), "type" => kind)
+                .increment(count);
+        }
+    }
+}
+
+pub fn tool_call(tool: &str, outcome: &'static str, took: Duration) {
+    counter!(TOOL_CALLS, "tool" => tool.to_owned(), "outcome" => outcome).increment(1);
+    histogram!(TOOL_DURATION, "tool" => tool.to_owned()).record(took.as_secs_f64());
+}
+
+pub fn events_written<'a>(kinds: impl IntoIterator<Item = &'a &'static str>) {
+    for kind in kinds {
+        counter!(EVENTS, "kind" => *kind).increment(1);
+    }
+}
+
+pub fn http_request(method: &str, route: String, status: u16, took: Duration) {
+    let method = static_method(method);
+    counter!(HTTP_REQUESTS, "method" => method, "route" => route.clone(), "status" => status.to_string()).increment(1);
+    histogram!(HTTP_DURATION, "method" => method, "route" => route).record(took.as_secs_f64());
+}
+
+/// The label of a method, from a fixed set (a made-up method is `other`, not a new series).
+fn static_method(method: &str) -> &'static str {
+    const KNOWN: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT",
+    ];
+    KNOWN.into_iter().find(|m| *m == method).unwrap_or("other")
+}
+
+/// Counts an open SSE stream until dropped.
+pub struct SseSubscriber(());
+
+impl SseSubscriber {
+    pub fn open() -> SseSubscriber {
+        gauge!(SSE_SUBSCRIBERS).increment(1.0);
+        SseSubscriber(())
+    }
+}
+
+impl Drop for SseSubscriber {
+    fn drop(&mut self) {
+        gauge!(SSE_SUBSCRIBERS).decrement(1.0);
+    }
+}
