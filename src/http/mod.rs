@@ -2,6 +2,7 @@
 
 pub mod agents;
 pub mod auth;
+pub mod board;
 pub mod error;
 pub mod events;
 pub mod extract;
@@ -95,6 +96,7 @@ pub fn router(state: AppState) -> Router {
     routes
         .route("/openapi.json", get(openapi_json))
         .merge(Scalar::with_url("/docs", api))
+        .merge(board::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

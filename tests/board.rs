@@ -1,0 +1,297 @@
+//! The board in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`)
+//! against the service on a real port, with the fake model server streaming slowly behind it.
+//! Screenshots land in `target/board-screenshots/`. Any error the page logs fails the test.
+
+mod support;
+#[path = "support/webdriver.rs"]
+mod webdriver;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::{wait_status, TestApp};
+use testkit::fake_llm::{FakeLlm, Reply};
+use webdriver::{browser_available, Browser};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn screenshot_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/board-screenshots")
+        .join(name)
+}
+
+/// Answers by task: a quick close, a slow stream that then closes, and a stream too slow to finish.
+fn scripted_model() -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
+    |request: &Value| {
+        let text = request.to_string();
+        if text.contains("slow stream") {
+            Reply::tool_call("close_ticket", json!({ "result": "streamed to the end" })).tokens_per_second(4, 24)
+        } else if text.contains("which unit") {
+            Reply::text("Celsius or Fahrenheit?")
+        } else if text.contains("never ends") {
+            Reply::text("unused").tokens_per_second(2, 400)
+        } else {
+            Reply::tool_call("close_ticket", json!({ "result": { "answer": 42 } }))
+                .with_text("Six times seven is forty-two.")
+                .chunk_delay(Duration::from_millis(300))
+        }
+    }
+}
+
+/// The page's current document has logged no errors.
+async fn assert_no_page_errors(browser: &Browser) {
+    let errors = browser.page_errors().await.expect("read the page's errors");
+    assert!(errors.is_empty(), "the board logged errors: {errors:#?}");
+}
+
+async fn show(browser: &Browser, hash: &str) {
+    // A hash change keeps the document, so its error log covers the whole visit.
+    browser
+        .execute("location.hash = arguments[0]", vec![json!(hash)])
+        .await
+        .expect("navigate");
+}
+
+/// Fills the create form and submits it.
+async fn create_through_the_form(browser: &Browser, task: &str, labels: &str) {
+    browser.type_into("#new-task", task).await.unwrap();
+    if !labels.is_empty() {
+        browser.type_into("#new-labels", labels).await.unwrap();
+    }
+    browser.click("#new-submit").await.unwrap();
+}
+
+async fn wait_for_card(browser: &Browser, column: &str, key: &str) {
+    let script = format!("return !!document.querySelector('[data-column=\"{column}\"] [data-key=\"{key}\"]')");
+    browser
+        .wait_for(&format!("{key} in the {column} column"), &script, WAIT)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
+    if !browser_available() {
+        return;
+    }
+    let llm = FakeLlm::start().await;
+    llm.set_responder(scripted_model());
+    let app = TestApp::spawn_with_llm(&llm, |_| {}).await;
+    let browser = Browser::start(1400, 900).await.expect("start Chromium");
+
+    // The board, live: a ticket created through the form moves to done without a reload.
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    browser
+        .wait_for("the live stream", "return document.getElementById('live').dataset.state === 'open'", WAIT)
+        .await
+        .unwrap();
+    browser.execute("window.__sameDocument = true", vec![]).await.unwrap();
+    create_through_the_form(&browser, "What is six times seven?", "default, maths").await;
+    wait_for_card(&browser, "done", "TICKET-1").await;
+    let ticket = app.get("/v1/tickets/TICKET-1").await.1;
+    assert_eq!(ticket["status"], "done");
+    assert!(ticket["labels"].as_array().unwrap().contains(&json!("maths")), "{ticket}");
+    let same = browser.execute("return window.__sameDocument === true", vec![]).await.unwrap();
+    assert_eq!(same, json!(true), "the board reloaded instead of moving the card live");
+    browser.screenshot(&screenshot_path("board.png")).await.unwrap();
+
+    // A ticket page shows the model's text while it streams, then the transcript once done.
+    let streaming = app.create_ticket(json!({ "task": "Tell me in a slow stream" })).await;
+    let key = streaming["key"].as_str().unwrap().to_owned();
+    show(&browser, &format!("#/tickets/{key}")).await;
+    let partial = browser
+        .wait_for(
+            "streamed text",
+            "const t = document.getElementById('live-text'); return t && t.textContent",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert!(partial.as_str().unwrap().starts_with("the "), "{partial}");
+    let now = app.get(&format!("/v1/tickets/{key}")).await.1;
+    assert_eq!(now["status"], "in_progress", "the text arrived only at the end");
+    browser.screenshot(&screenshot_path("ticket-streaming.png")).await.unwrap();
+    browser
+        .wait_for(
+            "the ticket to be done",
+            "return document.getElementById('ticket-status')?.textContent === 'done'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let transcript = browser
+        .wait_for(
+            "the transcript with the streamed text and the tool call",
+            "const t = document.querySelector('.transcript').textContent; \
+             return t.includes('close_ticket') && t.includes('the agent reads a ticket') && t",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert!(transcript.as_str().unwrap().contains("Tell me in a slow stream"));
+    let result = browser
+        .execute("return document.getElementById('ticket-result').textContent", vec![])
+        .await
+        .unwrap();
+    assert_eq!(result, json!("streamed to the end"));
+    let usage = browser
+        .execute("return document.getElementById('ticket-usage').textContent", vec![])
+        .await
+        .unwrap();
+    assert!(usage.as_str().unwrap().contains("1 requests"), "{usage}");
+    browser.screenshot(&screenshot_path("ticket-done.png")).await.unwrap();
+
+    // Cancel a ticket while its model is still streaming.
+    let endless = app.create_ticket(json!({ "task": "A story that never ends" })).await;
+    let key = endless["key"].as_str().unwrap().to_owned();
+    show(&browser, &format!("#/tickets/{key}")).await;
+    browser
+        .wait_for(
+            "the endless stream",
+            "const t = document.getElementById('live-text'); return t && t.textContent.length > 0",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.click("#cancel").await.unwrap();
+    browser
+        .wait_for(
+            "the ticket to show cancelled",
+            "return document.getElementById('ticket-status')?.textContent === 'cancelled'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    wait_status(&app, &key, "cancelled").await;
+    browser
+        .wait_for("the retry button", "return !!document.getElementById('retry')", WAIT)
+        .await
+        .unwrap();
+
+    // Back on the board, every ticket stands in its column: one waiting for an answer, one no
+    // agent takes, one in flight.
+    show(&browser, "#/").await;
+    wait_for_card(&browser, "cancelled", &key).await;
+    wait_for_card(&browser, "done", "TICKET-2").await;
+    let question = app.create_ticket(json!({ "task": "Boiling point of water, which unit?" })).await;
+    let unrouted = app.create_ticket(json!({ "task": "Translate the README", "labels": ["translator"] })).await;
+    let running = app.create_ticket(json!({ "task": "A summary that never ends" })).await;
+    wait_for_card(&browser, "waiting", question["key"].as_str().unwrap()).await;
+    wait_for_card(&browser, "todo", unrouted["key"].as_str().unwrap()).await;
+    wait_for_card(&browser, "in_progress", running["key"].as_str().unwrap()).await;
+    browser.screenshot(&screenshot_path("board-overview.png")).await.unwrap();
+
+    // The agents page: create one through its form.
+    show(&browser, "#/agents").await;
+    browser
+        .wait_for("the default agent", "return !!document.querySelector('[data-agent=\"default\"]')", WAIT)
+        .await
+        .unwrap();
+    browser.click("#new-agent").await.unwrap();
+    browser.type_into("#agent-name", "writer").await.unwrap();
+    browser.type_into("#agent-role", "You write.").await.unwrap();
+    browser.type_into("#agent-labels", "docs").await.unwrap();
+    browser.click("#agent-save").await.unwrap();
+    browser
+        .wait_for("the new agent", "return !!document.querySelector('[data-agent=\"writer\"]')", WAIT)
+        .await
+        .unwrap();
+    let writer = app.get("/v1/agents/writer").await;
+    assert_eq!(writer.0, 200, "{writer:?}");
+    assert_eq!(writer.1["role"], "You write.");
+    assert_eq!(writer.1["labels"], json!(["docs"]));
+    browser.screenshot(&screenshot_path("agents.png")).await.unwrap();
+
+    // Dark mode.
+    browser.color_scheme("dark").await.unwrap();
+    show(&browser, "#/").await;
+    wait_for_card(&browser, "done", "TICKET-1").await;
+    browser.screenshot(&screenshot_path("board-dark.png")).await.unwrap();
+
+    assert_no_page_errors(&browser).await;
+    browser.close().await;
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tokens_the_board_asks_for_one_and_streams_with_it_in_a_header() {
+    if !browser_available() {
+        return;
+    }
+    let llm = FakeLlm::start().await;
+    llm.set_responder(scripted_model());
+    let app = TestApp::spawn_with_llm(&llm, |c| c.api_tokens = vec!["board-secret".into()]).await;
+    let browser = Browser::start(1200, 800).await.expect("start Chromium");
+
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    browser
+        .wait_for("the token prompt", "return document.getElementById('token-dialog').open", WAIT)
+        .await
+        .unwrap();
+    browser.screenshot(&screenshot_path("token-prompt.png")).await.unwrap();
+    // A wrong token is refused and the prompt stays.
+    browser.type_into("#token-input", "wrong").await.unwrap();
+    browser.click("#token-form button[type=submit]").await.unwrap();
+    browser
+        .wait_for(
+            "the refusal",
+            "return document.getElementById('token-error').textContent.includes('refused')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .execute("document.getElementById('token-input').value = ''", vec![])
+        .await
+        .unwrap();
+    browser.type_into("#token-input", "board-secret").await.unwrap();
+    browser.click("#token-form button[type=submit]").await.unwrap();
+    browser
+        .wait_for("the live stream", "return document.getElementById('live').dataset.state === 'open'", WAIT)
+        .await
+        .unwrap();
+
+    create_through_the_form(&browser, "What is six times seven, with a token?", "").await;
+    wait_for_card(&browser, "done", "TICKET-1").await;
+    show(&browser, "#/tickets/TICKET-1").await;
+    browser
+        .wait_for(
+            "the ticket's events over the stream",
+            "return [...document.querySelectorAll('.events strong')].some(e => e.textContent === 'ticket.done')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+
+    let stored = browser
+        .execute("return localStorage.getItem('agentdesk.token')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(stored, json!("board-secret"));
+    // The token travels in headers only: no URL the page fetched holds it.
+    let urls = browser
+        .execute(
+            "return performance.getEntriesByType('resource').map(e => e.name)",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let urls: Vec<String> = serde_json::from_value(urls).unwrap();
+    assert!(urls.iter().any(|u| u.contains("/v1/events")), "{urls:?}");
+    assert!(urls.iter().all(|u| !u.contains("board-secret")), "{urls:?}");
+
+    // A reload keeps the token: no prompt, the board loads.
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    wait_for_card(&browser, "done", "TICKET-1").await;
+    let prompt = browser
+        .execute("return document.getElementById('token-dialog').open", vec![])
+        .await
+        .unwrap();
+    assert_eq!(prompt, json!(false));
+
+    assert_no_page_errors(&browser).await;
+    browser.close().await;
+    app.shutdown().await;
+}
