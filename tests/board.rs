@@ -9,6 +9,7 @@ mod webdriver;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde_json::{json, Value};
 use support::{wait_status, TestApp};
 use testkit::fake_llm::{FakeLlm, Reply};
@@ -84,7 +85,11 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     // The board, live: a ticket created through the form moves to done without a reload.
     browser.goto(&format!("{}/", app.url)).await.unwrap();
     browser
-        .wait_for("the live stream", "return document.getElementById('live').dataset.state === 'open'", WAIT)
+        .wait_for(
+            "the live stream",
+            "return document.getElementById('live').dataset.state === 'open'",
+            WAIT,
+        )
         .await
         .unwrap();
     browser.execute("window.__sameDocument = true", vec![]).await.unwrap();
@@ -92,8 +97,14 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     wait_for_card(&browser, "done", "TICKET-1").await;
     let ticket = app.get("/v1/tickets/TICKET-1").await.1;
     assert_eq!(ticket["status"], "done");
-    assert!(ticket["labels"].as_array().unwrap().contains(&json!("maths")), "{ticket}");
-    let same = browser.execute("return window.__sameDocument === true", vec![]).await.unwrap();
+    assert!(
+        ticket["labels"].as_array().unwrap().contains(&json!("maths")),
+        "{ticket}"
+    );
+    let same = browser
+        .execute("return window.__sameDocument === true", vec![])
+        .await
+        .unwrap();
     assert_eq!(same, json!(true), "the board reloaded instead of moving the card live");
     browser.screenshot(&screenshot_path("board.png")).await.unwrap();
 
@@ -112,7 +123,10 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     assert!(partial.as_str().unwrap().starts_with("the "), "{partial}");
     let now = app.get(&format!("/v1/tickets/{key}")).await.1;
     assert_eq!(now["status"], "in_progress", "the text arrived only at the end");
-    browser.screenshot(&screenshot_path("ticket-streaming.png")).await.unwrap();
+    browser
+        .screenshot(&screenshot_path("ticket-streaming.png"))
+        .await
+        .unwrap();
     browser
         .wait_for(
             "the ticket to be done",
@@ -175,18 +189,37 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     show(&browser, "#/").await;
     wait_for_card(&browser, "cancelled", &key).await;
     wait_for_card(&browser, "done", "TICKET-2").await;
-    let question = app.create_ticket(json!({ "task": "Boiling point of water, which unit?" })).await;
-    let unrouted = app.create_ticket(json!({ "task": "Translate the README", "labels": ["translator"] })).await;
+    let question = app
+        .create_ticket(json!({ "task": "Boiling point of water, which unit?" }))
+        .await;
+    let unrouted = app
+        .create_ticket(json!({ "task": "Translate the README", "labels": ["translator"] }))
+        .await;
     let running = app.create_ticket(json!({ "task": "A summary that never ends" })).await;
     wait_for_card(&browser, "waiting", question["key"].as_str().unwrap()).await;
     wait_for_card(&browser, "todo", unrouted["key"].as_str().unwrap()).await;
     wait_for_card(&browser, "in_progress", running["key"].as_str().unwrap()).await;
-    browser.screenshot(&screenshot_path("board-overview.png")).await.unwrap();
+    browser
+        .wait_for(
+            "the stats strip to catch up",
+            "return document.querySelector('[data-stat=\"in_progress\"] b')?.textContent === '1'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .screenshot(&screenshot_path("board-overview.png"))
+        .await
+        .unwrap();
 
     // The agents page: create one through its form.
     show(&browser, "#/agents").await;
     browser
-        .wait_for("the default agent", "return !!document.querySelector('[data-agent=\"default\"]')", WAIT)
+        .wait_for(
+            "the default agent",
+            "return !!document.querySelector('[data-agent=\"default\"]')",
+            WAIT,
+        )
         .await
         .unwrap();
     browser.click("#new-agent").await.unwrap();
@@ -195,7 +228,11 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     browser.type_into("#agent-labels", "docs").await.unwrap();
     browser.click("#agent-save").await.unwrap();
     browser
-        .wait_for("the new agent", "return !!document.querySelector('[data-agent=\"writer\"]')", WAIT)
+        .wait_for(
+            "the new agent",
+            "return !!document.querySelector('[data-agent=\"writer\"]')",
+            WAIT,
+        )
         .await
         .unwrap();
     let writer = app.get("/v1/agents/writer").await;
@@ -204,8 +241,55 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     assert_eq!(writer.1["labels"], json!(["docs"]));
     browser.screenshot(&screenshot_path("agents.png")).await.unwrap();
 
+    // A thousand tickets: the columns load a page at a time and show more on demand.
+    assert_no_page_errors(&browser).await;
+    futures::stream::iter(0..1000)
+        .for_each_concurrent(16, |i| {
+            let app = &app;
+            async move {
+                app.create_ticket(json!({ "task": format!("Backlog item {i}"), "labels": ["backlog"] }))
+                    .await;
+            }
+        })
+        .await;
+    let started = std::time::Instant::now();
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    let cards = "return document.querySelectorAll('[data-column=\"todo\"] .card').length";
+    browser
+        .wait_for("the first page of the todo column", &format!("{cards} === 50"), WAIT)
+        .await
+        .unwrap();
+    let loaded_in = started.elapsed();
+    assert!(
+        loaded_in < Duration::from_secs(10),
+        "the board took {loaded_in:?} to show 1000 tickets"
+    );
+    browser.click("[data-column=\"todo\"] .more button").await.unwrap();
+    browser
+        .wait_for("the second page of the todo column", &format!("{cards} === 100"), WAIT)
+        .await
+        .unwrap();
+    let count = browser
+        .execute(
+            "return document.querySelector('[data-column=\"todo\"] .count').textContent",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(count, json!("1001"), "the count of the todo column");
+
     // Dark mode.
     browser.color_scheme("dark").await.unwrap();
+    show(&browser, "#/tickets/TICKET-2").await;
+    browser
+        .wait_for(
+            "the transcript",
+            "return document.querySelectorAll('.comment').length >= 3",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.screenshot(&screenshot_path("ticket-dark.png")).await.unwrap();
     show(&browser, "#/").await;
     wait_for_card(&browser, "done", "TICKET-1").await;
     browser.screenshot(&screenshot_path("board-dark.png")).await.unwrap();
@@ -227,7 +311,11 @@ async fn with_tokens_the_board_asks_for_one_and_streams_with_it_in_a_header() {
 
     browser.goto(&format!("{}/", app.url)).await.unwrap();
     browser
-        .wait_for("the token prompt", "return document.getElementById('token-dialog').open", WAIT)
+        .wait_for(
+            "the token prompt",
+            "return document.getElementById('token-dialog').open",
+            WAIT,
+        )
         .await
         .unwrap();
     browser.screenshot(&screenshot_path("token-prompt.png")).await.unwrap();
@@ -249,7 +337,11 @@ async fn with_tokens_the_board_asks_for_one_and_streams_with_it_in_a_header() {
     browser.type_into("#token-input", "board-secret").await.unwrap();
     browser.click("#token-form button[type=submit]").await.unwrap();
     browser
-        .wait_for("the live stream", "return document.getElementById('live').dataset.state === 'open'", WAIT)
+        .wait_for(
+            "the live stream",
+            "return document.getElementById('live').dataset.state === 'open'",
+            WAIT,
+        )
         .await
         .unwrap();
 
@@ -293,5 +385,44 @@ async fn with_tokens_the_board_asks_for_one_and_streams_with_it_in_a_header() {
 
     assert_no_page_errors(&browser).await;
     browser.close().await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_board_is_served_from_the_binary_without_a_token() {
+    let app = TestApp::spawn_with(|c| c.api_tokens = vec!["board-secret".into()]).await;
+    let plain = reqwest::Client::new();
+    let page = plain.get(app.endpoint("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let headers = page.headers().clone();
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("connect-src 'self'"),
+        "{csp}"
+    );
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("/board/app.js") && !html.contains("http"),
+        "no external assets: {html}"
+    );
+    for (asset, kind) in [
+        ("app.js", "text/javascript"),
+        ("style.css", "text/css"),
+        ("icon.svg", "image/svg+xml"),
+    ] {
+        let answer = plain
+            .get(app.endpoint(&format!("/board/{asset}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{asset}");
+        assert!(
+            answer.headers()["content-type"].to_str().unwrap().starts_with(kind),
+            "{asset}"
+        );
+    }
+    let missing = support::send(plain.get(app.endpoint("/board/nope.js"))).await;
+    support::assert_error(&missing, support::StatusCode::NOT_FOUND, "not_found");
     app.shutdown().await;
 }

@@ -12,12 +12,28 @@ use super::AppState;
 
 /// Each asset: its name under `/board/`, its content type and its text.
 const ASSETS: &[(&str, &str, &str)] = &[
-    ("errors.js", "text/javascript; charset=utf-8", include_str!("board/errors.js")),
+    (
+        "errors.js",
+        "text/javascript; charset=utf-8",
+        include_str!("board/errors.js"),
+    ),
     ("app.js", "text/javascript; charset=utf-8", include_str!("board/app.js")),
     ("api.js", "text/javascript; charset=utf-8", include_str!("board/api.js")),
-    ("columns.js", "text/javascript; charset=utf-8", include_str!("board/columns.js")),
-    ("ticket.js", "text/javascript; charset=utf-8", include_str!("board/ticket.js")),
-    ("agents.js", "text/javascript; charset=utf-8", include_str!("board/agents.js")),
+    (
+        "columns.js",
+        "text/javascript; charset=utf-8",
+        include_str!("board/columns.js"),
+    ),
+    (
+        "ticket.js",
+        "text/javascript; charset=utf-8",
+        include_str!("board/ticket.js"),
+    ),
+    (
+        "agents.js",
+        "text/javascript; charset=utf-8",
+        include_str!("board/agents.js"),
+    ),
     ("dom.js", "text/javascript; charset=utf-8", include_str!("board/dom.js")),
     ("style.css", "text/css; charset=utf-8", include_str!("board/style.css")),
     ("icon.svg", "image/svg+xml", include_str!("board/icon.svg")),
@@ -54,7 +70,5 @@ async fn asset(Path(name): Path<String>) -> Response {
 
 /// `GET /` and `GET /board/{file}`; no token needed (the page asks for one and sends it to `/v1`).
 pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/", get(index))
-        .route("/board/{file}", get(asset))
+    Router::new().route("/", get(index)).route("/board/{file}", get(asset))
 }

@@ -79,7 +79,13 @@ impl Browser {
                          "--no-first-run", "--disable-extensions", format!("--window-size={width},{height}")],
             },
         }}});
-        let answer = command(&http, reqwest::Method::POST, &format!("{base}/session"), Some(capabilities)).await?;
+        let answer = command(
+            &http,
+            reqwest::Method::POST,
+            &format!("{base}/session"),
+            Some(capabilities),
+        )
+        .await?;
         let id = answer["sessionId"]
             .as_str()
             .ok_or_else(|| anyhow!("no session id in {answer}"))?;
@@ -116,9 +122,7 @@ impl Browser {
         let started = tokio::time::Instant::now();
         loop {
             let value = self.execute(script, vec![]).await?;
-            let truthy = !matches!(&value, Value::Null | Value::Bool(false))
-                && value != json!("")
-                && value != json!(0);
+            let truthy = !matches!(&value, Value::Null | Value::Bool(false)) && value != json!("") && value != json!(0);
             if truthy {
                 return Ok(value);
             }
@@ -191,7 +195,9 @@ impl Browser {
     /// What the page's error hook (`window.__errors`: uncaught errors, rejected promises, failed
     /// asset loads, `console.error`) collected.
     pub async fn page_errors(&self) -> anyhow::Result<Vec<String>> {
-        let errors = self.execute("return window.__errors || ['the error hook is missing']", vec![]).await?;
+        let errors = self
+            .execute("return window.__errors || ['the error hook is missing']", vec![])
+            .await?;
         Ok(serde_json::from_value(errors)?)
     }
 
@@ -201,7 +207,12 @@ impl Browser {
 }
 
 /// One WebDriver command; its `value`, or the WebDriver error as an error.
-async fn command(http: &reqwest::Client, method: reqwest::Method, url: &str, body: Option<Value>) -> anyhow::Result<Value> {
+async fn command(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Value> {
     let mut request = http.request(method, url);
     if let Some(body) = body {
         request = request.json(&body);

@@ -164,7 +164,7 @@ export function boardPage(main, app) {
         const known = tickets.get(t.id);
         // A live event may already have moved it on; the newer state wins.
         if (known && known.updated_at && known.updated_at > t.updated_at) continue;
-        upsert(t);
+        upsert(t, true);
       }
     } catch (e) {
       if (!(e instanceof ApiError && e.status === 401)) toast(`Could not load the ${status} column: ${e.message}`, 'error');
@@ -175,8 +175,8 @@ export function boardPage(main, app) {
     }
   }
 
-  /** Puts a ticket in its column (moving it from another one). */
-  function upsert(ticket) {
+  /** Puts a ticket in its column (moving it from another one); `fromPage`: it came with a page. */
+  function upsert(ticket, fromPage = false) {
     const old = tickets.get(ticket.id);
     const merged = old ? { ...old, ...ticket } : ticket;
     tickets.set(ticket.id, merged);
@@ -192,7 +192,7 @@ export function boardPage(main, app) {
       const at = col.ids.findIndex((id) => keyNumber(tickets.get(id).key) < n);
       if (at < 0) {
         // Older than everything loaded: it belongs to a page not loaded yet, unless all are.
-        if (col.cursor === null || col.cursor === undefined) col.ids.push(ticket.id);
+        if (fromPage || !col.cursor) col.ids.push(ticket.id);
       } else col.ids.splice(at, 0, ticket.id);
     }
     dirty.add(merged.status);
@@ -237,8 +237,13 @@ export function boardPage(main, app) {
   function renderColumn(status) {
     const col = columns.get(status);
     const el = columnEls.get(status);
+    // Every ticket of the column loaded: count them; else the stats know the total (without filters).
     const total = app.stats && !filters.label && !filters.agent ? app.stats.by_status[status] : null;
-    el.count.textContent = String(total != null ? Math.max(total, col.ids.length) : col.ids.length + (col.cursor ? '+' : ''));
+    el.count.textContent = !col.cursor ? String(col.ids.length) : total != null ? String(Math.max(total, col.ids.length)) : `${col.ids.length}+`;
+    // Re-rendering must not drop the keyboard focus: it goes back to the same card or button.
+    const active = document.activeElement;
+    const focusedKey = el.list.contains(active) ? active.dataset.key : null;
+    const moreFocused = el.more.contains(active);
     fill(el.list, col.ids.slice(0, col.shown).map((id) => card(tickets.get(id))));
     const hidden = col.ids.length - col.shown;
     if (hidden > 0 || col.cursor) {
@@ -256,6 +261,8 @@ export function boardPage(main, app) {
         }, 'Show more')
       );
     } else el.more.replaceChildren();
+    if (focusedKey) el.list.querySelector(`[data-key="${CSS.escape(focusedKey)}"]`)?.focus();
+    else if (moreFocused) (el.more.querySelector('button') || el.list.querySelector('li:last-child .card'))?.focus();
   }
 
   function card(t) {
