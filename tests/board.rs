@@ -28,7 +28,9 @@ fn scripted_model() -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
     |request: &Value| {
         let text = request.to_string();
         if text.contains("slow stream") {
-            Reply::tool_call("close_ticket", json!({ "result": "streamed to the end" })).tokens_per_second(4, 24)
+            Reply::tool_call("close_ticket", json!({ "result": "streamed to the end" }))
+                .with_thinking("Let me count the words first.", "sig-1")
+                .tokens_per_second(4, 24)
         } else if text.contains("which unit") {
             Reply::text("Celsius or Fahrenheit?")
         } else if text.contains("never ends") {
@@ -109,9 +111,24 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     browser.screenshot(&screenshot_path("board.png")).await.unwrap();
 
     // A ticket page shows the model's text while it streams, then the transcript once done.
-    let streaming = app.create_ticket(json!({ "task": "Tell me in a slow stream" })).await;
+    // Labelled for nobody until the page follows it, so that it sees every delta.
+    let streaming = app
+        .create_ticket(json!({ "task": "Tell me in a slow stream", "labels": ["later"] }))
+        .await;
     let key = streaming["key"].as_str().unwrap().to_owned();
     show(&browser, &format!("#/tickets/{key}")).await;
+    browser
+        .wait_for(
+            "the ticket's stream",
+            "return !!document.getElementById('ticket-status') && document.getElementById('live').dataset.state === 'open'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let (status, _) = app
+        .patch(&format!("/v1/tickets/{key}"), json!({ "labels": ["default"] }))
+        .await;
+    assert_eq!(status, 200);
     let partial = browser
         .wait_for(
             "streamed text",
@@ -123,6 +140,11 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     assert!(partial.as_str().unwrap().starts_with("the "), "{partial}");
     let now = app.get(&format!("/v1/tickets/{key}")).await.1;
     assert_eq!(now["status"], "in_progress", "the text arrived only at the end");
+    let thinking = browser
+        .execute("return document.getElementById('live-thinking')?.textContent", vec![])
+        .await
+        .unwrap();
+    assert_eq!(thinking, json!("Let me count the words first."));
     browser
         .screenshot(&screenshot_path("ticket-streaming.png"))
         .await

@@ -43,7 +43,8 @@ export function boardPage(main, app) {
     COLUMNS.map(([status, title]) => {
       const list = h('ol', { class: 'cards', 'aria-label': title });
       const count = h('span', { class: 'count' });
-      const more = h('div', { class: 'more' });
+      // One button for the column's life, shown while there is more: re-renders leave it (and its focus) alone.
+      const more = h('div', { class: 'more', hidden: true }, h('button', { type: 'button', class: 'quiet', onclick: () => showMore(status) }, 'Show more'));
       const section = h('section', { class: 'column', dataset: { column: status }, 'aria-label': title }, h('h2', {}, title, ' ', count), list, more);
       columnEls.set(status, { list, count, more });
       return section;
@@ -245,24 +246,17 @@ export function boardPage(main, app) {
     const focusedKey = el.list.contains(active) ? active.dataset.key : null;
     const moreFocused = el.more.contains(active);
     fill(el.list, col.ids.slice(0, col.shown).map((id) => card(tickets.get(id))));
-    const hidden = col.ids.length - col.shown;
-    if (hidden > 0 || col.cursor) {
-      fill(
-        el.more,
-        h('button', {
-          type: 'button',
-          class: 'quiet',
-          onclick: () => {
-            col.shown += PAGE;
-            if (col.ids.length < col.shown && col.cursor) loadPage(status);
-            dirty.add(status);
-            render();
-          },
-        }, 'Show more')
-      );
-    } else el.more.replaceChildren();
+    el.more.hidden = !(col.ids.length > col.shown || col.cursor);
     if (focusedKey) el.list.querySelector(`[data-key="${CSS.escape(focusedKey)}"]`)?.focus();
-    else if (moreFocused) (el.more.querySelector('button') || el.list.querySelector('li:last-child .card'))?.focus();
+    else if (moreFocused && el.more.hidden) el.list.querySelector('li:last-child .card')?.focus();
+  }
+
+  function showMore(status) {
+    const col = columns.get(status);
+    col.shown += PAGE;
+    if (col.ids.length < col.shown && col.cursor) loadPage(status);
+    dirty.add(status);
+    render();
   }
 
   function card(t) {

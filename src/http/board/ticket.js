@@ -83,7 +83,13 @@ export function ticketPage(main, app, reference) {
         live.calls.set(data.call_id, call);
         break;
       }
-      case 'request.started':
+      // Not on request.started: stored events can reach the page after the first live deltas of
+      // their request. A failed request's partial text goes; a retry streams anew after its delay.
+      case 'request.retried':
+      case 'request.failed':
+      case 'ticket.cancelled':
+      case 'ticket.failed':
+      case 'ticket.requeued':
         clearLive();
         break;
       case 'comment.created':
