@@ -263,6 +263,48 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     assert_eq!(writer.1["labels"], json!(["docs"]));
     browser.screenshot(&screenshot_path("agents.png")).await.unwrap();
 
+    // Comment on the waiting ticket from its page: it goes back to the agent.
+    let question_key = question["key"].as_str().unwrap().to_owned();
+    show(&browser, &format!("#/tickets/{question_key}")).await;
+    browser
+        .wait_for(
+            "the waiting ticket's page",
+            "return document.getElementById('ticket-status')?.textContent === 'waiting'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.type_into("#comment-text", "In Celsius, please.").await.unwrap();
+    browser.click("#comment-send").await.unwrap();
+    browser
+        .wait_for(
+            "the comment in the transcript",
+            "return document.querySelector('.transcript').textContent.includes('In Celsius, please.')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let comments = app.list_all(&format!("/v1/tickets/{question_key}/comments")).await;
+    assert!(comments.iter().any(|c| c["content"][0]["text"] == "In Celsius, please."), "{comments:?}");
+
+    // Retry the cancelled ticket from its page.
+    show(&browser, &format!("#/tickets/{key}")).await;
+    browser
+        .wait_for("the retry button", "return !!document.getElementById('retry')", WAIT)
+        .await
+        .unwrap();
+    browser.click("#retry").await.unwrap();
+    browser
+        .wait_for(
+            "the retried ticket to be queued or worked",
+            "const s = document.getElementById('ticket-status')?.textContent; return s === 'todo' || s === 'in progress'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let retried = app.get(&format!("/v1/tickets/{key}")).await.1;
+    assert!(["todo", "in_progress"].contains(&retried["status"].as_str().unwrap()), "{retried}");
+
     // A thousand tickets: the columns load a page at a time and show more on demand.
     assert_no_page_errors(&browser).await;
     futures::stream::iter(0..1000)
