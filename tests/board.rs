@@ -191,6 +191,14 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
         )
         .await
         .unwrap();
+    browser
+        .wait_for(
+            "the cancel button",
+            "const b = document.getElementById('cancel'); return !!b && !b.hidden",
+            WAIT,
+        )
+        .await
+        .unwrap();
     browser.click("#cancel").await.unwrap();
     browser
         .wait_for(
@@ -202,7 +210,11 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
         .unwrap();
     wait_status(&app, &key, "cancelled").await;
     browser
-        .wait_for("the retry button", "return !!document.getElementById('retry')", WAIT)
+        .wait_for(
+            "the retry button",
+            "const b = document.getElementById('retry'); return !!b && !b.hidden",
+            WAIT,
+        )
         .await
         .unwrap();
 
@@ -285,12 +297,21 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
         .await
         .unwrap();
     let comments = app.list_all(&format!("/v1/tickets/{question_key}/comments")).await;
-    assert!(comments.iter().any(|c| c["content"][0]["text"] == "In Celsius, please."), "{comments:?}");
+    assert!(
+        comments
+            .iter()
+            .any(|c| c["content"][0]["text"] == "In Celsius, please."),
+        "{comments:?}"
+    );
 
     // Retry the cancelled ticket from its page.
     show(&browser, &format!("#/tickets/{key}")).await;
     browser
-        .wait_for("the retry button", "return !!document.getElementById('retry')", WAIT)
+        .wait_for(
+            "the retry button",
+            "const b = document.getElementById('retry'); return !!b && !b.hidden",
+            WAIT,
+        )
         .await
         .unwrap();
     browser.click("#retry").await.unwrap();
@@ -303,7 +324,10 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
         .await
         .unwrap();
     let retried = app.get(&format!("/v1/tickets/{key}")).await.1;
-    assert!(["todo", "in_progress"].contains(&retried["status"].as_str().unwrap()), "{retried}");
+    assert!(
+        ["todo", "in_progress"].contains(&retried["status"].as_str().unwrap()),
+        "{retried}"
+    );
 
     // A thousand tickets: the columns load a page at a time and show more on demand.
     assert_no_page_errors(&browser).await;
@@ -489,4 +513,60 @@ async fn the_board_is_served_from_the_binary_without_a_token() {
     let missing = support::send(plain.get(app.endpoint("/board/nope.js"))).await;
     support::assert_error(&missing, support::StatusCode::NOT_FOUND, "not_found");
     app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_board_resumes_its_stream_with_last_event_id_after_the_service_restarts() {
+    if !browser_available() {
+        return;
+    }
+    let first = TestApp::spawn().await;
+    let (url, database_url) = (first.url.clone(), first.database_url.clone());
+    let browser = Browser::start(1200, 800).await.expect("start Chromium");
+    browser.goto(&format!("{url}/")).await.unwrap();
+    browser
+        .wait_for(
+            "the live stream",
+            "return document.getElementById('live').dataset.state === 'open'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    first.create_ticket(json!({ "task": "Before the restart" })).await;
+    wait_for_card(&browser, "todo", "TICKET-1").await;
+
+    // The service goes away (its streams end) and comes back on the same address and database.
+    first.shutdown().await;
+    browser
+        .wait_for(
+            "the page to notice",
+            "return document.getElementById('live').dataset.state === 'reconnecting'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    // Created while the page's server is down (through another process on the same database): a
+    // stream opened without a cursor starts with new events, so only a resume from Last-Event-ID
+    // delivers it.
+    let elsewhere = TestApp::spawn_with(|c| c.database_url = Some(database_url.clone())).await;
+    elsewhere
+        .create_ticket(json!({ "task": "While the board's server was down" }))
+        .await;
+    elsewhere.shutdown().await;
+    let addr = url.trim_start_matches("http://").parse().unwrap();
+    let second = TestApp::spawn_with(|c| {
+        c.addr = addr;
+        c.database_url = Some(database_url);
+    })
+    .await;
+    wait_for_card(&browser, "todo", "TICKET-2").await;
+    let state = browser
+        .execute("return document.getElementById('live').dataset.state", vec![])
+        .await
+        .unwrap();
+    assert_eq!(state, json!("open"));
+
+    assert_no_page_errors(&browser).await;
+    browser.close().await;
+    second.shutdown().await;
 }

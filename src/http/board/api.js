@@ -85,11 +85,12 @@ const sleep = (ms, signal) =>
 
 /**
  * Follows an SSE endpoint: `onEvent(json)` for each event. After a drop it reconnects with
- * `Last-Event-ID`, so persisted events are neither lost nor repeated. When the server ends the stream
- * (a ticket's stream ends after its final event), it stops until `resume()`.
+ * `Last-Event-ID`, so persisted events are neither lost nor repeated. When the server ends the
+ * stream and `isDone()` agrees (a ticket's stream ends after its final event), it stops until
+ * `resume()`; any other end (a restarting server) is a drop.
  * `onState('open' | 'reconnecting' | 'ended')` reports the connection.
  */
-export function follow(path, { onEvent, onState = () => {} }) {
+export function follow(path, { onEvent, onState = () => {}, isDone = () => false }) {
   const controller = new AbortController();
   let lastId = null;
   let retryMs = 1000;
@@ -117,10 +118,14 @@ export function follow(path, { onEvent, onState = () => {} }) {
           }
           onEvent(event);
         });
-        // A clean end: the server has nothing more to send on this stream.
-        running = false;
-        onState('ended');
-        return;
+        if (isDone()) {
+          // A clean end: the server has nothing more to send on this stream.
+          running = false;
+          onState('ended');
+          return;
+        }
+        onState('reconnecting');
+        await sleep(retryMs, controller.signal);
       } catch (error) {
         if (controller.signal.aborted) break;
         onState('reconnecting', error);

@@ -6,14 +6,22 @@ import { h, fill, asText, ago, number, toast, throttle } from './dom.js';
 
 const ACTIVE = new Set(['todo', 'in_progress', 'waiting']);
 const FAILED_OR_CANCELLED = new Set(['failed', 'cancelled']);
+const FINAL = new Set(['ticket.done', 'ticket.failed', 'ticket.cancelled']);
 
 export function ticketPage(main, app, reference) {
   let ticket = null;
   let closed = false;
+  let lastKind = null; // of the latest stored event seen
   const comments = new Map(); // seq → comment
   const live = { text: '', thinking: '', calls: new Map() };
 
   const head = h('div', { class: 'ticket-head' });
+  // Built once and shown or hidden: refreshes leave them (and the keyboard focus) in place.
+  const cancelButton = h('button', { type: 'button', id: 'cancel', class: 'danger', hidden: true, onclick: () => act('cancel') }, 'Cancel');
+  const retryButton = h('button', { type: 'button', id: 'retry', hidden: true, onclick: () => act('retry') }, 'Retry');
+  const actions = h('div', { class: 'actions' }, cancelButton, retryButton);
+  const headText = h('div');
+  head.append(headText, actions);
   const body = h('div', { class: 'ticket-body' });
   const approvals = h('div', { class: 'approvals', 'aria-live': 'polite' });
   const transcript = h('ol', { class: 'transcript', 'aria-label': 'Transcript' });
@@ -40,7 +48,7 @@ export function ticketPage(main, app, reference) {
     try {
       ticket = await api('GET', `/v1/tickets/${encodeURIComponent(reference)}`);
     } catch (e) {
-      fill(head, h('h1', {}, reference), h('p', { class: 'error' }, e instanceof ApiError ? e.message : String(e)));
+      fill(headText, h('h1', {}, reference), h('p', { class: 'error' }, e instanceof ApiError ? e.message : String(e)));
       return;
     }
     if (closed) return;
@@ -53,7 +61,12 @@ export function ticketPage(main, app, reference) {
     }
     if (closed) return;
     renderTranscript();
-    stream = follow(`/v1/tickets/${ticket.id}/events`, { onEvent, onState: (s) => app.setLive(s === 'ended' ? 'idle' : s) });
+    stream = follow(`/v1/tickets/${ticket.id}/events`, {
+      onEvent,
+      onState: (s) => app.setLive(s === 'ended' ? 'idle' : s),
+      // The server ends a ticket's stream after its final event, and when it shuts down.
+      isDone: () => FINAL.has(lastKind),
+    });
   }
 
   const refresh = throttle(async () => {
@@ -104,6 +117,7 @@ export function ticketPage(main, app, reference) {
         break;
     }
     if (event.seq != null) {
+      lastKind = event.kind;
       logEvent(event);
       if (event.kind.startsWith('ticket.') || event.kind.startsWith('request.') || event.kind.startsWith('tool.')) refresh();
     }
@@ -132,11 +146,10 @@ export function ticketPage(main, app, reference) {
 
   function renderTicket() {
     const t = ticket;
-    const buttons = [];
-    if (ACTIVE.has(t.status)) buttons.push(h('button', { type: 'button', id: 'cancel', class: 'danger', onclick: () => act('cancel') }, 'Cancel'));
-    if (FAILED_OR_CANCELLED.has(t.status)) buttons.push(h('button', { type: 'button', id: 'retry', onclick: () => act('retry') }, 'Retry'));
+    cancelButton.hidden = !ACTIVE.has(t.status);
+    retryButton.hidden = !FAILED_OR_CANCELLED.has(t.status);
     fill(
-      head,
+      headText,
       h('h1', {}, t.key, ' ', h('span', { class: `status status-${t.status}`, id: 'ticket-status' }, t.status.replace('_', ' '))),
       h(
         'p',
@@ -148,8 +161,7 @@ export function ticketPage(main, app, reference) {
         h('span', { title: t.created_at }, `created ${ago(t.created_at)}`),
         t.parent_key ? h('a', { href: `#/tickets/${t.parent_key}` }, `parent ${t.parent_key}`) : null,
         (t.labels || []).map((l) => h('span', { class: 'chip' }, l))
-      ),
-      h('div', { class: 'actions' }, buttons)
+      )
     );
     const u = t.usage || {};
     fill(
