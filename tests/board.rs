@@ -273,6 +273,34 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     assert_eq!(writer.0, 200, "{writer:?}");
     assert_eq!(writer.1["role"], "You write.");
     assert_eq!(writer.1["labels"], json!(["docs"]));
+    // Edit it: the form comes filled in, and saving replaces the agent.
+    browser.click("[data-agent=\"writer\"] button").await.unwrap();
+    let role = browser
+        .wait_for(
+            "the filled-in form",
+            "const r = document.getElementById('agent-role'); return r && r.value",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(role, json!("You write."));
+    browser
+        .execute("document.getElementById('agent-role').value = ''", vec![])
+        .await
+        .unwrap();
+    browser.type_into("#agent-role", "You write the docs.").await.unwrap();
+    browser.click("#agent-save").await.unwrap();
+    browser
+        .wait_for(
+            "the editor to close",
+            "return !document.getElementById('agent-role')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let writer = app.get("/v1/agents/writer").await.1;
+    assert_eq!(writer["role"], "You write the docs.");
+    assert_eq!(writer["labels"], json!(["docs"]));
     browser.screenshot(&screenshot_path("agents.png")).await.unwrap();
 
     // Comment on the waiting ticket from its page: it goes back to the agent.

@@ -51,7 +51,7 @@ export function agentsPage(main) {
     const creating = agent === null;
     const a = agent || { role: '', provider: null, model: '', labels: [], tools: ['close_ticket', 'handover_ticket', 'read_tickets', 'manage_tickets'] };
     const rest = Object.fromEntries(Object.entries(a).filter(([k]) => !MAIN_FIELDS.includes(k) && !READ_ONLY.includes(k)));
-    const name = h('input', { id: 'agent-name', required: true, value: creating ? '' : a.name, readonly: !creating, pattern: '[A-Za-z0-9._\\-]{1,64}' });
+    const name = h('input', { id: 'agent-name', required: true, value: creating ? '' : a.name, readonly: !creating });
     const role = h('textarea', { id: 'agent-role', rows: 4, value: a.role });
     const provider = h('input', { id: 'agent-provider', value: a.provider || '', placeholder: 'default' });
     const model = h('input', { id: 'agent-model', value: a.model || '', placeholder: 'default' });
