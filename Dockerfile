@@ -18,19 +18,25 @@ RUN stub-targets Cargo.toml > /tmp/stubs \
         (cd "$member" && stub-targets Cargo.toml | sed "s|^|$member/|") >> /tmp/stubs; \
     done \
     && cargo build --release --locked --bin agentdesk \
-    && xargs rm -f < /tmp/stubs \
-    && rm -rf src testkit/src bench/src
+    && rm -rf src
 
-# The whole context (see .dockerignore), so that anything the crate pulls in
-# at compile time (migrations, include_str! files) is there.
-COPY . .
+# Only what the binary is built from: its sources (with the board's assets,
+# which are compiled in) and the migrations it embeds. The other members keep
+# their stubs, so editing the README, the tests or the benchmark rebuilds nothing.
+COPY src src
+COPY migrations migrations
 # COPY keeps the files' own mtimes, which can be older than the stub build's
 # outputs; touching them makes cargo rebuild the real crate.
-RUN find . -path ./target -prune -o -name '*.rs' -exec touch {} + \
+RUN find src -name '*.rs' -exec touch {} + \
     && cargo build --release --locked --bin agentdesk \
+    && strip target/release/agentdesk \
     && cp target/release/agentdesk /usr/local/bin/agentdesk
 
 FROM debian:bookworm-slim
+LABEL org.opencontainers.image.title="agentdesk" \
+      org.opencontainers.image.description="A self-hosted ticket desk where AI agents work tickets" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="0.1.0"
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
@@ -40,8 +46,14 @@ RUN apt-get update \
 COPY --from=builder /usr/local/bin/agentdesk /usr/local/bin/agentdesk
 USER 10001
 WORKDIR /home/agentdesk
-ENV AGENTDESK_ADDR=0.0.0.0:8080
+# Listens on all interfaces, which agentdesk allows only with AGENTDESK_API_TOKENS
+# set (see README: "Run it in containers"). AGENTDESK_CONTAINER turns the
+# embedded-database fallback into a clear "set DATABASE_URL" message.
+ENV AGENTDESK_ADDR=0.0.0.0:8080 \
+    AGENTDESK_CONTAINER=1
 EXPOSE 8080
+# `serve`, `api` and `worker` all answer /healthz on AGENTDESK_ADDR (a worker
+# serves only its health there).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["agentdesk", "healthcheck"]
 ENTRYPOINT ["agentdesk"]

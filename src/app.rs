@@ -40,6 +40,9 @@ impl Mode {
 pub struct App {
     /// Where the API listens (None in worker-only mode).
     pub addr: Option<SocketAddr>,
+    /// Where a worker-only process serves `/healthz` and `/readyz` (None when it could not listen,
+    /// or when this process runs the API, which serves them itself).
+    pub health_addr: Option<SocketAddr>,
     pub pool: PgPool,
     pub hub: EventHub,
     pub shutdown: CancellationToken,
@@ -72,6 +75,7 @@ impl App {
             tasks.push(hub.forward_deltas(shutdown.clone()));
         }
 
+        let mut health_addr = None;
         let addr = if mode.runs_api() {
             let state = AppState {
                 pool: pool.clone(),
@@ -103,6 +107,24 @@ impl App {
             }));
             Some(addr)
         } else {
+            // A worker serves its health on the listen address, so that the image's health check
+            // and Kubernetes probes work for it as for the API. Several workers on one host share
+            // the default address: the ones that cannot listen still work, without it.
+            match listen(config.addr) {
+                Ok(listener) => {
+                    health_addr = listener.local_addr().ok();
+                    tracing::info!(addr = ?health_addr, "worker health listening (/healthz, /readyz)");
+                    let router = http::health::worker_router(pool.clone());
+                    let stop = shutdown.clone();
+                    tasks.push(tokio::spawn(async move {
+                        let _ = axum::serve(listener, router)
+                            .with_graceful_shutdown(stop.cancelled_owned())
+                            .await;
+                    }));
+                }
+                Err(err) => tracing::warn!(addr = %config.addr, error = %err,
+                    "worker health endpoints not served: cannot listen"),
+            }
             None
         };
 
@@ -119,6 +141,7 @@ impl App {
 
         Ok(App {
             addr,
+            health_addr,
             pool,
             hub,
             shutdown,

@@ -77,12 +77,22 @@ impl Default for Config {
             model: None,
             log_format: LogFormat::Text,
             sse_ping: Duration::from_secs(10),
-            shutdown_grace: Duration::from_secs(10),
+            // Under Docker's default stop timeout (10 s), so the release finishes before the kill.
+            shutdown_grace: Duration::from_secs(8),
             data_dir: PathBuf::from(".agentdesk"),
-            db_max_connections: 16,
+            db_max_connections: default_db_connections(),
             agents_file: None,
         }
     }
+}
+
+/// The pool's default size: 4 connections per core, at least 16 and at most 64. On a small machine
+/// 16 keep Postgres busy; on a bigger one the steps' commits, the claims and the event reads
+/// queue for connections unless the pool grows with the cores. At most 64, so that one process
+/// stays well inside Postgres's default `max_connections` (100).
+pub fn default_db_connections() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(4, |n| n.get()) as u32;
+    (cores * 4).clamp(16, 64)
 }
 
 /// Options of every subcommand.
@@ -144,7 +154,7 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_SHUTDOWN_GRACE_SECS", value_name = "SECS", allow_negative_numbers = true,
         default_value_t = Config::default().shutdown_grace.as_secs_f64(), value_parser = Setting(seconds))]
     pub shutdown_grace_secs: f64,
-    /// Size of the process's Postgres connection pool
+    /// Size of the process's Postgres connection pool (default: 4 per core, 16 to 64)
     #[arg(long, env = "AGENTDESK_DB_MAX_CONNECTIONS", value_name = "N", allow_negative_numbers = true,
         default_value_t = Config::default().db_max_connections, value_parser = Setting(parsed::<u32>))]
     pub db_max_connections: u32,

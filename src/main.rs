@@ -95,9 +95,9 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Logged once: the log already goes to stderr.
         Err(err) => {
             tracing::error!("{err:#}");
-            eprintln!("agentdesk: {err:#}");
             ExitCode::FAILURE
         }
     }
@@ -146,8 +146,11 @@ fn init_tracing(format: LogFormat) {
     let filter = directives
         .and_then(|d| EnvFilter::try_new(d).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
+    // Colours only for a person at a terminal, not in a container's or a service's log.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
@@ -159,6 +162,13 @@ fn init_tracing(format: LogFormat) {
 async fn resolve_database(config: &mut Config) -> anyhow::Result<Option<EmbeddedPostgres>> {
     if config.database_url.is_some() {
         return Ok(None);
+    }
+    // The image sets this: a container has no PostgreSQL of its own to start.
+    if std::env::var_os("AGENTDESK_CONTAINER").is_some() {
+        anyhow::bail!(
+            "DATABASE_URL is not set: point it at a PostgreSQL server \
+             (docker-compose.yml runs one beside agentdesk)"
+        );
     }
     let data_dir = config.data_dir.join("pgdata");
     tracing::info!(dir = %data_dir.display(), "DATABASE_URL is not set: starting an embedded PostgreSQL");

@@ -1,6 +1,6 @@
 //! Benchmarks of agentdesk against the bars of its performance issue.
 //!
-//! `cargo run --release --bin agentdesk-bench -- <scenario|all> [--quick] [--child]`
+//! `cargo run --release --bin agentdesk-bench -- <scenario|all> [--quick] [--child] [OPTIONS]`
 //!
 //! Every scenario starts its own agentdesk on a fresh database with a fake model server in this
 //! process, prints a table, and writes `bench-results/<scenario>.json`; `all` also rewrites
@@ -10,6 +10,7 @@ mod floor;
 mod harness;
 mod pgbench;
 mod report;
+mod scaling;
 mod scenarios;
 mod server;
 mod sse;
@@ -21,13 +22,20 @@ use std::time::{Duration, Instant};
 use crate::report::{fmt_num, Report};
 use crate::scenarios::{Opts, ALL};
 
-const USAGE: &str = "usage: agentdesk-bench <scenario|all> [--quick] [--child]
+const USAGE: &str = "usage: agentdesk-bench <scenario|all> [--quick] [--child] [OPTIONS]
 
-scenarios: throughput, concurrency, sse_fanout, api_latency, step_overhead
+scenarios: api_latency, throughput, quiet_desk, scale_out, concurrency, step_overhead, sse_fanout
 
-  --quick   shrink every scenario to a smoke run of seconds
-  --child   run agentdesk as a child process in every scenario (concurrency, sse_fanout and
-            step_overhead always do, to measure its memory and CPU apart from the bench)
+  --quick               shrink every scenario to a smoke run of seconds
+  --child               run agentdesk as a child process in every scenario (concurrency, sse_fanout,
+                        step_overhead, quiet_desk and scale_out always do, to measure its memory and
+                        CPU apart from the bench)
+  --agentdesk PATH      the agentdesk binary to run as the child (default: the one built beside
+                        this bench, when it is not older than the library)
+  --workers N           tickets in flight per process (AGENTDESK_WORKERS), instead of the scenario's
+  --db-connections N    pooled database connections per process (AGENTDESK_DB_MAX_CONNECTIONS)
+  --clients N           concurrent HTTP clients creating tickets
+  --rate R              tickets per second in quiet_desk (default 200)
 
 Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do).";
 
@@ -56,9 +64,13 @@ fn main() -> ExitCode {
             }
         };
     }
-    let quick = args.iter().any(|a| a == "--quick");
-    let child = args.iter().any(|a| a == "--child");
-    let names: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let (opts, names) = match parse_args(&args) {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            eprintln!("{message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
     if args.iter().any(|a| a == "-h" || a == "--help") || names.len() != 1 {
         println!("{USAGE}");
         return if names.len() == 1 {
@@ -66,13 +78,6 @@ fn main() -> ExitCode {
         } else {
             ExitCode::from(2)
         };
-    }
-    if let Some(bad) = args
-        .iter()
-        .find(|a| a.starts_with("--") && !["--quick", "--child", "--help"].contains(&a.as_str()))
-    {
-        eprintln!("unknown option {bad}\n\n{USAGE}");
-        return ExitCode::from(2);
     }
     let selected: Vec<&str> = match names[0].as_str() {
         "all" => ALL.to_vec(),
@@ -91,7 +96,7 @@ fn main() -> ExitCode {
         }
     };
     let all = names[0] == "all";
-    let passed = runtime.block_on(run(selected, Opts { quick, child }, all, &args));
+    let passed = runtime.block_on(run(selected, opts, all, &args));
     // Subscribers and servers may still hold tasks; do not wait for them.
     runtime.shutdown_timeout(Duration::from_secs(2));
     if passed {
@@ -99,6 +104,38 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The options and the scenario names; an error names the bad option.
+fn parse_args(args: &[String]) -> Result<(Opts, Vec<String>), String> {
+    let mut opts = Opts::default();
+    let mut names = vec![];
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+        fn number<T: std::str::FromStr>(name: &str, v: String) -> Result<T, String> {
+            v.parse().map_err(|_| format!("{name}: not a number: {v:?}"))
+        }
+        match arg.as_str() {
+            "--quick" => opts.quick = true,
+            "--child" => opts.child = true,
+            "-h" | "--help" => {}
+            "--agentdesk" => {
+                let path = std::path::PathBuf::from(value(arg)?);
+                if !path.is_file() {
+                    return Err(format!("--agentdesk: no such file {}", path.display()));
+                }
+                server::set_program(path);
+            }
+            "--workers" => opts.workers = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
+            "--db-connections" => opts.db_connections = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
+            "--clients" => opts.clients = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
+            "--rate" => opts.rate = Some(number::<f64>(arg, value(arg)?)?).filter(|r| *r > 0.0),
+            other if other.starts_with('-') => return Err(format!("unknown option {other}")),
+            name => names.push(name.to_string()),
+        }
+    }
+    Ok((opts, names))
 }
 
 fn init_tracing(default: &str) {

@@ -19,24 +19,34 @@ use crate::sse::{self, SseConn};
 
 /// Latency first, on a quiet machine; the 10 000-connection fan-out last, as tearing down its
 /// connections disturbs whatever runs right after it.
-pub const ALL: [&str; 5] = [
+pub const ALL: [&str; 7] = [
     "api_latency",
     "throughput",
+    "quiet_desk",
+    "scale_out",
     "concurrency",
     "step_overhead",
     "sse_fanout",
 ];
 
 /// Options shared by all scenarios.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Opts {
     pub quick: bool,
     /// Run every scenario against the `agentdesk` binary as a child process.
     pub child: bool,
+    /// `--workers`: tickets in flight per process (AGENTDESK_WORKERS), instead of the scenario's.
+    pub workers: Option<usize>,
+    /// `--db-connections`: pooled connections per process (AGENTDESK_DB_MAX_CONNECTIONS).
+    pub db_connections: Option<u32>,
+    /// `--clients`: concurrent HTTP clients creating tickets.
+    pub clients: Option<usize>,
+    /// `--rate`: tickets per second for the fixed-rate scenarios.
+    pub rate: Option<f64>,
 }
 
 impl Opts {
-    fn pick<T>(&self, quick: T, full: T) -> T {
+    pub fn pick<T>(&self, quick: T, full: T) -> T {
         if self.quick {
             quick
         } else {
@@ -52,11 +62,13 @@ pub async fn run(name: &str, opts: Opts, report: &mut Report) -> Result<()> {
         "sse_fanout" => sse_fanout(opts, report).await,
         "api_latency" => api_latency(opts, report).await,
         "step_overhead" => step_overhead(opts, report).await,
+        "scale_out" => crate::scaling::scale_out(opts, report).await,
+        "quiet_desk" => crate::scaling::quiet_desk(opts, report).await,
         other => bail!("unknown scenario {other:?}"),
     }
 }
 
-fn close_ticket() -> Reply {
+pub fn close_ticket() -> Reply {
     Reply::tool_call("close_ticket", json!({"result": "ok"}))
 }
 
@@ -105,12 +117,14 @@ async fn throughput_round(
 /// pgbench running the bare SQL of a ticket's life with as many clients. Rounds alternate between
 /// the two so both see the same machine noise; the medians are compared.
 async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
-    let (tickets, clients, rounds) = (opts.pick(200, 2000), 16, opts.pick(1, 3));
+    let (tickets, clients, rounds) = (opts.pick(200, 2000), opts.clients.unwrap_or(16), opts.pick(1, 3));
     let pg_duration = Duration::from_secs(opts.pick(3, 10));
+    let workers = opts.workers.unwrap_or(THROUGHPUT_WORKERS);
+    let db_connections = opts.db_connections.unwrap_or(16);
     let spec = ServerSpec {
         mode: Mode::Serve,
-        workers: THROUGHPUT_WORKERS,
-        db_max_connections: 16,
+        workers,
+        db_max_connections: db_connections,
         child: opts.child,
     };
     let pgbench = pgbench::find_pgbench().context("pgbench not found (install postgresql-contrib or the client)")?;
@@ -245,7 +259,8 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         Check::info("WAL per ticket", per_ticket(&agentdesk_spend, wal), "bytes")
             .baseline("pgbench", per_ticket(&pg_spend, wal)),
     );
-    report.figure("workers", THROUGHPUT_WORKERS);
+    report.figure("workers", workers);
+    report.figure("db_connections", db_connections);
     report.figure("agentdesk_tickets_per_s_default_workers", default_tps);
     report.figure("tickets_per_round", tickets);
     report.figure("clients", clients);
@@ -266,7 +281,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
     report.figure("done", stats["by_status"]["done"].clone());
     report.note(format!(
-        "agentdesk ran {server_kind}, with {THROUGHPUT_WORKERS} workers (AGENTDESK_WORKERS: tickets in flight) and 16 DB connections; one model request per ticket, answered at once with close_ticket"
+        "agentdesk ran {server_kind}, with {workers} workers (AGENTDESK_WORKERS: tickets in flight) and {db_connections} DB connections; one model request per ticket, answered at once with close_ticket"
     ));
     report.note(format!(
         "with the default {DEFAULT_WORKERS} workers a ticket's round trips (HTTP, model, Postgres) leave part of the CPU idle: one more round on a new server with that setting is shown for information"
@@ -288,13 +303,13 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
 /// What Postgres has spent so far, or per ticket between two readings: CPU seconds of all its
 /// processes on this machine (0 when it runs elsewhere) and WAL bytes, cluster-wide.
 #[derive(Clone, Copy)]
-struct PgSpend {
-    cpu_s: f64,
-    wal_bytes: f64,
+pub struct PgSpend {
+    pub cpu_s: f64,
+    pub wal_bytes: f64,
 }
 
 impl PgSpend {
-    async fn now(db_url: &str) -> Result<PgSpend> {
+    pub async fn now(db_url: &str) -> Result<PgSpend> {
         use sqlx::Connection;
         let mut c = sqlx::PgConnection::connect(db_url).await?;
         let wal: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
@@ -307,7 +322,7 @@ impl PgSpend {
         })
     }
 
-    fn since(self, before: PgSpend, tickets: i64) -> PgSpend {
+    pub fn since(self, before: PgSpend, tickets: i64) -> PgSpend {
         let n = tickets.max(1) as f64;
         PgSpend {
             cpu_s: (self.cpu_s - before.cpu_s) / n,

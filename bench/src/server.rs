@@ -124,6 +124,9 @@ impl Server {
 /// in its `__agentdesk` role, which runs the same `App` from the same library build. Returns the
 /// program, the arguments before the mode, and a description for the report.
 pub fn agentdesk_program() -> Result<(PathBuf, Vec<String>, String)> {
+    if let Some(path) = PROGRAM.get() {
+        return Ok((path.clone(), vec![], format!("{} (--agentdesk)", path.display())));
+    }
     let exe = std::env::current_exe().context("cannot find the bench executable")?;
     let sibling = exe.with_file_name("agentdesk");
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
@@ -150,6 +153,14 @@ pub fn agentdesk_program() -> Result<(PathBuf, Vec<String>, String)> {
             ),
         )),
     }
+}
+
+/// The program `--agentdesk` named, when it did.
+static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Runs `path` as agentdesk in every scenario that starts a child process.
+pub fn set_program(path: PathBuf) {
+    let _ = PROGRAM.set(path);
 }
 
 /// The argument that makes the bench executable act as `agentdesk <mode>`.

@@ -29,6 +29,26 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// What a worker-only process serves on its listen address: liveness and readiness (the database
+/// is reachable), for container health checks and Kubernetes probes. No API, so no tokens.
+pub fn worker_router(pool: sqlx::PgPool) -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new()
+        .route("/healthz", get(healthz))
+        .route(
+            "/readyz",
+            get(|State(pool): State<sqlx::PgPool>| async move {
+                if db::is_ready(&pool).await {
+                    (StatusCode::OK, Json(json!({ "status": "ready" }))).into_response()
+                } else {
+                    ApiError::Unavailable.into_response()
+                }
+            }),
+        )
+        .fallback(|| async { ApiError::NotFound("a worker serves only /healthz and /readyz".into()) })
+        .with_state(pool)
+}
+
 /// Ticket statistics, overall and per label and agent
 #[utoipa::path(get, path = "/stats", tag = "stats",
     responses((status = 200, body = Stats), (status = 401, body = ErrorBody)))]
