@@ -594,6 +594,29 @@ async fn the_board_resumes_its_stream_with_last_event_id_after_the_service_resta
         .unwrap();
     assert_eq!(state, json!("open"));
 
+    // A label filter narrows the columns and the live stream alike.
+    second
+        .create_ticket(json!({ "task": "Paint it", "labels": ["blue"] }))
+        .await;
+    browser.type_into("#filter-label", "blue").await.unwrap();
+    let todo = "return [...document.querySelectorAll('[data-column=\"todo\"] .card')].map(c => c.dataset.key).join()";
+    browser
+        .wait_for("only the blue ticket", &format!("{todo} === 'TICKET-3'"), WAIT)
+        .await
+        .unwrap();
+    second.create_ticket(json!({ "task": "Not blue" })).await;
+    second
+        .create_ticket(json!({ "task": "Paint it again", "labels": ["blue"] }))
+        .await;
+    browser
+        .wait_for(
+            "the next blue ticket, live",
+            &format!("{todo} === 'TICKET-5,TICKET-3'"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+
     assert_no_page_errors(&browser).await;
     browser.close().await;
     second.shutdown().await;
