@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod approvals;
 pub mod auth;
+pub mod board;
 pub mod error;
 pub mod events;
 pub mod extract;
@@ -129,6 +130,7 @@ pub fn router(state: AppState) -> Router {
     routes
         .route("/openapi.json", get(openapi_json))
         .merge(Scalar::with_url("/docs", api))
+        .merge(board::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Per route (so it sees the matched template) and on the fallback.

@@ -1,0 +1,623 @@
+//! The board in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`)
+//! against the service on a real port, with the fake model server streaming slowly behind it.
+//! Screenshots land in `target/board-screenshots/`. Any error the page logs fails the test.
+
+mod support;
+#[path = "support/webdriver.rs"]
+mod webdriver;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use support::{wait_status, TestApp};
+use testkit::fake_llm::{FakeLlm, Reply};
+use webdriver::{browser_available, Browser};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn screenshot_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/board-screenshots")
+        .join(name)
+}
+
+/// Answers by task: a quick close, a slow stream that then closes, and a stream too slow to finish.
+fn scripted_model() -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
+    |request: &Value| {
+        let text = request.to_string();
+        if text.contains("slow stream") {
+            Reply::tool_call("close_ticket", json!({ "result": "streamed to the end" }))
+                .with_thinking("Let me count the words first.", "sig-1")
+                .tokens_per_second(4, 24)
+        } else if text.contains("which unit") {
+            Reply::text("Celsius or Fahrenheit?")
+        } else if text.contains("never ends") {
+            Reply::text("unused").tokens_per_second(2, 400)
+        } else {
+            Reply::tool_call("close_ticket", json!({ "result": { "answer": 42 } }))
+                .with_text("Six times seven is forty-two.")
+                .chunk_delay(Duration::from_millis(300))
+        }
+    }
+}
+
+/// The page's current document has logged no errors.
+async fn assert_no_page_errors(browser: &Browser) {
+    let errors = browser.page_errors().await.expect("read the page's errors");
+    assert!(errors.is_empty(), "the board logged errors: {errors:#?}");
+}
+
+async fn show(browser: &Browser, hash: &str) {
+    // A hash change keeps the document, so its error log covers the whole visit.
+    browser
+        .execute("location.hash = arguments[0]", vec![json!(hash)])
+        .await
+        .expect("navigate");
+}
+
+/// Fills the create form and submits it.
+async fn create_through_the_form(browser: &Browser, task: &str, labels: &str) {
+    browser.type_into("#new-task", task).await.unwrap();
+    if !labels.is_empty() {
+        browser.type_into("#new-labels", labels).await.unwrap();
+    }
+    browser.click("#new-submit").await.unwrap();
+}
+
+async fn wait_for_card(browser: &Browser, column: &str, key: &str) {
+    let script = format!("return !!document.querySelector('[data-column=\"{column}\"] [data-key=\"{key}\"]')");
+    browser
+        .wait_for(&format!("{key} in the {column} column"), &script, WAIT)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
+    if !browser_available() {
+        return;
+    }
+    let llm = FakeLlm::start().await;
+    llm.set_responder(scripted_model());
+    let app = TestApp::spawn_with_llm(&llm, |_| {}).await;
+    let browser = Browser::start(1400, 900).await.expect("start Chromium");
+
+    // The board, live: a ticket created through the form moves to done without a reload.
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    browser
+        .wait_for(
+            "the live stream",
+            "return document.getElementById('live').dataset.state === 'open'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.execute("window.__sameDocument = true", vec![]).await.unwrap();
+    create_through_the_form(&browser, "What is six times seven?", "default, maths").await;
+    wait_for_card(&browser, "done", "TICKET-1").await;
+    let ticket = app.get("/v1/tickets/TICKET-1").await.1;
+    assert_eq!(ticket["status"], "done");
+    assert!(
+        ticket["labels"].as_array().unwrap().contains(&json!("maths")),
+        "{ticket}"
+    );
+    let same = browser
+        .execute("return window.__sameDocument === true", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same, json!(true), "the board reloaded instead of moving the card live");
+    browser.screenshot(&screenshot_path("board.png")).await.unwrap();
+
+    // A ticket page shows the model's text while it streams, then the transcript once done.
+    // Labelled for nobody until the page follows it, so that it sees every delta.
+    let streaming = app
+        .create_ticket(json!({ "task": "Tell me in a slow stream", "labels": ["later"] }))
+        .await;
+    let key = streaming["key"].as_str().unwrap().to_owned();
+    show(&browser, &format!("#/tickets/{key}")).await;
+    browser
+        .wait_for(
+            "the ticket's stream",
+            "return !!document.getElementById('ticket-status') && document.getElementById('live').dataset.state === 'open'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let (status, _) = app
+        .patch(&format!("/v1/tickets/{key}"), json!({ "labels": ["default"] }))
+        .await;
+    assert_eq!(status, 200);
+    let partial = browser
+        .wait_for(
+            "streamed text",
+            "const t = document.getElementById('live-text'); return t && t.textContent",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert!(partial.as_str().unwrap().starts_with("the "), "{partial}");
+    let now = app.get(&format!("/v1/tickets/{key}")).await.1;
+    assert_eq!(now["status"], "in_progress", "the text arrived only at the end");
+    let thinking = browser
+        .execute("return document.getElementById('live-thinking')?.textContent", vec![])
+        .await
+        .unwrap();
+    assert_eq!(thinking, json!("Let me count the words first."));
+    browser
+        .screenshot(&screenshot_path("ticket-streaming.png"))
+        .await
+        .unwrap();
+    browser
+        .wait_for(
+            "the ticket to be done",
+            "return document.getElementById('ticket-status')?.textContent === 'done'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let transcript = browser
+        .wait_for(
+            "the transcript with the streamed text and the tool call",
+            "const t = document.querySelector('.transcript').textContent; \
+             return t.includes('close_ticket') && t.includes('the agent reads a ticket') && t",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert!(transcript.as_str().unwrap().contains("Tell me in a slow stream"));
+    let result = browser
+        .execute("return document.getElementById('ticket-result').textContent", vec![])
+        .await
+        .unwrap();
+    assert_eq!(result, json!("streamed to the end"));
+    let usage = browser
+        .execute("return document.getElementById('ticket-usage').textContent", vec![])
+        .await
+        .unwrap();
+    assert!(usage.as_str().unwrap().contains("1 requests"), "{usage}");
+    browser.screenshot(&screenshot_path("ticket-done.png")).await.unwrap();
+
+    // Cancel a ticket while its model is still streaming.
+    let endless = app.create_ticket(json!({ "task": "A story that never ends" })).await;
+    let key = endless["key"].as_str().unwrap().to_owned();
+    show(&browser, &format!("#/tickets/{key}")).await;
+    browser
+        .wait_for(
+            "the endless stream",
+            "const t = document.getElementById('live-text'); return t && t.textContent.length > 0",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .wait_for(
+            "the cancel button",
+            "const b = document.getElementById('cancel'); return !!b && !b.hidden",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.click("#cancel").await.unwrap();
+    browser
+        .wait_for(
+            "the ticket to show cancelled",
+            "return document.getElementById('ticket-status')?.textContent === 'cancelled'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    wait_status(&app, &key, "cancelled").await;
+    browser
+        .wait_for(
+            "the retry button",
+            "const b = document.getElementById('retry'); return !!b && !b.hidden",
+            WAIT,
+        )
+        .await
+        .unwrap();
+
+    // Back on the board, every ticket stands in its column: one waiting for an answer, one no
+    // agent takes, one in flight.
+    show(&browser, "#/").await;
+    wait_for_card(&browser, "cancelled", &key).await;
+    wait_for_card(&browser, "done", "TICKET-2").await;
+    let question = app
+        .create_ticket(json!({ "task": "Boiling point of water, which unit?" }))
+        .await;
+    let unrouted = app
+        .create_ticket(json!({ "task": "Translate the README", "labels": ["translator"] }))
+        .await;
+    let running = app.create_ticket(json!({ "task": "A summary that never ends" })).await;
+    wait_for_card(&browser, "waiting", question["key"].as_str().unwrap()).await;
+    wait_for_card(&browser, "todo", unrouted["key"].as_str().unwrap()).await;
+    wait_for_card(&browser, "in_progress", running["key"].as_str().unwrap()).await;
+    browser
+        .wait_for(
+            "the stats strip to catch up",
+            "return document.querySelector('[data-stat=\"in_progress\"] b')?.textContent === '1'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .screenshot(&screenshot_path("board-overview.png"))
+        .await
+        .unwrap();
+
+    // The agents page: create one through its form.
+    show(&browser, "#/agents").await;
+    browser
+        .wait_for(
+            "the default agent",
+            "return !!document.querySelector('[data-agent=\"default\"]')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.click("#new-agent").await.unwrap();
+    browser.type_into("#agent-name", "writer").await.unwrap();
+    browser.type_into("#agent-role", "You write.").await.unwrap();
+    browser.type_into("#agent-labels", "docs").await.unwrap();
+    browser.click("#agent-save").await.unwrap();
+    browser
+        .wait_for(
+            "the new agent",
+            "return !!document.querySelector('[data-agent=\"writer\"]')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let writer = app.get("/v1/agents/writer").await;
+    assert_eq!(writer.0, 200, "{writer:?}");
+    assert_eq!(writer.1["role"], "You write.");
+    assert_eq!(writer.1["labels"], json!(["docs"]));
+    // Edit it: the form comes filled in, and saving replaces the agent.
+    browser.click("[data-agent=\"writer\"] button").await.unwrap();
+    let role = browser
+        .wait_for(
+            "the filled-in form",
+            "const r = document.getElementById('agent-role'); return r && r.value",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(role, json!("You write."));
+    browser
+        .execute("document.getElementById('agent-role').value = ''", vec![])
+        .await
+        .unwrap();
+    browser.type_into("#agent-role", "You write the docs.").await.unwrap();
+    browser.click("#agent-save").await.unwrap();
+    browser
+        .wait_for(
+            "the editor to close",
+            "return !document.getElementById('agent-role')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let writer = app.get("/v1/agents/writer").await.1;
+    assert_eq!(writer["role"], "You write the docs.");
+    assert_eq!(writer["labels"], json!(["docs"]));
+    browser.screenshot(&screenshot_path("agents.png")).await.unwrap();
+
+    // Comment on the waiting ticket from its page: it goes back to the agent.
+    let question_key = question["key"].as_str().unwrap().to_owned();
+    show(&browser, &format!("#/tickets/{question_key}")).await;
+    browser
+        .wait_for(
+            "the waiting ticket's page",
+            "return document.getElementById('ticket-status')?.textContent === 'waiting'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.type_into("#comment-text", "In Celsius, please.").await.unwrap();
+    browser.click("#comment-send").await.unwrap();
+    browser
+        .wait_for(
+            "the comment in the transcript",
+            "return document.querySelector('.transcript').textContent.includes('In Celsius, please.')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let comments = app.list_all(&format!("/v1/tickets/{question_key}/comments")).await;
+    assert!(
+        comments
+            .iter()
+            .any(|c| c["content"][0]["text"] == "In Celsius, please."),
+        "{comments:?}"
+    );
+
+    // Retry the cancelled ticket from its page.
+    show(&browser, &format!("#/tickets/{key}")).await;
+    browser
+        .wait_for(
+            "the retry button",
+            "const b = document.getElementById('retry'); return !!b && !b.hidden",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.click("#retry").await.unwrap();
+    browser
+        .wait_for(
+            "the retried ticket to be queued or worked",
+            "const s = document.getElementById('ticket-status')?.textContent; return s === 'todo' || s === 'in progress'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let retried = app.get(&format!("/v1/tickets/{key}")).await.1;
+    assert!(
+        ["todo", "in_progress"].contains(&retried["status"].as_str().unwrap()),
+        "{retried}"
+    );
+
+    // A thousand tickets: the columns load a page at a time and show more on demand.
+    assert_no_page_errors(&browser).await;
+    futures::stream::iter(0..1000)
+        .for_each_concurrent(16, |i| {
+            let app = &app;
+            async move {
+                app.create_ticket(json!({ "task": format!("Backlog item {i}"), "labels": ["backlog"] }))
+                    .await;
+            }
+        })
+        .await;
+    let started = std::time::Instant::now();
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    let cards = "return document.querySelectorAll('[data-column=\"todo\"] .card').length";
+    browser
+        .wait_for("the first page of the todo column", &format!("{cards} === 50"), WAIT)
+        .await
+        .unwrap();
+    let loaded_in = started.elapsed();
+    assert!(
+        loaded_in < Duration::from_secs(10),
+        "the board took {loaded_in:?} to show 1000 tickets"
+    );
+    browser.click("[data-column=\"todo\"] .more button").await.unwrap();
+    browser
+        .wait_for("the second page of the todo column", &format!("{cards} === 100"), WAIT)
+        .await
+        .unwrap();
+    let count = browser
+        .execute(
+            "return document.querySelector('[data-column=\"todo\"] .count').textContent",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(count, json!("1001"), "the count of the todo column");
+
+    // Dark mode.
+    browser.color_scheme("dark").await.unwrap();
+    show(&browser, "#/tickets/TICKET-2").await;
+    browser
+        .wait_for(
+            "the transcript",
+            "return document.querySelectorAll('.comment').length >= 3",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.screenshot(&screenshot_path("ticket-dark.png")).await.unwrap();
+    show(&browser, "#/").await;
+    wait_for_card(&browser, "done", "TICKET-1").await;
+    browser.screenshot(&screenshot_path("board-dark.png")).await.unwrap();
+
+    assert_no_page_errors(&browser).await;
+    browser.close().await;
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tokens_the_board_asks_for_one_and_streams_with_it_in_a_header() {
+    if !browser_available() {
+        return;
+    }
+    let llm = FakeLlm::start().await;
+    llm.set_responder(scripted_model());
+    let app = TestApp::spawn_with_llm(&llm, |c| c.api_tokens = vec!["board-secret".into()]).await;
+    let browser = Browser::start(1200, 800).await.expect("start Chromium");
+
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    browser
+        .wait_for(
+            "the token prompt",
+            "return document.getElementById('token-dialog').open",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.screenshot(&screenshot_path("token-prompt.png")).await.unwrap();
+    // A wrong token is refused and the prompt stays.
+    browser.type_into("#token-input", "wrong").await.unwrap();
+    browser.click("#token-form button[type=submit]").await.unwrap();
+    browser
+        .wait_for(
+            "the refusal",
+            "return document.getElementById('token-error').textContent.includes('refused')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .execute("document.getElementById('token-input').value = ''", vec![])
+        .await
+        .unwrap();
+    browser.type_into("#token-input", "board-secret").await.unwrap();
+    browser.click("#token-form button[type=submit]").await.unwrap();
+    browser
+        .wait_for(
+            "the live stream",
+            "return document.getElementById('live').dataset.state === 'open'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+
+    create_through_the_form(&browser, "What is six times seven, with a token?", "").await;
+    wait_for_card(&browser, "done", "TICKET-1").await;
+    show(&browser, "#/tickets/TICKET-1").await;
+    browser
+        .wait_for(
+            "the ticket's events over the stream",
+            "return [...document.querySelectorAll('.events strong')].some(e => e.textContent === 'ticket.done')",
+            WAIT,
+        )
+        .await
+        .unwrap();
+
+    let stored = browser
+        .execute("return localStorage.getItem('agentdesk.token')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(stored, json!("board-secret"));
+    // The token travels in headers only: no URL the page fetched holds it.
+    let urls = browser
+        .execute(
+            "return performance.getEntriesByType('resource').map(e => e.name)",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let urls: Vec<String> = serde_json::from_value(urls).unwrap();
+    assert!(urls.iter().any(|u| u.contains("/v1/events")), "{urls:?}");
+    assert!(urls.iter().all(|u| !u.contains("board-secret")), "{urls:?}");
+
+    // A reload keeps the token: no prompt, the board loads.
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    wait_for_card(&browser, "done", "TICKET-1").await;
+    let prompt = browser
+        .execute("return document.getElementById('token-dialog').open", vec![])
+        .await
+        .unwrap();
+    assert_eq!(prompt, json!(false));
+
+    assert_no_page_errors(&browser).await;
+    browser.close().await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_board_is_served_from_the_binary_without_a_token() {
+    let app = TestApp::spawn_with(|c| c.api_tokens = vec!["board-secret".into()]).await;
+    let plain = reqwest::Client::new();
+    let page = plain.get(app.endpoint("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let headers = page.headers().clone();
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("connect-src 'self'"),
+        "{csp}"
+    );
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("/board/app.js") && !html.contains("http"),
+        "no external assets: {html}"
+    );
+    for (asset, kind) in [
+        ("app.js", "text/javascript"),
+        ("style.css", "text/css"),
+        ("icon.svg", "image/svg+xml"),
+    ] {
+        let answer = plain
+            .get(app.endpoint(&format!("/board/{asset}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{asset}");
+        assert!(
+            answer.headers()["content-type"].to_str().unwrap().starts_with(kind),
+            "{asset}"
+        );
+    }
+    let missing = support::send(plain.get(app.endpoint("/board/nope.js"))).await;
+    support::assert_error(&missing, support::StatusCode::NOT_FOUND, "not_found");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_board_resumes_its_stream_with_last_event_id_after_the_service_restarts() {
+    if !browser_available() {
+        return;
+    }
+    let first = TestApp::spawn().await;
+    let (url, database_url) = (first.url.clone(), first.database_url.clone());
+    let browser = Browser::start(1200, 800).await.expect("start Chromium");
+    browser.goto(&format!("{url}/")).await.unwrap();
+    browser
+        .wait_for(
+            "the live stream",
+            "return document.getElementById('live').dataset.state === 'open'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    first.create_ticket(json!({ "task": "Before the restart" })).await;
+    wait_for_card(&browser, "todo", "TICKET-1").await;
+
+    // The service goes away (its streams end) and comes back on the same address and database.
+    first.shutdown().await;
+    browser
+        .wait_for(
+            "the page to notice",
+            "return document.getElementById('live').dataset.state === 'reconnecting'",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    // Created while the page's server is down (through another process on the same database): a
+    // stream opened without a cursor starts with new events, so only a resume from Last-Event-ID
+    // delivers it.
+    let elsewhere = TestApp::spawn_with(|c| c.database_url = Some(database_url.clone())).await;
+    elsewhere
+        .create_ticket(json!({ "task": "While the board's server was down" }))
+        .await;
+    elsewhere.shutdown().await;
+    let addr = url.trim_start_matches("http://").parse().unwrap();
+    let second = TestApp::spawn_with(|c| {
+        c.addr = addr;
+        c.database_url = Some(database_url);
+    })
+    .await;
+    wait_for_card(&browser, "todo", "TICKET-2").await;
+    let state = browser
+        .execute("return document.getElementById('live').dataset.state", vec![])
+        .await
+        .unwrap();
+    assert_eq!(state, json!("open"));
+
+    // A label filter narrows the columns and the live stream alike.
+    second
+        .create_ticket(json!({ "task": "Paint it", "labels": ["blue"] }))
+        .await;
+    browser.type_into("#filter-label", "blue").await.unwrap();
+    let todo = "return [...document.querySelectorAll('[data-column=\"todo\"] .card')].map(c => c.dataset.key).join()";
+    browser
+        .wait_for("only the blue ticket", &format!("{todo} === 'TICKET-3'"), WAIT)
+        .await
+        .unwrap();
+    second.create_ticket(json!({ "task": "Not blue" })).await;
+    second
+        .create_ticket(json!({ "task": "Paint it again", "labels": ["blue"] }))
+        .await;
+    browser
+        .wait_for(
+            "the next blue ticket, live",
+            &format!("{todo} === 'TICKET-5,TICKET-3'"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+
+    assert_no_page_errors(&browser).await;
+    browser.close().await;
+    second.shutdown().await;
+}
