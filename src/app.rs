@@ -28,7 +28,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn runs_api(self) -> bool {
+    pub fn runs_api(self) -> bool {
         matches!(self, Mode::Serve | Mode::Api)
     }
 
@@ -52,6 +52,9 @@ impl App {
     /// Connects, migrates, and starts what `mode` runs. `database_url` must be resolved by now
     /// (the embedded database is started by the caller).
     pub async fn start(config: Config, mode: Mode, providers: Providers) -> anyhow::Result<App> {
+        if mode.runs_api() {
+            config.check_exposure().map_err(anyhow::Error::msg)?;
+        }
         let url = config.database_url.clone().context("DATABASE_URL is not set")?;
         let pool = db::connect(&url, config.db_max_connections)
             .await
