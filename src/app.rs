@@ -177,6 +177,7 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         max_tokens: None,
         thinking_budget: None,
         tool_choice: crate::domain::agent::default_tool_choice(),
+        max_concurrent: None,
         created_at: now,
         updated_at: now,
     };

@@ -37,6 +37,7 @@ async fn pool() -> PgPool {
         max_tokens: None,
         thinking_budget: None,
         tool_choice: "auto".into(),
+        max_concurrent: None,
         created_at: now,
         updated_at: now,
     };

@@ -1,0 +1,117 @@
+//! Limits that hold: an agent's `max_concurrent` across worker processes, a ticket's deadline.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentdesk::app::Mode;
+use serde_json::json;
+use support::{StatusCode, TestApp};
+use testkit::fake_llm::{FakeLlm, Reply};
+
+/// A real `agentdesk worker` process on the test database, its model server at `llm`.
+fn spawn_worker(database_url: &str, llm: &FakeLlm) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_agentdesk"))
+        .arg("worker")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", database_url)
+        .env("OPENAI_BASE_URL", llm.openai_base_url())
+        .env("AGENTDESK_WORKERS", "8")
+        .env("AGENTDESK_DB_MAX_CONNECTIONS", "4")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start an agentdesk worker")
+}
+
+#[tokio::test]
+async fn max_concurrent_holds_across_two_worker_processes() {
+    let app = TestApp::spawn_mode(Mode::Api, |_| {}).await;
+    let llm = FakeLlm::start().await;
+    llm.set_responder(|_| {
+        Reply::tool_call("close_ticket", json!({ "result": "ok" })).first_byte_delay(Duration::from_millis(300))
+    });
+    let (status, agent) = app
+        .put(
+            "/v1/agents/capped",
+            json!({"provider": "openai", "model": "m", "labels": ["capped"], "max_concurrent": 2}),
+        )
+        .await;
+    assert!(status.is_success(), "{agent}");
+    assert_eq!(agent["max_concurrent"], 2);
+    // An agent without a limit, working alongside, is not held back.
+    let (status, _) = app
+        .put(
+            "/v1/agents/free",
+            json!({"provider": "openai", "model": "m", "labels": ["free"]}),
+        )
+        .await;
+    assert!(status.is_success());
+    for i in 0..12 {
+        app.create_ticket(json!({"task": format!("capped {i}"), "labels": ["capped"]}))
+            .await;
+    }
+    for i in 0..6 {
+        app.create_ticket(json!({"task": format!("free {i}"), "labels": ["free"]}))
+            .await;
+    }
+    let mut workers = [
+        spawn_worker(&app.database_url, &llm),
+        spawn_worker(&app.database_url, &llm),
+    ];
+
+    let (mut most_capped, mut most_free) = (0i64, 0i64);
+    let started = Instant::now();
+    loop {
+        let (capped, free, left): (i64, i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE status = 'in_progress' AND agent = 'capped'),
+                    count(*) FILTER (WHERE status = 'in_progress' AND agent = 'free'),
+                    count(*) FILTER (WHERE status <> 'done')
+             FROM tickets",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        most_capped = most_capped.max(capped);
+        most_free = most_free.max(free);
+        if left == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{left} tickets never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for worker in &mut workers {
+        let _ = worker.kill();
+        let _ = worker.wait();
+    }
+    assert_eq!(
+        most_capped, 2,
+        "the capped agent ran at most (and at best) 2 tickets at once"
+    );
+    assert!(most_free > 2, "the agent without a limit ran {most_free} at once");
+    let claimants: i64 = sqlx::query_scalar("SELECT count(DISTINCT agent) FROM tickets")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(claimants, 2);
+}
+
+#[tokio::test]
+async fn max_concurrent_must_be_at_least_one() {
+    let app = TestApp::spawn().await;
+    for bad in [json!(0), json!(-1), json!("two")] {
+        let (status, body) = app
+            .put("/v1/agents/a", json!({"model": "m", "max_concurrent": bad}))
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {body}");
+    }
+    let (status, agent) = app.put("/v1/agents/a", json!({"model": "m"})).await;
+    assert!(status.is_success());
+    assert!(agent["max_concurrent"].is_null());
+}
