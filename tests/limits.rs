@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use agentdesk::app::Mode;
 use serde_json::json;
-use support::{StatusCode, TestApp};
+use support::{event_kinds, wait_status, StatusCode, TestApp};
 use testkit::fake_llm::{FakeLlm, Reply};
 
 /// A real `agentdesk worker` process on the test database, its model server at `llm`.
@@ -114,4 +114,78 @@ async fn max_concurrent_must_be_at_least_one() {
     let (status, agent) = app.put("/v1/agents/a", json!({"model": "m"})).await;
     assert!(status.is_success());
     assert!(agent["max_concurrent"].is_null());
+}
+
+/// Fails within a few seconds of the deadline, with `deadline_exceeded` and a `ticket.failed`.
+async fn assert_fails_by_its_deadline(app: &TestApp, ticket: &serde_json::Value) {
+    let key = ticket["key"].as_str().unwrap();
+    let failed = wait_status(app, key, "failed").await;
+    assert_eq!(failed["error"]["kind"], "deadline_exceeded", "{failed}");
+    assert_eq!(failed["deadline_secs"], 1);
+    let kinds = event_kinds(app, ticket["id"].as_str().unwrap()).await;
+    assert_eq!(kinds.last().map(String::as_str), Some("ticket.failed"), "{kinds:?}");
+}
+
+#[tokio::test]
+async fn a_deadline_fails_a_queued_a_running_and_a_waiting_ticket() {
+    let llm = FakeLlm::start().await;
+    llm.set_responder(|request| {
+        let text = request.to_string();
+        if text.contains("ASK-THE-HUMANS") {
+            Reply::text("Which city?")
+        } else {
+            Reply::tool_call("close_ticket", json!({ "result": "late" })).first_byte_delay(Duration::from_secs(30))
+        }
+    });
+    let app = TestApp::spawn_with_llm(&llm, |_| {}).await;
+    // Nobody takes this label: it stays queued.
+    let queued = app
+        .create_ticket(json!({"task": "queued", "labels": ["nobody"], "deadline_secs": 1}))
+        .await;
+    let running = app.create_ticket(json!({"task": "slow", "deadline_secs": 1})).await;
+    let asking = app
+        .create_ticket(json!({"task": "ASK-THE-HUMANS", "deadline_secs": 30}))
+        .await;
+    assert!(queued["deadline_at"].is_string());
+
+    wait_status(&app, running["key"].as_str().unwrap(), "in_progress").await;
+    let started = Instant::now();
+    assert_fails_by_its_deadline(&app, &queued).await;
+    assert_fails_by_its_deadline(&app, &running).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the running ticket failed on time"
+    );
+
+    wait_status(&app, asking["key"].as_str().unwrap(), "waiting").await;
+    // Bring the waiting ticket's deadline forward rather than wait half a minute.
+    sqlx::query("UPDATE tickets SET deadline_at = now(), deadline_secs = 1 WHERE id = $1::uuid")
+        .bind(asking["id"].as_str().unwrap())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_fails_by_its_deadline(&app, &asking).await;
+    // Done tickets keep their result: nothing more happens after the deadline.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, after) = app
+        .get(&format!("/v1/tickets/{}", running["key"].as_str().unwrap()))
+        .await;
+    assert_eq!(after["status"], "failed");
+    assert!(after["result"].is_null());
+}
+
+#[tokio::test]
+async fn deadline_secs_is_1_or_more_and_null_means_none() {
+    let app = TestApp::spawn().await;
+    for bad in [json!(0), json!(-5), json!(315_360_001), json!("soon"), json!(1.5)] {
+        let (status, body) = app
+            .post("/v1/tickets", json!({"task": "x", "deadline_secs": bad}))
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {body}");
+    }
+    let (status, ticket) = app
+        .post("/v1/tickets", json!({"task": "x", "deadline_secs": null}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(ticket["deadline_secs"].is_null() && ticket["deadline_at"].is_null());
 }

@@ -56,6 +56,7 @@ fn new_ticket(task: &str, labels: &[&str], schema: Option<Value>) -> NewTicket {
         max_attempts: 3,
         reporter: "user".into(),
         idempotency: None,
+        deadline_secs: None,
     }
 }
 

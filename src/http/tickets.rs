@@ -49,7 +49,14 @@ pub struct CreateTicket {
     /// 1 to 100; default 3.
     #[serde(default)]
     pub max_attempts: Option<i32>,
+    /// Seconds after creation when the ticket fails with `deadline_exceeded`, whatever it is
+    /// doing (1 to 315360000, ten years); null or omitted: no deadline.
+    #[serde(default)]
+    pub deadline_secs: Option<i32>,
 }
+
+/// The longest deadline: ten years.
+pub const MAX_DEADLINE_SECS: i32 = 315_360_000;
 
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
 
@@ -136,6 +143,13 @@ pub async fn create_ticket(
     if !(1..=100).contains(&max_attempts) {
         return Err(ApiError::Validation("max_attempts must be between 1 and 100".into()));
     }
+    if let Some(secs) = req.deadline_secs {
+        if !(1..=MAX_DEADLINE_SECS).contains(&secs) {
+            return Err(ApiError::Validation(format!(
+                "deadline_secs must be between 1 and {MAX_DEADLINE_SECS}"
+            )));
+        }
+    }
 
     let in_flight = state.intake.enter();
     if idempotency_key.is_none() && req.parent.is_none() && in_flight.crowded() {
@@ -150,6 +164,7 @@ pub async fn create_ticket(
             max_attempts,
             reporter: "user".into(),
             idempotency: None,
+            deadline_secs: req.deadline_secs,
         };
         let ticket = state.intake.create(new).await?;
         return Ok((StatusCode::CREATED, Json(ticket)).into_response());
@@ -164,6 +179,7 @@ pub async fn create_ticket(
         max_attempts,
         reporter: "user".into(),
         idempotency: idempotency_key.map(|k| (k, hash)),
+        deadline_secs: req.deadline_secs,
     };
     match transitions::create_requested(&state.pool, new, req.parent.as_deref()).await? {
         Created::New(ticket) => {

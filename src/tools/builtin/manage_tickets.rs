@@ -197,6 +197,7 @@ async fn create(ctx: &ToolContext<'_>, mut args: Args) -> Result<String, ToolFai
         max_attempts: DEFAULT_MAX_ATTEMPTS,
         reporter: ctx.agent.to_string(),
         idempotency: None,
+        deadline_secs: None,
     };
     let mut tx = ctx
         .pool
