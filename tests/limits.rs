@@ -189,3 +189,23 @@ async fn deadline_secs_is_1_or_more_and_null_means_none() {
     assert_eq!(status, StatusCode::CREATED);
     assert!(ticket["deadline_secs"].is_null() && ticket["deadline_at"].is_null());
 }
+
+#[tokio::test]
+async fn a_task_holding_the_largest_and_smallest_doubles_is_stored_and_read_back() {
+    let app = TestApp::spawn().await;
+    let task = json!({"big": 1.7976931348623157e308, "small": -1.7976931348623157e308, "tiny": 5e-324, "n": [1e300]});
+    let (status, created) = app
+        .post(
+            "/v1/tickets",
+            json!({"task": task, "metadata": {"x": 1.7976931348623157e308}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let (status, read) = app
+        .get(&format!("/v1/tickets/{}", created["key"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    assert_eq!(read["task"], task);
+    let (status, list) = app.get("/v1/tickets").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+}
