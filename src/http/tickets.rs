@@ -29,13 +29,40 @@ impl From<DeskError> for ApiError {
     }
 }
 
+/// A label: 1 to 100 characters, not all blank, without control characters.
+const LABEL_PATTERN: &str =
+    r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$";
+
+/// The schema of a task: any JSON but null or a blank string.
+pub fn task_schema() -> utoipa::openapi::schema::Schema {
+    let schema = serde_json::json!({
+        "description": "Any JSON but null or a blank string; usually a string.",
+        "not": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": "^\\s*$"}]}
+    });
+    serde_json::from_value(schema).unwrap_or_default()
+}
+
+/// The schema of labels: at most 50, each 1 to 100 characters without control characters.
+pub fn labels_schema() -> utoipa::openapi::schema::Schema {
+    let schema = serde_json::json!({
+        "type": "array", "maxItems": crate::transitions::MAX_LABELS,
+        "items": {"type": "string", "minLength": 1, "maxLength": crate::transitions::MAX_LABEL_LEN,
+                  "pattern": LABEL_PATTERN}
+    });
+    serde_json::from_value(schema).unwrap_or_default()
+}
+
 #[derive(Deserialize, ToSchema)]
 pub struct CreateTicket {
-    /// Any JSON but null or an empty string; usually a string.
+    #[schema(schema_with = task_schema)]
     pub task: Value,
+    /// Duplicates are dropped.
     #[serde(default)]
+    #[schema(schema_with = labels_schema)]
     pub labels: Vec<String>,
+    /// Higher is claimed first.
     #[serde(default)]
+    #[schema(minimum = -2147483648, maximum = 2147483647)]
     pub priority: i32,
     /// JSON Schema (draft 2020-12) the result must satisfy.
     #[serde(default)]
@@ -45,13 +72,16 @@ pub struct CreateTicket {
     pub parent: Option<String>,
     /// A JSON object kept with the ticket.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
     /// 1 to 100; default 3.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     pub max_attempts: Option<i32>,
     /// Seconds after creation when the ticket fails with `deadline_exceeded`, whatever it is
     /// doing (1 to 315360000, ten years); null or omitted: no deadline.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 315360000)]
     pub deadline_secs: Option<i32>,
 }
 
@@ -98,10 +128,16 @@ fn canonical_hash(value: &Value) -> String {
 
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
+/// 1 to 255 visible ASCII characters (`^[!-~]{1,255}$`, as the document says).
+fn is_idempotency_key(key: &str) -> bool {
+    (1..=MAX_IDEMPOTENCY_KEY_LEN).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Create a ticket
 #[utoipa::path(post, path = "/tickets", tag = "tickets",
     request_body = CreateTicket,
-    params(("Idempotency-Key" = Option<String>, Header, description = "A repeat with the same key and body returns the first ticket (200); the same key with another body is 409.")),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = "^[!-~]{1,255}$",
+        description = "1 to 255 visible ASCII characters. A repeat with the same key and body returns the first ticket (200); the same key with another body is 409.")),
     responses(
         (status = 201, description = "Created", body = Ticket),
         (status = 200, description = "An idempotent repeat: the ticket created first", body = Ticket),
@@ -115,11 +151,9 @@ pub async fn create_ticket(
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => {
-            let key = v
-                .to_str()
+            let key = std::str::from_utf8(v.as_bytes())
                 .ok()
-                .map(str::trim)
-                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN)
+                .filter(|k| is_idempotency_key(k))
                 .ok_or_else(|| {
                     ApiError::BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters".into())
                 })?;
@@ -204,7 +238,8 @@ pub struct ListTicketsQuery {
     pub q: Option<String>,
     /// `asc` (creation order, default) or `desc`.
     pub order: Option<String>,
-    /// 1 to 200, default 50.
+    /// 1 to 200, default 50 (also when empty).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     pub limit: Option<String>,
     pub cursor: Option<String>,
 }
@@ -299,13 +334,20 @@ fn double_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Value>
 
 #[derive(Deserialize, ToSchema)]
 pub struct PatchTicket {
-    pub task: Option<Value>,
+    /// Any JSON but null or a blank string.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(schema_with = task_schema)]
+    pub task: Option<Option<Value>>,
+    #[schema(schema_with = labels_schema)]
     pub labels: Option<Vec<String>>,
+    #[schema(minimum = -2147483648, maximum = 2147483647)]
     pub priority: Option<i32>,
     /// A JSON Schema, or null to remove it.
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<Object>)]
     pub schema: Option<Option<Value>>,
+    /// A JSON object.
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
 }
 
@@ -319,9 +361,14 @@ pub async fn patch_ticket(
     ApiPath(reference): ApiPath<String>,
     ApiJson(req): ApiJson<PatchTicket>,
 ) -> ApiResult<Json<Ticket>> {
-    if let Some(task) = &req.task {
-        transitions::check_task(task).map_err(ApiError::Validation)?;
-    }
+    let task = match req.task {
+        None => None,
+        Some(None) => return Err(ApiError::Validation("task must not be null".into())),
+        Some(Some(task)) => {
+            transitions::check_task(&task).map_err(ApiError::Validation)?;
+            Some(task)
+        }
+    };
     let labels = req
         .labels
         .map(transitions::normalize_labels)
@@ -336,7 +383,7 @@ pub async fn patch_ticket(
         }
     }
     let patch = TicketPatch {
-        task: req.task,
+        task,
         labels,
         priority: req.priority,
         schema: req.schema,
@@ -377,7 +424,8 @@ pub async fn retry_ticket(
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
-    /// 1 to 200, default 50.
+    /// 1 to 200, default 50 (also when empty).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     pub limit: Option<String>,
     pub cursor: Option<String>,
 }
@@ -414,9 +462,12 @@ pub async fn list_comments(
 
 #[derive(Deserialize, ToSchema)]
 pub struct CreateComment {
+    /// Not blank; at most 512 KiB.
+    #[schema(min_length = 1, pattern = r"\S")]
     pub text: String,
     /// `user` (default) or `system`.
     #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^(user|system)$")]
     pub author: Option<String>,
 }
 
