@@ -272,7 +272,7 @@ pub async fn list_tickets(
             .collect::<Result<Vec<_>, _>>()?,
     };
     let descending = match q.order.as_deref() {
-        None | Some("asc") => false,
+        None | Some("" | "asc") => false,
         Some("desc") => true,
         Some(other) => {
             return Err(ApiError::BadRequest(format!(
