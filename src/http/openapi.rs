@@ -108,7 +108,41 @@ pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_to
                 "503",
                 "The database is unavailable, or the request ran out of time",
             );
+            describe_event_streams(responses);
         }
+    }
+}
+
+/// An event stream's response is a sequence of SSE frames, not one JSON value: its schema says
+/// what one frame holds (as schema-based clients and fuzzers read `text/event-stream`), its
+/// `data` being the JSON text of the schema the handler named.
+fn describe_event_streams(
+    responses: &mut std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::Response>>,
+) {
+    use utoipa::openapi::RefOr;
+    for response in responses.values_mut() {
+        let RefOr::T(response) = response else { continue };
+        let Some(content) = response.content.get_mut("text/event-stream") else {
+            continue;
+        };
+        let Some(RefOr::Ref(reference)) = &content.schema else {
+            continue;
+        };
+        let location = reference.ref_location.clone();
+        let name = location.rsplit('/').next().unwrap_or_default().to_owned();
+        let frame = serde_json::json!({
+            "type": "object",
+            "description": format!("One server-sent event: `data` is the JSON text of a {name} ({location}); \
+                `id` its cursor (absent on live-only deltas); `: ping` comments carry nothing."),
+            "properties": {
+                "data": {"type": "string", "contentMediaType": "application/json",
+                         "contentSchema": {"$ref": location}},
+                "id": {"type": "string"},
+                "event": {"type": "string"},
+                "retry": {"type": "integer", "minimum": 0}
+            }
+        });
+        content.schema = serde_json::from_value(frame).ok();
     }
 }
 
