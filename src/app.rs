@@ -28,7 +28,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn runs_api(self) -> bool {
+    pub fn runs_api(self) -> bool {
         matches!(self, Mode::Serve | Mode::Api)
     }
 
@@ -59,6 +59,9 @@ impl App {
     pub async fn start(config: Config, mode: Mode, providers: Providers) -> anyhow::Result<App> {
         // The process's metrics recorder (once per process, whatever starts it).
         crate::telemetry::metric::install();
+        if mode.runs_api() {
+            config.check_exposure().map_err(anyhow::Error::msg)?;
+        }
         let url = config.database_url.clone().context("DATABASE_URL is not set")?;
         let pool = db::connect(&url, config.db_max_connections)
             .await
@@ -244,6 +247,7 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         max_tokens: None,
         thinking_budget: None,
         tool_choice: crate::domain::agent::default_tool_choice(),
+        max_concurrent: None,
         created_at: now,
         updated_at: now,
     };

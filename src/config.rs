@@ -35,7 +35,10 @@ pub struct Config {
     pub workers: usize,
     pub lease: Duration,
     pub stream_idle: Duration,
+    /// Bearer tokens as configured; one written `read:TOKEN` may only read (GET and streams).
     pub api_tokens: Vec<String>,
+    /// Serve an API without tokens on an address other than loopback (`AGENTDESK_ALLOW_NO_AUTH`).
+    pub allow_no_auth: bool,
     /// Model of the `default` agent created when no agent exists.
     pub model: Option<String>,
     pub log_format: LogFormat,
@@ -91,11 +94,12 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             database_url: None,
-            addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            addr: LOOPBACK_ADDR,
             workers: 64,
             lease: Duration::from_secs(60),
             stream_idle: Duration::from_secs(90),
             api_tokens: vec![],
+            allow_no_auth: false,
             model: None,
             log_format: LogFormat::Text,
             sse_ping: Duration::from_secs(10),
@@ -127,6 +131,15 @@ pub fn default_db_connections() -> u32 {
     let cores = std::thread::available_parallelism().map_or(4, |n| n.get()) as u32;
     (cores * 4).clamp(16, 64)
 }
+/// Where the API listens with no tokens and no address given: only this machine can reach it.
+pub const LOOPBACK_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+/// Where the API listens with tokens and no address given.
+pub const ALL_INTERFACES_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
+
+/// The shortest lease, stream idle and ping interval accepted: shorter ones would make the
+/// renewal, stall and ping loops spin.
+const MIN_INTERVAL_SECS: f64 = 0.1;
 
 /// Options of every subcommand.
 #[derive(Args, Clone)]
@@ -149,10 +162,26 @@ pub struct GlobalArgs {
 /// Where the API listens.
 #[derive(Args, Clone)]
 pub struct ListenArgs {
-    /// Listen address (port 0 picks a free port and logs it)
-    #[arg(long, env = "AGENTDESK_ADDR", value_name = "ADDR",
-        default_value_t = Config::default().addr, value_parser = Setting(parsed::<SocketAddr>))]
-    pub addr: SocketAddr,
+    /// Listen address (port 0 picks a free port and logs it); unset: 127.0.0.1:8080 without
+    /// tokens, 0.0.0.0:8080 with tokens
+    #[arg(long, env = "AGENTDESK_ADDR", value_name = "ADDR", value_parser = Setting(address))]
+    pub addr: Option<Address>,
+}
+
+/// A listen address as given; empty means the default, which depends on the tokens.
+#[derive(Clone, Copy, Debug)]
+pub struct Address(Option<SocketAddr>);
+
+impl ListenArgs {
+    /// The address given, if one was.
+    pub fn given(&self) -> Option<SocketAddr> {
+        self.addr.and_then(|a| a.0)
+    }
+
+    /// The address given, or the loopback default.
+    pub fn addr_or_default(&self) -> SocketAddr {
+        self.given().unwrap_or(LOOPBACK_ADDR)
+    }
 }
 
 /// Options of the processes that serve the API or work tickets.
@@ -166,22 +195,26 @@ pub struct ServerArgs {
     pub workers: usize,
     /// A claim's lease, in seconds; renewed while the worker works
     #[arg(long, env = "AGENTDESK_LEASE_SECS", value_name = "SECS", allow_negative_numbers = true,
-        default_value_t = Config::default().lease.as_secs_f64(), value_parser = Setting(seconds))]
+        default_value_t = Config::default().lease.as_secs_f64(), value_parser = Setting(interval))]
     pub lease_secs: f64,
     /// A model stream silent this long (seconds) is a stall
     #[arg(long, env = "AGENTDESK_STREAM_IDLE_SECS", value_name = "SECS", allow_negative_numbers = true,
-        default_value_t = Config::default().stream_idle.as_secs_f64(), value_parser = Setting(seconds))]
+        default_value_t = Config::default().stream_idle.as_secs_f64(), value_parser = Setting(interval))]
     pub stream_idle_secs: f64,
     /// Comma-separated bearer tokens; when set, every /v1/* request needs one
     #[arg(long, env = "AGENTDESK_API_TOKENS", hide_env_values = true, value_name = "TOKENS",
         value_parser = Setting(text))]
     pub api_tokens: Option<String>,
+    /// Allow an API without tokens on an address other than loopback (true or false)
+    #[arg(long, env = "AGENTDESK_ALLOW_NO_AUTH", value_name = "BOOL", default_value_t = false,
+        action = clap::ArgAction::Set, value_parser = Setting(boolean))]
+    pub allow_no_auth: bool,
     /// Model of the `default` agent created when no agent exists; unset: by the provider found
     #[arg(long, env = "AGENTDESK_MODEL", value_name = "MODEL", value_parser = Setting(text))]
     pub model: Option<String>,
     /// Interval of `: ping` comments on event streams, in seconds (at most 15)
     #[arg(long, env = "AGENTDESK_SSE_PING_SECS", value_name = "SECS", allow_negative_numbers = true,
-        default_value_t = Config::default().sse_ping.as_secs_f64(), value_parser = Setting(seconds))]
+        default_value_t = Config::default().sse_ping.as_secs_f64(), value_parser = Setting(interval))]
     pub sse_ping_secs: f64,
     /// On shutdown, how long (seconds) running steps may finish before their tickets are released
     #[arg(long, env = "AGENTDESK_SHUTDOWN_GRACE_SECS", value_name = "SECS", allow_negative_numbers = true,
@@ -189,7 +222,7 @@ pub struct ServerArgs {
     pub shutdown_grace_secs: f64,
     /// Size of the process's Postgres connection pool (default: 4 per core, 16 to 64)
     #[arg(long, env = "AGENTDESK_DB_MAX_CONNECTIONS", value_name = "N", allow_negative_numbers = true,
-        default_value_t = Config::default().db_max_connections, value_parser = Setting(parsed::<u32>))]
+        default_value_t = Config::default().db_max_connections, value_parser = Setting(positive::<u32>))]
     pub db_max_connections: u32,
     /// A YAML or JSON file of providers and agents applied at start-up, as `agentdesk agents apply`
     /// does; a bad file stops start-up
@@ -241,7 +274,6 @@ impl Config {
             ..Config::default()
         };
         if let Some(server) = server {
-            config.addr = server.listen.addr;
             config.workers = server.workers;
             config.lease = Duration::from_secs_f64(server.lease_secs);
             config.stream_idle = Duration::from_secs_f64(server.stream_idle_secs);
@@ -250,8 +282,14 @@ impl Config {
                 .iter()
                 .flat_map(|tokens| tokens.split(','))
                 .map(|token| token.trim().to_owned())
-                .filter(|token| !token.is_empty())
+                .filter(|token| !token.is_empty() && *token != "read:")
                 .collect();
+            config.allow_no_auth = server.allow_no_auth;
+            config.addr = server.listen.given().unwrap_or(if config.api_tokens.is_empty() {
+                LOOPBACK_ADDR
+            } else {
+                ALL_INTERFACES_ADDR
+            });
             config.model = server.model.clone().filter(|model| !model.is_empty());
             config.sse_ping = Duration::from_secs_f64(server.sse_ping_secs).min(Duration::from_secs(15));
             config.shutdown_grace = Duration::from_secs_f64(server.shutdown_grace_secs);
@@ -278,6 +316,19 @@ impl Config {
             config.metrics_addr = server.metrics_addr.as_deref().and_then(|a| a.parse().ok());
         }
         config
+    }
+
+    /// Refuses an API open to the network with no token: anyone who reaches it could spend the
+    /// model keys. One line naming both ways out.
+    pub fn check_exposure(&self) -> Result<(), String> {
+        if self.api_tokens.is_empty() && !self.addr.ip().is_loopback() && !self.allow_no_auth {
+            return Err(format!(
+                "refusing to serve the API on {} without tokens: set AGENTDESK_API_TOKENS (e.g. `openssl rand -hex 32`), \
+                 or set AGENTDESK_ALLOW_NO_AUTH=true to allow an open API",
+                self.addr
+            ));
+        }
+        Ok(())
     }
 
     /// Reads the environment; a malformed value is an error naming the variable.
@@ -347,6 +398,32 @@ fn seconds(name: &str, value: &str) -> Result<f64, String> {
         return Err(format!("{name}: must be a positive number of seconds"));
     }
     Ok(secs)
+}
+
+/// A duration some loop waits on: at least `MIN_INTERVAL_SECS`.
+fn interval(name: &str, value: &str) -> Result<f64, String> {
+    let secs = seconds(name, value)?;
+    if secs < MIN_INTERVAL_SECS {
+        return Err(format!(
+            "{name}: {value} s is too short; the least accepted is {MIN_INTERVAL_SECS} s"
+        ));
+    }
+    Ok(secs)
+}
+
+fn address(name: &str, value: &str) -> Result<Address, String> {
+    if value.is_empty() {
+        return Ok(Address(None));
+    }
+    parsed(name, value).map(|addr| Address(Some(addr)))
+}
+
+fn positive<T: FromStr + PartialOrd + Default>(name: &str, value: &str) -> Result<T, String> {
+    let n: T = parsed(name, value)?;
+    if n <= T::default() {
+        return Err(format!("{name}: must be at least 1"));
+    }
+    Ok(n)
 }
 
 fn boolean(name: &str, value: &str) -> Result<bool, String> {

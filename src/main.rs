@@ -99,7 +99,7 @@ fn main() -> ExitCode {
             ServerCommand::Api(_) => serve(config, Mode::Api).await,
             ServerCommand::Worker(_) => serve(config, Mode::Worker).await,
             ServerCommand::Migrate => migrate(config).await,
-            ServerCommand::Healthcheck(listen) => healthcheck(listen.addr).await,
+            ServerCommand::Healthcheck(listen) => healthcheck(listen.addr_or_default()).await,
         }
     });
     drop(runtime);
@@ -202,6 +202,10 @@ async fn migrate(mut config: Config) -> anyhow::Result<()> {
 }
 
 async fn serve(mut config: Config, mode: Mode) -> anyhow::Result<()> {
+    // Before anything starts (the embedded database included).
+    if mode.runs_api() {
+        config.check_exposure().map_err(anyhow::Error::msg)?;
+    }
     // A bad file stops start-up before anything runs.
     let agents_file = match &config.agents_file {
         Some(path) => Some((path.clone(), read_agents_file(path)?)),

@@ -37,6 +37,7 @@ async fn pool() -> PgPool {
         max_tokens: None,
         thinking_budget: None,
         tool_choice: "auto".into(),
+        max_concurrent: None,
         created_at: now,
         updated_at: now,
     };
@@ -56,6 +57,7 @@ fn new_ticket(task: &str, labels: &[&str], schema: Option<Value>) -> NewTicket {
         reporter: "user".into(),
         idempotency: None,
         trace_context: None,
+        deadline_secs: None,
     }
 }
 

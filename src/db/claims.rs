@@ -53,15 +53,31 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// Claims up to `limit` claimable tickets in one statement, by priority then age, routed by the
-/// agents' labels, and logs `ticket.started` for each in the same transaction. A ticket claimed
-/// for the first time also gets its task written as the transcript's first user comment (so it
-/// is compacted and shown like everything else), in the same transaction and statements as the
-/// rest of the batch.
+/// Routes each ticket to one agent (as agentwerk): a ticket labelled with an agent's name goes only
+/// to that agent; an agent with no labels takes unlabelled tickets; otherwise any agent sharing a
+/// label.
+const ROUTE: &str = "CROSS JOIN LATERAL (
+                SELECT a.name, a.max_concurrent FROM agents a
+                WHERE a.name = ANY(t.labels)
+                   OR (NOT EXISTS (SELECT 1 FROM agents b WHERE b.name = ANY(t.labels))
+                       AND ((cardinality(a.labels) = 0 AND cardinality(t.labels) = 0) OR a.labels && t.labels))
+                ORDER BY (a.name = ANY(t.labels)) DESC, a.name
+                LIMIT 1) a";
+
+/// A ticket past its deadline is the reaper's to fail, not a worker's to start.
+const BEFORE_DEADLINE: &str = "(t.deadline_at IS NULL OR t.deadline_at > now())";
+
+/// Claims up to `limit` claimable tickets, by priority then age, routed by the agents' labels,
+/// and logs `ticket.started` for each in the same transaction. A ticket claimed for the first time
+/// also gets its task written as the transcript's first user comment (so it is compacted and shown
+/// like everything else), in the same transaction and statements as the rest of the batch. The
+/// claiming agent's name is added to the labels, pinning the ticket to it if it is re-queued.
 ///
-/// Routing (as agentwerk): a ticket labelled with an agent's name goes only to that agent; an agent
-/// with no labels takes unlabelled tickets; otherwise any agent sharing a label. The claiming
-/// agent's name is added to the labels, pinning the ticket to it if it is re-queued.
+/// Tickets of agents without `max_concurrent` are claimed by one statement, as fast as ever; it
+/// also says whether any agent has a limit. Only then, a second statement claims for the limited
+/// agents under a transaction-level advisory lock taken before it, so that its snapshot sees every
+/// claim committed before: each agent's running count is exact however many processes claim, and
+/// a claim never takes an agent past its limit.
 pub async fn claim_batch(
     pool: &PgPool,
     limit: i64,
@@ -69,21 +85,67 @@ pub async fn claim_batch(
     worker_id: &str,
 ) -> Result<Vec<Claim>, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let sql = format!(
-        "WITH candidates AS MATERIALIZED (
-            SELECT t.id, a.name AS agent_name, t.seeded
+    let unlimited = format!(
+        "SELECT t.id, a.name AS agent_name, t.seeded
             FROM tickets t
-            CROSS JOIN LATERAL (
-                SELECT a.name FROM agents a
-                WHERE a.name = ANY(t.labels)
-                   OR (NOT EXISTS (SELECT 1 FROM agents b WHERE b.name = ANY(t.labels))
-                       AND ((cardinality(a.labels) = 0 AND cardinality(t.labels) = 0) OR a.labels && t.labels))
-                ORDER BY (a.name = ANY(t.labels)) DESC, a.name
-                LIMIT 1) a
-            WHERE t.status = 'todo'
+            {ROUTE}
+            WHERE t.status = 'todo' AND a.max_concurrent IS NULL AND {BEFORE_DEADLINE}
             ORDER BY t.priority DESC, t.created_at, t.id
             LIMIT $1
-            FOR UPDATE OF t SKIP LOCKED),
+            FOR UPDATE OF t SKIP LOCKED"
+    );
+    let any_limited = "EXISTS (SELECT 1 FROM agents WHERE max_concurrent IS NOT NULL)";
+    let mut batch = ClaimBatch::default();
+    let limited = claim_statement(&mut tx, &unlimited, any_limited, limit, lease, worker_id, &mut batch).await?;
+    let left = limit - batch.claims.len() as i64;
+    if limited && left > 0 {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('agentdesk.limited_claims', 0))")
+            .execute(&mut *tx)
+            .await?;
+        // Ranks each limited agent's claimable tickets and keeps as many as it has free slots.
+        let limited = format!(
+            "WITH ranked AS MATERIALIZED (
+                SELECT t.id, a.name AS agent_name, t.seeded, t.priority, t.created_at,
+                    row_number() OVER (PARTITION BY a.name ORDER BY t.priority DESC, t.created_at, t.id) AS place,
+                    a.max_concurrent - (SELECT count(*) FROM tickets r
+                                        WHERE r.status = 'in_progress' AND r.agent = a.name) AS free
+                FROM tickets t
+                {ROUTE}
+                WHERE t.status = 'todo' AND a.max_concurrent IS NOT NULL AND {BEFORE_DEADLINE})
+             SELECT t.id, r.agent_name, r.seeded
+             FROM tickets t JOIN ranked r ON r.id = t.id
+             WHERE r.place <= r.free AND t.status = 'todo'
+             ORDER BY r.priority DESC, r.created_at, r.id
+             LIMIT $1
+             FOR UPDATE OF t SKIP LOCKED"
+        );
+        claim_statement(&mut tx, &limited, "false", left, lease, worker_id, &mut batch).await?;
+    }
+    super::events::insert_reserved(&mut tx, &batch.comments, &batch.events).await?;
+    tx.commit().await?;
+    Ok(batch.claims)
+}
+
+#[derive(Default)]
+struct ClaimBatch {
+    claims: Vec<Claim>,
+    comments: Vec<Comment>,
+    events: Vec<ReservedEvent>,
+}
+
+/// Claims the tickets `candidates` selects (and locks), adding them to `batch`; returns the value
+/// of `flag`, a boolean SQL expression evaluated by the same statement.
+async fn claim_statement(
+    tx: &mut PgConnection,
+    candidates: &str,
+    flag: &str,
+    limit: i64,
+    lease: Duration,
+    worker_id: &str,
+    batch: &mut ClaimBatch,
+) -> Result<bool, sqlx::Error> {
+    let sql = format!(
+        "WITH candidates AS MATERIALIZED ({candidates}),
          claimed AS (
             UPDATE tickets t SET
                 status = 'in_progress',
@@ -107,9 +169,10 @@ pub async fn claim_batch(
             -- guessed many candidates would read the whole table to hash it.
             FROM candidates c WHERE t.id = ANY(ARRAY(SELECT id FROM candidates)) AND t.id = c.id
             RETURNING t.*, c.seeded AS was_seeded)
-         SELECT {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq, t.last_event_seq, t.trace_context,
+         -- One row even when nothing was claimed, to carry the flag.
+         SELECT f.flag, {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq, t.last_event_seq, t.trace_context,
                 (SELECT to_jsonb(a) FROM agents a WHERE a.name = t.agent) AS definition
-         FROM claimed t"
+         FROM (SELECT {flag} AS flag) f LEFT JOIN claimed t ON true"
     );
     let rows = sqlx::query(&sql)
         .bind(limit)
@@ -117,10 +180,13 @@ pub async fn claim_batch(
         .bind(worker_id)
         .fetch_all(&mut *tx)
         .await?;
-    let mut claims = Vec::with_capacity(rows.len());
-    let (mut comments, mut events) = (vec![], vec![]);
+    let mut flag = false;
     for row in &rows {
         use sqlx::{FromRow, Row};
+        flag |= row.try_get::<bool, _>("flag")?;
+        if row.try_get::<Option<Uuid>, _>("id")?.is_none() {
+            continue;
+        }
         let generation: i64 = row.try_get("generation")?;
         let ticket: Ticket = TicketRow::from_row(row)?.into();
         let agent = ticket.agent.clone().unwrap_or_default();
@@ -140,7 +206,9 @@ pub async fn claim_batch(
             agent: agent.clone(),
             attempt: ticket.attempts,
         };
-        events.push(ReservedEvent::new(&ticket, started_seq, Some(&agent), started));
+        batch
+            .events
+            .push(ReservedEvent::new(&ticket, started_seq, Some(&agent), started));
         let mut transcript = None;
         if !seeded {
             let content = vec![ContentBlock::text(ticket.task_text())];
@@ -149,14 +217,16 @@ pub async fn claim_batch(
                 ..super::steps::new_comment(ticket.id, Author::User, None, content)
             };
             let created = EventData::CommentCreated { comment: task.clone() };
-            events.push(ReservedEvent::new(&ticket, last_event_seq, Some(&agent), created));
+            batch
+                .events
+                .push(ReservedEvent::new(&ticket, last_event_seq, Some(&agent), created));
             // Nobody had commented: the task is the whole transcript.
             if last_comment_seq == 1 {
                 transcript = Some(vec![task.clone()]);
             }
-            comments.push(task);
+            batch.comments.push(task);
         }
-        claims.push(Claim {
+        batch.claims.push(Claim {
             ticket,
             generation,
             agent,
@@ -165,9 +235,7 @@ pub async fn claim_batch(
             trace_context,
         });
     }
-    super::events::insert_reserved(&mut tx, &comments, &events).await?;
-    tx.commit().await?;
-    Ok(claims)
+    Ok(flag)
 }
 
 /// Opens a transaction holding the claim's row lock, or None when the claim was lost. Every

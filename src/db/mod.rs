@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod claims;
 pub mod comments;
+pub mod deadlines;
 pub mod desk_stats;
 pub mod events;
 pub mod group;

@@ -10,7 +10,7 @@ use crate::domain::{Approval, PendingApproval, Status, Ticket, TicketError, Tick
 /// Every column a `Ticket` is built from, with the parent's key joined in.
 pub const TICKET_COLUMNS: &str = "t.id, t.key, t.task, t.labels, t.status, t.agent, t.reporter, t.priority, \
      t.parent_id, (SELECT p.key FROM tickets p WHERE p.id = t.parent_id) AS parent_key, \
-     t.schema, t.result, t.error, t.attempts, t.max_attempts, t.metadata, \
+     t.schema, t.result, t.error, t.attempts, t.max_attempts, t.metadata, t.deadline_secs, t.deadline_at, \
      t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_creation_tokens, t.requests, t.tool_calls, \
      t.usage_estimated, t.created_at, t.updated_at, t.started_at, t.finished_at, t.approvals";
 
@@ -32,6 +32,8 @@ pub struct TicketRow {
     attempts: i32,
     max_attempts: i32,
     metadata: Value,
+    deadline_secs: Option<i32>,
+    deadline_at: Option<DateTime<Utc>>,
     input_tokens: i64,
     output_tokens: i64,
     cache_read_tokens: i64,
@@ -73,6 +75,8 @@ impl From<TicketRow> for Ticket {
             attempts: r.attempts,
             max_attempts: r.max_attempts,
             metadata: r.metadata,
+            deadline_secs: r.deadline_secs,
+            deadline_at: r.deadline_at,
             usage: TicketUsage {
                 input_tokens: r.input_tokens,
                 output_tokens: r.output_tokens,
@@ -109,6 +113,8 @@ pub struct NewTicket {
     pub idempotency: Option<(String, String)>,
     /// The W3C `traceparent` its spans continue (see `telemetry::trace`).
     pub trace_context: Option<String>,
+    /// Fails the ticket this many seconds after its creation (`deadline_exceeded`).
+    pub deadline_secs: Option<i32>,
 }
 
 /// Inserts a ticket with seq 1 of its log reserved for its `ticket.created`, which the caller must
@@ -118,8 +124,10 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
     let sql = format!(
         "WITH t AS (
             INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts,
-                                 reporter, idempotency_key, idempotency_hash, last_event_seq, trace_context)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12)
+                                 reporter, idempotency_key, idempotency_hash, last_event_seq, trace_context,
+                                 deadline_secs, deadline_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12,
+                    $13, now() + make_interval(secs => $13))
             RETURNING *)
          SELECT {TICKET_COLUMNS} FROM t"
     );
@@ -136,6 +144,7 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
         .bind(idem_key)
         .bind(idem_hash)
         .bind(&new.trace_context)
+        .bind(new.deadline_secs)
         .fetch_one(conn)
         .await?;
     Ok(row.into())
@@ -160,16 +169,18 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
     let max_attempts: Vec<i32> = new.iter().map(|n| n.max_attempts).collect();
     let reporters: Vec<&str> = new.iter().map(|n| n.reporter.as_str()).collect();
     let trace_contexts: Vec<Option<&str>> = new.iter().map(|n| n.trace_context.as_deref()).collect();
+    let deadlines: Vec<Option<i32>> = new.iter().map(|n| n.deadline_secs).collect();
     let sql = format!(
         "WITH t AS (
             INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts, reporter,
-                                 last_event_seq, trace_context)
+                                 last_event_seq, trace_context, deadline_secs, deadline_at)
             SELECT n.id, n.task, ARRAY(SELECT jsonb_array_elements_text(n.labels)), n.priority, n.schema,
-                   n.parent_id, n.metadata, n.max_attempts, n.reporter, 1, n.trace_context
+                   n.parent_id, n.metadata, n.max_attempts, n.reporter, 1, n.trace_context,
+                   n.deadline_secs, now() + make_interval(secs => n.deadline_secs)
             FROM unnest($1::uuid[], $2::jsonb[], $3::jsonb[], $4::int4[], $5::jsonb[], $6::uuid[], $7::jsonb[],
-                        $8::int4[], $9::text[], $10::text[])
+                        $8::int4[], $9::text[], $10::text[], $11::int4[])
                  WITH ORDINALITY AS n(id, task, labels, priority, schema, parent_id, metadata, max_attempts,
-                                      reporter, trace_context, ord)
+                                      reporter, trace_context, deadline_secs, ord)
             ORDER BY n.ord
             RETURNING *)
          SELECT {TICKET_COLUMNS} FROM t"
@@ -185,6 +196,7 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
         .bind(&max_attempts)
         .bind(&reporters)
         .bind(&trace_contexts)
+        .bind(&deadlines)
         .fetch_all(conn)
         .await?;
     let mut tickets: Vec<Ticket> = rows.into_iter().map(Ticket::from).collect();

@@ -31,6 +31,10 @@ pub struct Agent {
     /// must call, sent with each request that offers tools.
     #[serde(default = "default_tool_choice")]
     pub tool_choice: String,
+    /// How many tickets this agent works on at once, across all processes; null is no limit.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub max_concurrent: Option<i32>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

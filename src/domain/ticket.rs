@@ -118,6 +118,11 @@ pub struct Ticket {
     pub attempts: i32,
     pub max_attempts: i32,
     pub metadata: Value,
+    /// Seconds after its creation when the ticket fails with `deadline_exceeded`, whatever it is
+    /// doing; null is none.
+    pub deadline_secs: Option<i32>,
+    /// When the deadline passes (`created_at` + `deadline_secs`).
+    pub deadline_at: Option<DateTime<Utc>>,
     pub usage: TicketUsage,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

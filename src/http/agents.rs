@@ -44,6 +44,9 @@ pub struct PutAgent {
     pub thinking_budget: Option<i32>,
     /// `auto` (default), `required`, `none`, or the name of one of the agent's tools (else 422).
     pub tool_choice: Option<String>,
+    /// How many tickets this agent works on at once, across all processes; null (default) is no limit.
+    #[schema(minimum = 1)]
+    pub max_concurrent: Option<i32>,
 }
 
 fn non_negative<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T>) -> ApiResult<Option<T>> {
@@ -157,6 +160,7 @@ pub async fn put_agent(
             b => b,
         },
         tool_choice,
+        max_concurrent: positive("max_concurrent", req.max_concurrent)?,
         created_at: now,
         updated_at: now,
     };

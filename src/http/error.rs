@@ -13,6 +13,8 @@ pub enum ApiError {
     #[error("a valid bearer token is required")]
     Unauthorized,
     #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
@@ -33,7 +35,7 @@ pub struct ErrorBody {
 
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// `bad_request`, `unauthorized`, `not_found`, `conflict`, `payload_too_large`,
+    /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`, `payload_too_large`,
     /// `validation_failed`, `unavailable` or `internal`.
     pub code: &'static str,
     pub message: String,
@@ -44,6 +46,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -57,6 +60,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge => "payload_too_large",

@@ -70,8 +70,8 @@ pub fn standalone(pool: PgPool, tokens: Vec<String>) -> Router {
     let handler = move |req: Request| {
         let (pool, tokens) = (pool.clone(), tokens.clone());
         async move {
-            if !super::auth::authorized(&req, &tokens) {
-                return ApiError::Unauthorized.into_response();
+            if let Err(refused) = super::auth::check(&req, &tokens) {
+                return refused.into_response();
             }
             scrape(&pool).await.into_response()
         }

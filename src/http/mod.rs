@@ -120,7 +120,9 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     let scraped =
         metrics_routes().route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
-    let (routes, api) = documented(v1).merge(scraped).split_for_parts();
+    let (routes, mut api) = documented(v1).merge(scraped).split_for_parts();
+    // The served document declares the security this service asks for.
+    openapi::declare_common_responses(&mut api, !state.config.api_tokens.is_empty());
     let document = Bytes::from(openapi::to_json(&api));
     let openapi_json = move || {
         let document = document.clone();

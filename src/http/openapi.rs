@@ -20,7 +20,6 @@ use utoipa::{Modify, OpenApi};
         super::error::ErrorBody, super::error::ErrorDetail,
     )),
     modifiers(&BearerAuth),
-    security(("bearer" = [])),
     tags(
         (name = "tickets", description = "Work for agents"),
         (name = "comments", description = "A ticket's transcript: the agent conversation"),
@@ -53,11 +52,123 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The document of the routes `http::router` serves.
+/// The document of the routes `http::router` serves, as served with tokens configured.
 pub fn document() -> utoipa::openapi::OpenApi {
-    super::documented(super::v1_routes())
+    let mut document = super::documented(super::v1_routes())
         .merge(super::metrics_routes())
-        .into_openapi()
+        .into_openapi();
+    declare_common_responses(&mut document, true);
+    document
+}
+
+/// What every `/v1` operation may answer besides what its handler declares, declared once here
+/// so that every route, present and future, has it: with tokens, the bearer security and 401
+/// (403 too where a read-only token is refused: anything but GET); 400, 413 and 422 where a
+/// body is read; 400 where a query is; 503 when the database is unavailable or a request runs
+/// out of time. Without tokens no security is declared and no 401 or 403 either, as the service
+/// asks for none.
+pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_tokens: bool) {
+    use utoipa::openapi::path::{HttpMethod, ParameterIn};
+    use utoipa::openapi::security::SecurityRequirement;
+    for (path, item) in document.paths.paths.iter_mut() {
+        if !path.starts_with("/v1/") {
+            continue;
+        }
+        let operations = [
+            (HttpMethod::Get, &mut item.get),
+            (HttpMethod::Put, &mut item.put),
+            (HttpMethod::Post, &mut item.post),
+            (HttpMethod::Delete, &mut item.delete),
+            (HttpMethod::Patch, &mut item.patch),
+        ];
+        for (method, operation) in operations {
+            let Some(operation) = operation else { continue };
+            let responses = &mut operation.responses.responses;
+            if with_tokens {
+                operation.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
+                add_error(responses, "401", "No valid bearer token");
+                if method != HttpMethod::Get {
+                    add_error(responses, "403", "A read-only token (read:…) may only GET");
+                }
+            } else {
+                operation.security = None;
+                responses.remove("401");
+                responses.remove("403");
+            }
+            if operation.request_body.is_some() {
+                add_error(responses, "400", "Malformed JSON or an unreadable body");
+                add_error(responses, "413", "The body is larger than 1 MiB");
+                add_error(responses, "422", "A body of the wrong shape or with invalid values");
+            }
+            let has_query = operation
+                .parameters
+                .iter()
+                .flatten()
+                .any(|p| p.parameter_in == ParameterIn::Query);
+            if has_query {
+                add_error(responses, "400", "An invalid query parameter");
+            }
+            add_error(
+                responses,
+                "503",
+                "The database is unavailable, or the request ran out of time",
+            );
+            describe_event_streams(responses);
+        }
+    }
+}
+
+/// An event stream's response is a sequence of SSE frames, not one JSON value: its schema says
+/// what one frame holds (as schema-based clients and fuzzers read `text/event-stream`), its
+/// `data` being the JSON text of the schema the handler named.
+fn describe_event_streams(
+    responses: &mut std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::Response>>,
+) {
+    use utoipa::openapi::RefOr;
+    for response in responses.values_mut() {
+        let RefOr::T(response) = response else { continue };
+        let Some(content) = response.content.get_mut("text/event-stream") else {
+            continue;
+        };
+        let Some(RefOr::Ref(reference)) = &content.schema else {
+            continue;
+        };
+        let location = reference.ref_location.clone();
+        let name = location.rsplit('/').next().unwrap_or_default().to_owned();
+        let frame = serde_json::json!({
+            "type": "object",
+            "description": format!("One server-sent event: `data` is the JSON text of a {name} ({location}); \
+                `id` its cursor (absent on live-only deltas); `: ping` comments carry nothing."),
+            "properties": {
+                "data": {"type": "string", "contentMediaType": "application/json",
+                         "contentSchema": {"$ref": location}},
+                "id": {"type": "string"},
+                "event": {"type": "string"},
+                "retry": {"type": "integer", "minimum": 0}
+            }
+        });
+        content.schema = serde_json::from_value(frame).ok();
+    }
+}
+
+fn add_error(
+    responses: &mut std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::Response>>,
+    status: &str,
+    description: &str,
+) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    responses.entry(status.to_owned()).or_insert_with(|| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build()
+            .into()
+    });
 }
 
 /// The document as committed in `openapi/openapi.json`.

@@ -55,7 +55,8 @@ pub struct Page {
 
 impl Page {
     pub fn parse(limit: Option<&str>, cursor: Option<&str>) -> Result<Page, ApiError> {
-        let limit = match limit {
+        // `?limit=` (empty) is the default, as if it were absent.
+        let limit = match limit.map(str::trim).filter(|l| !l.is_empty()) {
             None => DEFAULT_LIMIT,
             Some(l) => l
                 .trim()

@@ -31,13 +31,40 @@ impl From<DeskError> for ApiError {
     }
 }
 
+/// A label: 1 to 100 characters, not all blank, without control characters.
+const LABEL_PATTERN: &str =
+    r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$";
+
+/// The schema of a task: any JSON but null or a blank string.
+pub fn task_schema() -> utoipa::openapi::schema::Schema {
+    let schema = serde_json::json!({
+        "description": "Any JSON but null or a blank string; usually a string.",
+        "not": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": "^\\s*$"}]}
+    });
+    serde_json::from_value(schema).unwrap_or_default()
+}
+
+/// The schema of labels: at most 50, each 1 to 100 characters without control characters.
+pub fn labels_schema() -> utoipa::openapi::schema::Schema {
+    let schema = serde_json::json!({
+        "type": "array", "maxItems": crate::transitions::MAX_LABELS,
+        "items": {"type": "string", "minLength": 1, "maxLength": crate::transitions::MAX_LABEL_LEN,
+                  "pattern": LABEL_PATTERN}
+    });
+    serde_json::from_value(schema).unwrap_or_default()
+}
+
 #[derive(Deserialize, ToSchema)]
 pub struct CreateTicket {
-    /// Any JSON but null or an empty string; usually a string.
+    #[schema(schema_with = task_schema)]
     pub task: Value,
+    /// Duplicates are dropped.
     #[serde(default)]
+    #[schema(schema_with = labels_schema)]
     pub labels: Vec<String>,
+    /// Higher is claimed first.
     #[serde(default)]
+    #[schema(minimum = -2147483648, maximum = 2147483647)]
     pub priority: i32,
     /// JSON Schema (draft 2020-12) the result must satisfy.
     #[serde(default)]
@@ -47,11 +74,21 @@ pub struct CreateTicket {
     pub parent: Option<String>,
     /// A JSON object kept with the ticket.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
     /// 1 to 100; default 3.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     pub max_attempts: Option<i32>,
+    /// Seconds after creation when the ticket fails with `deadline_exceeded`, whatever it is
+    /// doing (1 to 315360000, ten years); null or omitted: no deadline.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 315360000)]
+    pub deadline_secs: Option<i32>,
 }
+
+/// The longest deadline: ten years.
+pub const MAX_DEADLINE_SECS: i32 = 315_360_000;
 
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
 
@@ -93,10 +130,16 @@ fn canonical_hash(value: &Value) -> String {
 
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
+/// 1 to 255 visible ASCII characters (`^[!-~]{1,255}$`, as the document says).
+fn is_idempotency_key(key: &str) -> bool {
+    (1..=MAX_IDEMPOTENCY_KEY_LEN).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Create a ticket
 #[utoipa::path(post, path = "/tickets", tag = "tickets",
     request_body = CreateTicket,
-    params(("Idempotency-Key" = Option<String>, Header, description = "A repeat with the same key and body returns the first ticket (200); the same key with another body is 409.")),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = "^[!-~]{1,255}$",
+        description = "1 to 255 visible ASCII characters. A repeat with the same key and body returns the first ticket (200); the same key with another body is 409.")),
     responses(
         (status = 201, description = "Created", body = Ticket),
         (status = 200, description = "An idempotent repeat: the ticket created first", body = Ticket),
@@ -110,11 +153,9 @@ pub async fn create_ticket(
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => {
-            let key = v
-                .to_str()
+            let key = std::str::from_utf8(v.as_bytes())
                 .ok()
-                .map(str::trim)
-                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN)
+                .filter(|k| is_idempotency_key(k))
                 .ok_or_else(|| {
                     ApiError::BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters".into())
                 })?;
@@ -138,6 +179,13 @@ pub async fn create_ticket(
     if !(1..=100).contains(&max_attempts) {
         return Err(ApiError::Validation("max_attempts must be between 1 and 100".into()));
     }
+    if let Some(secs) = req.deadline_secs {
+        if !(1..=MAX_DEADLINE_SECS).contains(&secs) {
+            return Err(ApiError::Validation(format!(
+                "deadline_secs must be between 1 and {MAX_DEADLINE_SECS}"
+            )));
+        }
+    }
 
     // Its spans continue the caller's trace (through this request's span when tracing is on).
     let trace_context = trace::ticket_trace_context(headers.get("traceparent").and_then(|v| v.to_str().ok()));
@@ -155,6 +203,7 @@ pub async fn create_ticket(
             reporter: "user".into(),
             idempotency: None,
             trace_context,
+            deadline_secs: req.deadline_secs,
         };
         let ticket = state.intake.create(new).await?;
         return Ok((StatusCode::CREATED, Json(ticket)).into_response());
@@ -170,6 +219,7 @@ pub async fn create_ticket(
         reporter: "user".into(),
         idempotency: idempotency_key.map(|k| (k, hash)),
         trace_context,
+        deadline_secs: req.deadline_secs,
     };
     match transitions::create_requested(&state.pool, new, req.parent.as_deref()).await? {
         Created::New(ticket) => {
@@ -194,7 +244,8 @@ pub struct ListTicketsQuery {
     pub q: Option<String>,
     /// `asc` (creation order, default) or `desc`.
     pub order: Option<String>,
-    /// 1 to 200, default 50.
+    /// 1 to 200, default 50 (also when empty).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     pub limit: Option<String>,
     pub cursor: Option<String>,
 }
@@ -227,7 +278,7 @@ pub async fn list_tickets(
             .collect::<Result<Vec<_>, _>>()?,
     };
     let descending = match q.order.as_deref() {
-        None | Some("asc") => false,
+        None | Some("" | "asc") => false,
         Some("desc") => true,
         Some(other) => {
             return Err(ApiError::BadRequest(format!(
@@ -289,13 +340,20 @@ fn double_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Value>
 
 #[derive(Deserialize, ToSchema)]
 pub struct PatchTicket {
-    pub task: Option<Value>,
+    /// Any JSON but null or a blank string.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(schema_with = task_schema)]
+    pub task: Option<Option<Value>>,
+    #[schema(schema_with = labels_schema)]
     pub labels: Option<Vec<String>>,
+    #[schema(minimum = -2147483648, maximum = 2147483647)]
     pub priority: Option<i32>,
     /// A JSON Schema, or null to remove it.
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<Object>)]
     pub schema: Option<Option<Value>>,
+    /// A JSON object.
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
 }
 
@@ -309,9 +367,14 @@ pub async fn patch_ticket(
     ApiPath(reference): ApiPath<String>,
     ApiJson(req): ApiJson<PatchTicket>,
 ) -> ApiResult<Json<Ticket>> {
-    if let Some(task) = &req.task {
-        transitions::check_task(task).map_err(ApiError::Validation)?;
-    }
+    let task = match req.task {
+        None => None,
+        Some(None) => return Err(ApiError::Validation("task must not be null".into())),
+        Some(Some(task)) => {
+            transitions::check_task(&task).map_err(ApiError::Validation)?;
+            Some(task)
+        }
+    };
     let labels = req
         .labels
         .map(transitions::normalize_labels)
@@ -326,7 +389,7 @@ pub async fn patch_ticket(
         }
     }
     let patch = TicketPatch {
-        task: req.task,
+        task,
         labels,
         priority: req.priority,
         schema: req.schema,
@@ -367,7 +430,8 @@ pub async fn retry_ticket(
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
-    /// 1 to 200, default 50.
+    /// 1 to 200, default 50 (also when empty).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     pub limit: Option<String>,
     pub cursor: Option<String>,
 }
@@ -404,9 +468,12 @@ pub async fn list_comments(
 
 #[derive(Deserialize, ToSchema)]
 pub struct CreateComment {
+    /// Not blank; at most 512 KiB.
+    #[schema(min_length = 1, pattern = r"\S")]
     pub text: String,
     /// `user` (default) or `system`.
     #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^(user|system)$")]
     pub author: Option<String>,
 }
 

@@ -60,6 +60,7 @@ pub async fn apply_finisher(
                 reporter: agent.to_string(),
                 idempotency: None,
                 trace_context: None,
+                deadline_secs: None,
             };
             let child = transitions::create_ticket(conn, child).await.map_err(into_sqlx)?;
             let output = format!("{} is done; handed over to {} (to: {to}).", ticket.key, child.key);

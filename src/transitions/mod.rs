@@ -34,7 +34,7 @@ pub const MAX_LABEL_LEN: usize = 100;
 pub fn normalize_labels(labels: Vec<String>) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::with_capacity(labels.len());
     for label in labels {
-        if label.trim().is_empty() || label.len() > MAX_LABEL_LEN || label.chars().any(char::is_control) {
+        if label.trim().is_empty() || label.chars().count() > MAX_LABEL_LEN || label.chars().any(char::is_control) {
             return Err(format!(
                 "invalid label {label:?}: labels are 1 to {MAX_LABEL_LEN} characters without control characters"
             ));

@@ -90,6 +90,7 @@ impl WorkerPool {
             tokio::spawn(claim_loop(shared.clone())),
             tokio::spawn(renew_loop(shared.clone(), background_stop.clone())),
             tokio::spawn(reap_loop(shared.clone(), background_stop.clone())),
+            tokio::spawn(deadline_loop(shared.clone(), background_stop.clone())),
             tokio::spawn(listen_loop(shared.clone(), background_stop.clone())),
         ];
         tracing::info!(worker_id = %shared.worker_id, slots = shared.config.workers, "worker pool started");
@@ -358,6 +359,28 @@ async fn reap_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 shared.wake.notify_one();
             }
             Err(err) => tracing::debug!(error = %err, "reaper could not run"),
+        }
+    }
+}
+
+/// How often tickets past their deadline are looked for: a deadline is kept to about this.
+const DEADLINE_POLL: Duration = Duration::from_secs(1);
+
+/// Fails tickets whose deadline passed (one cheap indexed query a second: tickets without a
+/// deadline are not in the index it reads).
+async fn deadline_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(DEADLINE_POLL) => {}
+        }
+        match db::deadlines::fail_past_deadline(&shared.runtime.pool, 500).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(tickets = n, "failed tickets past their deadline");
+                shared.runtime.hub.wake();
+            }
+            Err(err) => tracing::debug!(error = %err, "deadline check could not run"),
         }
     }
 }

@@ -35,6 +35,7 @@ async fn ticket(pool: &PgPool) -> Ticket {
             reporter: "user".into(),
             idempotency: None,
             trace_context: None,
+            deadline_secs: None,
         },
     )
     .await

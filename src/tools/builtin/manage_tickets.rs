@@ -198,6 +198,7 @@ async fn create(ctx: &ToolContext<'_>, mut args: Args) -> Result<String, ToolFai
         reporter: ctx.agent.to_string(),
         idempotency: None,
         trace_context: None,
+        deadline_secs: None,
     };
     let mut tx = ctx
         .pool
