@@ -106,9 +106,13 @@ fn main() -> ExitCode {
     agentdesk::telemetry::trace::shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        // Logged once: the log already goes to stderr.
+        // Said once: in the log when it shows errors (it goes to stderr), else on stderr alone.
         Err(err) => {
-            tracing::error!("{err:#}");
+            if tracing::enabled!(tracing::Level::ERROR) {
+                tracing::error!("{err:#}");
+            } else {
+                eprintln!("agentdesk: {err:#}");
+            }
             ExitCode::FAILURE
         }
     }
