@@ -28,7 +28,7 @@ pub struct PutTool {
     #[serde(default)]
     pub description: String,
     /// A JSON Schema (draft 2020-12) of `"type": "object"`; default `{"type": "object"}`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub input_schema: Option<Value>,
     /// An http(s) URL; may hold `{field}` placeholders filled from the input (URL-encoded) and
     /// `${env:NAME}` templates expanded at call time.
