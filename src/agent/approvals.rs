@@ -19,7 +19,6 @@ use super::tool_calls::PreparedCall;
 use super::{aborted, Flow, RunEnd, Stop};
 use crate::db;
 use crate::db::claims::Release;
-use crate::db::steps::{StepResult, StepWrite};
 use crate::domain::{Approval, Decision, EventData, NewEvent, TicketUsage};
 use crate::tools::{Prepared, ToolErrorKind, ToolFailure};
 
@@ -45,18 +44,7 @@ impl Step<'_> {
             })
             .collect();
         let usage = record.usage.plus(&tool_usage);
-        let (assistant, events, carries) = record.into_step(self.ticket.id, self.name());
-        let write = StepWrite {
-            fence: self.fence,
-            agent: self.agent.name.clone(),
-            step: StepResult {
-                usage,
-                comments: vec![assistant],
-                events,
-                carries,
-                outcome: None,
-            },
-        };
+        let write = self.response_write(record, usage);
         // The response and the calls that wait, in one fenced transaction: both or neither.
         let Some(mut tx) = db::claims::fence(&self.rt.pool, self.fence).await? else {
             return aborted();

@@ -10,6 +10,7 @@ use super::tool_calls::PreparedCall;
 use super::{aborted, request, transcript, Flow, RunEnd, Runtime, Stop};
 use crate::db;
 use crate::db::claims::{Fence, Finish, Release};
+use crate::db::steps::{StepResult, StepWrite};
 use crate::domain::{Agent, Author, Comment, ContentBlock, EventData, NewEvent, TicketUsage};
 use crate::llm::ModelResponse;
 
@@ -145,6 +146,23 @@ impl Step<'_> {
         match db::claims::fence_adding(&self.rt.pool, self.fence, &usage).await? {
             Some(tx) => Ok(tx),
             None => aborted(),
+        }
+    }
+
+    /// The model's response as a step of its own: its comment and events, with no outcome yet
+    /// (the calls it asks for run, or wait for approval, after it is stored).
+    pub(super) fn response_write(&self, record: ResponseRecord, usage: TicketUsage) -> StepWrite {
+        let (assistant, events, carries) = record.into_step(self.ticket.id, self.name());
+        StepWrite {
+            fence: self.fence,
+            agent: self.agent.name.clone(),
+            step: StepResult {
+                usage,
+                comments: vec![assistant],
+                events,
+                carries,
+                outcome: None,
+            },
         }
     }
 

@@ -12,7 +12,6 @@ use super::tool_calls::{self, PreparedCall};
 use super::{aborted, request, Count, Flow, Runtime, Signals, Streaks};
 use crate::db;
 use crate::db::claims::{Claim, Fence};
-use crate::db::steps::{StepResult, StepWrite};
 use crate::domain::provider::BUILTIN_PROVIDERS;
 use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
 use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, StopReason};
@@ -256,18 +255,7 @@ impl Step<'_> {
         }
         // Tools with side effects: the response and `tool.started` are stored before they run.
         let usage = record.usage;
-        let (assistant, events, carries) = record.into_step(self.ticket.id, self.name());
-        let write = StepWrite {
-            fence: self.fence,
-            agent: self.agent.name.clone(),
-            step: StepResult {
-                usage,
-                comments: vec![assistant],
-                events,
-                carries,
-                outcome: None,
-            },
-        };
+        let write = self.response_write(record, usage);
         if !self.rt.steps.store(write).await? {
             return aborted();
         }
