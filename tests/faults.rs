@@ -44,26 +44,6 @@ fn spawn_binary(database_url: &str, llm: &FakeLlm, port: u16, log: &str) -> Chil
         .expect("start the agentdesk binary")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn wait_healthy(client: &reqwest::Client, base: &str) {
-    for _ in 0..200 {
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
-            if r.status().is_success() {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{base} never became ready");
-}
-
 #[tokio::test]
 async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_acknowledged_is_lost() {
     let database_url = testkit::testing::fresh_database().await.unwrap();
@@ -80,10 +60,10 @@ async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_ackno
         }
     });
     let client = reqwest::Client::new();
-    let port = free_port();
+    let port = support::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let mut first = spawn_binary(&database_url, &llm, port, "target/kill9-first.log");
-    wait_healthy(&client, &base).await;
+    support::wait_ready(&client, &base, Duration::from_secs(10)).await;
 
     let mut keys = vec![];
     for i in 0..6 {
@@ -116,7 +96,7 @@ async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_ackno
     slow.store(false, Ordering::SeqCst);
 
     let mut second = spawn_binary(&database_url, &llm, port, "target/kill9-second.log");
-    wait_healthy(&client, &base).await;
+    support::wait_ready(&client, &base, Duration::from_secs(10)).await;
     let deadline = tokio::time::Instant::now() + WAIT;
     for key in &keys {
         loop {

@@ -31,7 +31,7 @@ impl Process {
     fn new(mode: &'static str, name: &str) -> Process {
         Process {
             mode,
-            port: free_port(),
+            port: support::free_port(),
             log: format!("target/multi-process-{name}.log"),
             child: None,
         }
@@ -109,14 +109,6 @@ impl Drop for Process {
             let _ = child.wait();
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Follows `/v1/events` of one API for the whole test, reconnecting with `Last-Event-ID` whenever

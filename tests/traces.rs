@@ -3,6 +3,8 @@
 //! spans, in both processes, continue the `traceparent` its creator sent and carry the GenAI
 //! attributes. The tracer provider is global to a process, hence child processes.
 
+mod support;
+
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -122,26 +124,6 @@ fn spawn(command: &str, database_url: &str, llm: &FakeLlm, otlp: &str, extra: &[
     Process(cmd.spawn().expect("start the agentdesk binary"))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn wait_ready(client: &reqwest::Client, base: &str) {
-    for _ in 0..400 {
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
-            if r.status().is_success() {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{base} never became ready");
-}
-
 async fn wait_done(client: &reqwest::Client, base: &str, key: &str) -> Value {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -198,13 +180,13 @@ async fn a_tickets_spans_continue_the_callers_trace_across_api_and_worker_proces
             .usage(11, 7),
     );
     let (otlp, spans) = start_receiver().await;
-    let port = free_port();
+    let port = support::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let addr = format!("127.0.0.1:{port}");
     // The API alone first, so it applies the migrations; then a worker in a process of its own.
     let _api = spawn("api", &database_url, &llm, &otlp, &[("AGENTDESK_ADDR", &addr)]);
     let client = reqwest::Client::new();
-    wait_ready(&client, &base).await;
+    support::wait_ready(&client, &base, Duration::from_secs(20)).await;
     let _worker = spawn(
         "worker",
         &database_url,
@@ -294,7 +276,7 @@ async fn contents_are_recorded_only_when_asked_for() {
     let llm = FakeLlm::start().await;
     llm.push(Reply::tool_call("close_ticket", json!({ "result": "secret sauce" })).with_call_id("call_c"));
     let (otlp, spans) = start_receiver().await;
-    let port = free_port();
+    let port = support::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let addr = format!("127.0.0.1:{port}");
     let _serve = spawn(
@@ -305,7 +287,7 @@ async fn contents_are_recorded_only_when_asked_for() {
         &[("AGENTDESK_ADDR", &addr), ("AGENTDESK_TRACE_CONTENT", "true")],
     );
     let client = reqwest::Client::new();
-    wait_ready(&client, &base).await;
+    support::wait_ready(&client, &base, Duration::from_secs(20)).await;
     let created: Value = client
         .post(format!("{base}/v1/tickets"))
         .json(&json!({ "task": "The recipe of the sauce" }))

@@ -603,3 +603,26 @@ pub fn position(kinds: &[String], kind: &str) -> usize {
         .position(|k| k == kind)
         .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
 }
+
+/// A port nothing listens on now, for a process the test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `base` answers `/readyz` with success; panics after `within`.
+pub async fn wait_ready(client: &reqwest::Client, base: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{base} never became ready");
+}
