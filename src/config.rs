@@ -70,6 +70,8 @@ pub struct Config {
     pub mcp_allow_private: Option<bool>,
     /// Also serve `GET /metrics` here (for worker processes, which serve no API).
     pub metrics_addr: Option<SocketAddr>,
+    /// How long a request to a non-streaming endpoint may take before it is answered 503.
+    pub request_timeout: Duration,
 }
 
 /// `AGENTDESK_WEBHOOK_RETRY_SECS`'s default.
@@ -119,6 +121,7 @@ impl Default for Config {
             mcp_config: None,
             mcp_allow_private: None,
             metrics_addr: None,
+            request_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -242,7 +245,7 @@ pub struct ServerArgs {
     pub webhook_timeout_secs: f64,
     /// Webhook deliveries in flight at once in this process
     #[arg(long, env = "AGENTDESK_WEBHOOK_CONCURRENCY", value_name = "N", allow_negative_numbers = true,
-        default_value_t = Config::default().webhook_concurrency, value_parser = Setting(parsed::<usize>))]
+        default_value_t = Config::default().webhook_concurrency, value_parser = Setting(positive::<usize>))]
     pub webhook_concurrency: usize,
     /// A JSON file of MCP servers, `{"mcpServers": {"name": {"url", "headers"} | {"command",
     /// "args", "env"}}}`, read at start-up; the only way to define stdio servers
@@ -252,6 +255,10 @@ pub struct ServerArgs {
     /// API, and so no metrics without it)
     #[arg(long, env = "AGENTDESK_METRICS_ADDR", value_name = "ADDR", value_parser = Setting(optional_address))]
     pub metrics_addr: Option<String>,
+    /// How long (seconds) a request to a non-streaming endpoint may take before it is answered 503
+    #[arg(long, env = "AGENTDESK_REQUEST_TIMEOUT_SECS", value_name = "SECS", allow_negative_numbers = true,
+        default_value_t = Config::default().request_timeout.as_secs_f64(), value_parser = Setting(interval))]
+    pub request_timeout_secs: f64,
 }
 
 /// Every setting, for `Config::from_lookup`.
@@ -307,13 +314,14 @@ impl Config {
                 .map(|s| Duration::from_secs_f64(*s))
                 .collect();
             config.webhook_timeout = Duration::from_secs_f64(server.webhook_timeout_secs);
-            config.webhook_concurrency = server.webhook_concurrency.max(1);
+            config.webhook_concurrency = server.webhook_concurrency;
             config.mcp_config = server
                 .mcp_config
                 .as_deref()
                 .filter(|f| !f.is_empty())
                 .map(PathBuf::from);
             config.metrics_addr = server.metrics_addr.as_deref().and_then(|a| a.parse().ok());
+            config.request_timeout = Duration::from_secs_f64(server.request_timeout_secs);
         }
         config
     }

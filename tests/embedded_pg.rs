@@ -27,10 +27,45 @@ async fn clean(dir: &Path) {
         }
     }
     let _ = std::fs::remove_dir_all(dir);
-    for ext in ["log", "lock", "run", "initdb"] {
+    for ext in ["log", "lock", "run", "initdb", "initdb-pw", "password"] {
         let p = dir.with_extension(ext);
         let _ = std::fs::remove_dir_all(&p);
         let _ = std::fs::remove_file(&p);
+    }
+}
+
+/// Nobody signs in without the generated password: not over TCP, not over the Unix socket, not
+/// with a wrong one; and the password file is private to its owner.
+async fn assert_signs_in_with_password_only(dir: &Path, port: u16) {
+    use std::os::unix::fs::PermissionsExt;
+    let file = dir.with_extension("password");
+    let mode = std::fs::metadata(&file).expect("password file").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{} is readable by others", file.display());
+    let password = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(password.trim().len(), 64);
+    for url in [
+        format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        format!("postgres://postgres:wrong@127.0.0.1:{port}/postgres"),
+        format!("postgres://somebody@127.0.0.1:{port}/postgres"),
+    ] {
+        assert!(PgConnection::connect(&url).await.is_err(), "{url} signed in");
+    }
+    let socket_dir = dir.with_extension("run");
+    if socket_dir.exists() {
+        let url = format!(
+            "postgres://postgres@localhost:{port}/postgres?host={}",
+            socket_dir.display()
+        );
+        assert!(
+            PgConnection::connect(&url).await.is_err(),
+            "signed in over the socket without a password"
+        );
+        let url = format!(
+            "postgres://postgres:{}@localhost:{port}/postgres?host={}",
+            password.trim(),
+            socket_dir.display()
+        );
+        assert_eq!(select_one(&url).await, 1, "the password does not work over the socket");
     }
 }
 
@@ -56,9 +91,25 @@ async fn embedded_server_lifecycle() {
         .unwrap();
     conn.close().await.unwrap();
     let pid = pg.pid();
+    assert_signs_in_with_password_only(&dir, pg.port()).await;
     pg.stop().await.expect("stop");
     assert!(!pid_alive(pid), "postmaster still running after stop");
     assert!(!dir.join("postmaster.pid").exists());
+
+    // A cluster made before passwords (trust for every local user, no password file) is locked
+    // down at its next start.
+    std::fs::write(
+        dir.join("pg_hba.conf"),
+        "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n",
+    )
+    .unwrap();
+    std::fs::remove_file(dir.with_extension("password")).unwrap();
+    let pg = EmbeddedPostgres::start(&dir)
+        .await
+        .expect("start over a trusting cluster");
+    assert_eq!(select_one(&pg.url()).await, 1);
+    assert_signs_in_with_password_only(&dir, pg.port()).await;
+    pg.stop().await.expect("stop");
 
     // Second start reuses the cluster: the table is still there.
     let pg = EmbeddedPostgres::start(&dir).await.expect("restart");

@@ -7,8 +7,10 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use agentdesk::app::Mode;
 use agentdesk::config::Config;
 use serde_json::json;
+use sqlx::Connection;
 use support::{send, StatusCode, TestApp};
 
 fn config(vars: &[(&str, &str)]) -> Result<Config, String> {
@@ -71,6 +73,10 @@ fn zero_and_tiny_durations_and_sizes_are_refused_naming_the_variable() {
         ("AGENTDESK_LEASE_SECS", "inf"),
         ("AGENTDESK_DB_MAX_CONNECTIONS", "0"),
         ("AGENTDESK_ALLOW_NO_AUTH", "maybe"),
+        ("AGENTDESK_REQUEST_TIMEOUT_SECS", "0"),
+        ("AGENTDESK_REQUEST_TIMEOUT_SECS", "0.01"),
+        ("AGENTDESK_WEBHOOK_CONCURRENCY", "0"),
+        ("AGENTDESK_WEBHOOK_TIMEOUT_SECS", "-1"),
     ] {
         let err = config(&[(name, value)])
             .err()
@@ -134,4 +140,75 @@ async fn a_read_token_may_get_and_stream_but_anything_else_is_forbidden() {
     // The scope prefix is not part of the token.
     let (status, _) = send(client.get(app.endpoint("/v1/tickets")).bearer_auth("read:viewer")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+/// A request held up (here by a lock on the tickets table) is answered 503 `timeout` once
+/// `AGENTDESK_REQUEST_TIMEOUT_SECS` has passed, and the service answers normally once the hold
+/// is gone; event streams are not cut off.
+#[tokio::test]
+async fn a_request_that_takes_too_long_is_answered_503_but_streams_stay_open() {
+    // No workers: the ticket stays queued until it is cancelled.
+    let app = TestApp::spawn_mode(Mode::Api, |c| c.request_timeout = Duration::from_millis(700)).await;
+    let ticket = app.create_ticket(json!({"task": "before the lock"})).await;
+    let mut stream = app.sse("/v1/events", None).await;
+    assert!(stream.wait_ready(Duration::from_secs(5)).await);
+
+    let mut locker = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+    sqlx::query("begin").execute(&mut locker).await.unwrap();
+    sqlx::query("lock table tickets in access exclusive mode")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let answer = app.get("/v1/tickets").await;
+    let took = started.elapsed();
+    support::assert_error(&answer, StatusCode::SERVICE_UNAVAILABLE, "timeout");
+    assert!(
+        took >= Duration::from_millis(700) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    sqlx::query("rollback").execute(&mut locker).await.unwrap();
+
+    let (status, page) = app.get("/v1/tickets").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page["items"][0]["id"], ticket["id"]);
+    // The stream outlived the limit and still carries events.
+    let (status, _) = app
+        .post(
+            &format!("/v1/tickets/{}/cancel", ticket["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let seen = stream
+        .collect_until(|e| e.kind() == "ticket.cancelled", Duration::from_secs(10))
+        .await;
+    assert!(seen.iter().any(|e| e.kind() == "ticket.cancelled"), "{seen:?}");
+    app.shutdown().await;
+}
+
+/// Headers are bounded: over 32 KiB of them is 431 `headers_too_large`, too many of them is 431
+/// from the connection layer, and neither disturbs the next request.
+#[tokio::test]
+async fn oversized_headers_are_refused_with_431() {
+    let app = TestApp::spawn_mode(Mode::Api, |_| {}).await;
+    let big = "x".repeat(40 * 1024);
+    let answer = send(app.request(reqwest::Method::GET, "/v1/tickets").header("x-big", big)).await;
+    support::assert_error(
+        &answer,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "headers_too_large",
+    );
+    let mut many = app.request(reqwest::Method::GET, "/v1/tickets");
+    for i in 0..150 {
+        many = many.header(format!("x-h{i}"), "1");
+    }
+    let status = many.send().await.map(|r| r.status());
+    assert!(
+        matches!(status, Ok(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)) || status.is_err(),
+        "{status:?}"
+    );
+    let (status, _) = app.get("/v1/tickets").await;
+    assert_eq!(status, StatusCode::OK);
+    app.shutdown().await;
 }

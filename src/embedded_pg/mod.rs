@@ -9,7 +9,11 @@
 //! - `<parent>/<name>.log`: the server's log (appended to across starts);
 //! - `<parent>/<name>.run/`: the Unix socket directory, kept private so the
 //!   server never collides with a system server's socket or lock files;
-//! - `<parent>/<name>.lock`: serialises starts from several processes.
+//! - `<parent>/<name>.lock`: serialises starts from several processes;
+//! - `<parent>/<name>.password`: the superuser's password (0600), generated
+//!   before initdb. The server listens on 127.0.0.1 and on a private Unix
+//!   socket, and asks everyone for that password (scram-sha-256): another
+//!   user of the machine can reach the port but cannot sign in.
 //!
 //! initdb and postgres refuse to run as root, so when the current process is
 //! root they are run as the `postgres` system user, which must then be able
@@ -21,6 +25,7 @@
 //! the same directory reuses it.
 
 mod host;
+mod password;
 mod process;
 
 pub use host::data_dir_reachable;
@@ -49,6 +54,7 @@ const MAX_SOCKET_PATH: usize = 100;
 pub struct EmbeddedPostgres {
     data_dir: PathBuf,
     port: u16,
+    password: String,
     pid: i32,
     /// Set when this value spawned the server (rather than reusing one).
     child: Option<Child>,
@@ -71,7 +77,7 @@ impl std::fmt::Debug for EmbeddedPostgres {
 impl EmbeddedPostgres {
     /// Finds initdb/postgres (`AGENTDESK_PG_BINDIR`, on PATH, via
     /// `pg_config --bindir`, or the newest `/usr/lib/postgresql/*/bin`), runs
-    /// initdb into `data_dir` if it holds no cluster (trust auth, superuser
+    /// initdb into `data_dir` if it holds no cluster (password auth, superuser
     /// `postgres`, UTF8, C locale), reuses the server already running from
     /// that directory or starts one on a free port, waits until it accepts
     /// connections and creates the database `agentdesk` if missing.
@@ -93,14 +99,14 @@ impl EmbeddedPostgres {
         Self::start_inner(data_dir, true).await
     }
 
-    /// `postgres://postgres@127.0.0.1:PORT/agentdesk`
+    /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/agentdesk`
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{DATABASE}", self.port)
+        server_url(&self.password, self.port, DATABASE)
     }
 
-    /// `postgres://postgres@127.0.0.1:PORT/postgres`
+    /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres`
     pub fn admin_url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        server_url(&self.password, self.port, "postgres")
     }
 
     pub fn port(&self) -> u16 {
@@ -156,11 +162,20 @@ impl EmbeddedPostgres {
             check_reachable(&layout.parent, user)?;
         }
 
-        if let Some(running) = find_running(&data_dir).await? {
+        // The password kept beside the cluster, or a new one: made before initdb for a new
+        // cluster; for one made by an earlier version (which trusted every local user) it is
+        // set over a still-trusted connection, and pg_hba.conf rewritten (`ensure_database`).
+        let password = match password::read(&layout.password)? {
+            Some(password) => password,
+            None => password::create(&layout.password)?,
+        };
+
+        if let Some(running) = find_running(&data_dir, &password).await? {
             let (pid, port) = running;
             let pg = EmbeddedPostgres {
                 data_dir,
                 port,
+                password,
                 pid,
                 child: None,
                 shared,
@@ -170,7 +185,8 @@ impl EmbeddedPostgres {
         }
 
         if !data_dir.join("PG_VERSION").exists() {
-            init_cluster(&bindir, &layout, run_as.as_ref())?;
+            // The password file was written first: a cluster never exists without one.
+            init_cluster(&bindir, &layout, &password, run_as.as_ref())?;
         } else if let Some(user) = &run_as {
             chown_tree(&data_dir, user)?;
         }
@@ -183,11 +199,12 @@ impl EmbeddedPostgres {
             let port = free_port()?;
             let mut child = spawn_server(&bindir, &layout, port, socket_dir.as_deref(), run_as.as_ref(), shared)?;
             let pid = child.id() as i32;
-            match wait_ready(port, &mut child, &layout.log).await {
+            match wait_ready(port, &password, &mut child, &layout.log).await {
                 Ok(()) => {
                     let pg = EmbeddedPostgres {
                         data_dir,
                         port,
+                        password,
                         pid,
                         child: Some(child),
                         shared,
@@ -209,10 +226,16 @@ impl EmbeddedPostgres {
         Err(last_err.unwrap_or_else(|| anyhow!("could not start PostgreSQL")))
     }
 
+    /// Creates the `agentdesk` database if missing, and makes sure the cluster trusts nobody.
     async fn ensure_database(&self) -> Result<()> {
-        let mut conn = PgConnection::connect(&self.admin_url())
-            .await
-            .context("connecting to the embedded PostgreSQL")?;
+        let mut conn = PgConnection::connect(&self.admin_url()).await.with_context(|| {
+            format!(
+                "signing in to the embedded PostgreSQL in {} with the password kept beside it; \
+                 if that file was lost, stop the server and delete the directory to start afresh",
+                self.data_dir.display()
+            )
+        })?;
+        password::require_everywhere(&mut conn, &self.password).await?;
         let exists: Option<i32> = sqlx::query_scalar("select 1 from pg_database where datname = $1")
             .bind(DATABASE)
             .fetch_optional(&mut conn)
@@ -254,6 +277,11 @@ impl Drop for EmbeddedPostgres {
     }
 }
 
+fn server_url(password: &str, port: u16, database: &str) -> String {
+    // The password is hex: nothing in it needs escaping in a URL.
+    format!("postgres://postgres:{password}@127.0.0.1:{port}/{database}")
+}
+
 /// The files around one data directory.
 struct Layout {
     data_dir: PathBuf,
@@ -261,6 +289,7 @@ struct Layout {
     name: String,
     log: PathBuf,
     lock: PathBuf,
+    password: PathBuf,
 }
 
 impl Layout {
@@ -278,6 +307,7 @@ impl Layout {
             data_dir: data_dir.to_path_buf(),
             log: parent.join(format!("{name}.log")),
             lock: parent.join(format!("{name}.lock")),
+            password: parent.join(format!("{name}.password")),
             parent,
             name,
         })

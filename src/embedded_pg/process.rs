@@ -17,7 +17,7 @@ use super::{Layout, MAX_SOCKET_PATH, READY_TIMEOUT, STOP_TIMEOUT};
 /// initdb into a scratch directory that is renamed into place at the end, so
 /// an interrupted initdb never leaves a half-made cluster behind that later
 /// starts would mistake for a real one.
-pub(super) fn init_cluster(bindir: &Path, layout: &Layout, user: Option<&User>) -> Result<()> {
+pub(super) fn init_cluster(bindir: &Path, layout: &Layout, password: &str, user: Option<&User>) -> Result<()> {
     if layout.data_dir.exists() {
         let non_empty = fs::read_dir(&layout.data_dir)?.next().is_some();
         if non_empty {
@@ -33,13 +33,22 @@ pub(super) fn init_cluster(bindir: &Path, layout: &Layout, user: Option<&User>) 
         fs::remove_dir_all(&scratch).with_context(|| format!("removing leftover {}", scratch.display()))?;
     }
     make_private_dir(&scratch, user)?;
+    // Beside the scratch directory, not in it: initdb wants that one empty.
+    let pwfile_dir = layout.parent.join(format!("{}.initdb-pw", layout.name));
+    make_private_dir(&pwfile_dir, user)?;
+    let pwfile = super::password::write_for_initdb(&pwfile_dir, password)?;
+    if let Some(user) = user {
+        super::host::chown(&pwfile, user)?;
+    }
     let mut cmd = Command::new(bindir.join("initdb"));
     cmd.arg("-D")
         .arg(&scratch)
+        .arg("--pwfile")
+        .arg(&pwfile)
         .args([
             "-U",
             "postgres",
-            "--auth=trust",
+            "--auth=scram-sha-256",
             "-E",
             "UTF8",
             "--no-locale",
@@ -48,9 +57,9 @@ pub(super) fn init_cluster(bindir: &Path, layout: &Layout, user: Option<&User>) 
         .current_dir(&scratch)
         .stdin(Stdio::null());
     run_as(&mut cmd, user);
-    let out = cmd
-        .output()
-        .with_context(|| format!("running {}", bindir.join("initdb").display()))?;
+    let out = cmd.output();
+    let _ = fs::remove_dir_all(&pwfile_dir);
+    let out = out.with_context(|| format!("running {}", bindir.join("initdb").display()))?;
     if !out.status.success() {
         let _ = fs::remove_dir_all(&scratch);
         bail!(
@@ -133,8 +142,8 @@ pub(super) enum StartError {
     Other(anyhow::Error),
 }
 
-pub(super) async fn wait_ready(port: u16, child: &mut Child, log: &Path) -> Result<(), StartError> {
-    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+pub(super) async fn wait_ready(port: u16, password: &str, child: &mut Child, log: &Path) -> Result<(), StartError> {
+    let url = super::server_url(password, port, "postgres");
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -247,7 +256,7 @@ pub(super) fn send_signal(pid: i32, signal: i32) -> Result<()> {
 /// The (pid, port) of a server running from `data_dir`, if any. A
 /// postmaster.pid alone proves nothing (a killed server leaves it behind), so
 /// the server must answer on its port and report this very data directory.
-pub(super) async fn find_running(data_dir: &Path) -> Result<Option<(i32, u16)>> {
+pub(super) async fn find_running(data_dir: &Path, password: &str) -> Result<Option<(i32, u16)>> {
     let pid_file = data_dir.join("postmaster.pid");
     let deadline = Instant::now() + STOP_TIMEOUT;
     loop {
@@ -263,7 +272,7 @@ pub(super) async fn find_running(data_dir: &Path) -> Result<Option<(i32, u16)>> 
             let _ = fs::remove_file(&pid_file);
             return Ok(None);
         }
-        let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+        let url = super::server_url(password, port, "postgres");
         if let Ok(mut conn) = try_connect(&url).await {
             let dir: Result<String, _> = sqlx::query_scalar("show data_directory").fetch_one(&mut conn).await;
             let _ = conn.close().await;

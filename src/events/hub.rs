@@ -72,6 +72,8 @@ fn sse_frame(cursor: Option<GlobalCursor>, event: &TicketEvent) -> (Bytes, Bytes
 }
 
 const DELTA_BATCH: Duration = Duration::from_millis(50);
+/// Deltas a worker-only process holds for forwarding; more are dropped (see `publish_delta`).
+const MAX_QUEUED_DELTAS: usize = 16 * 1024;
 /// NOTIFY payloads must stay under 8000 bytes.
 const MAX_PAYLOAD: usize = 7_000;
 
@@ -218,7 +220,7 @@ struct Inner {
     /// Claimable work appeared in this process: wakes the local worker pool.
     work: Notify,
     /// Set in worker-only processes: deltas go to the API processes through `DELTAS_CHANNEL`.
-    delta_forwarder: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Arc<StreamItem>>>,
+    delta_forwarder: std::sync::OnceLock<tokio::sync::mpsc::Sender<Arc<StreamItem>>>,
     sender: broadcast::Sender<HubMessage>,
     wake: Notify,
     /// The last cursor broadcast; new "from now" subscribers start here.
@@ -311,7 +313,9 @@ impl EventHub {
             frame,
         });
         if let Some(forwarder) = self.inner.delta_forwarder.get() {
-            let _ = forwarder.send(item.clone());
+            // Full while Postgres is slow or away: this delta is dropped (they are best effort;
+            // the step's persisted events carry the whole text) rather than queued without end.
+            let _ = forwarder.try_send(item.clone());
         }
         // No subscribers is fine: deltas are not kept.
         let _ = self.inner.sender.send(HubMessage::Delta(item));
@@ -320,7 +324,7 @@ impl EventHub {
     /// For processes without an API: sends this process's deltas to the API processes, batched
     /// every 50 ms into NOTIFY payloads under Postgres's 8000-byte limit.
     pub fn forward_deltas(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Arc<StreamItem>>();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Arc<StreamItem>>(MAX_QUEUED_DELTAS);
         let _ = self.inner.delta_forwarder.set(tx);
         let pool = self.inner.pool.clone();
         tokio::spawn(async move {

@@ -20,10 +20,14 @@ pub enum ApiError {
     Conflict(String),
     #[error("the request body is larger than 1 MiB")]
     PayloadTooLarge,
+    #[error("the request's headers are larger than 32 KiB")]
+    HeadersTooLarge,
     #[error("{0}")]
     Validation(String),
     #[error("the database is unavailable; try again shortly")]
     Unavailable,
+    #[error("the request took longer than {0} s; try again (a create with the same Idempotency-Key is not repeated)")]
+    TimedOut(f64),
     #[error("internal error")]
     Internal,
 }
@@ -36,7 +40,7 @@ pub struct ErrorBody {
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`, `payload_too_large`,
-    /// `validation_failed`, `unavailable` or `internal`.
+    /// `headers_too_large`, `validation_failed`, `unavailable`, `timeout` or `internal`.
     pub code: &'static str,
     pub message: String,
 }
@@ -50,8 +54,9 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::TimedOut(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -64,8 +69,10 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::HeadersTooLarge => "headers_too_large",
             ApiError::Validation(_) => "validation_failed",
             ApiError::Unavailable => "unavailable",
+            ApiError::TimedOut(_) => "timeout",
             ApiError::Internal => "internal",
         }
     }

@@ -41,6 +41,9 @@ use error::ApiError;
 
 /// Request bodies larger than this are refused with 413.
 pub const BODY_LIMIT: usize = 1024 * 1024;
+/// Requests whose headers (names and values together) are larger than this are refused with
+/// 431. The connection layer refuses more than 100 headers, or about 400 KiB of them, by itself.
+pub const HEADERS_LIMIT: usize = 32 * 1024;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -135,12 +138,53 @@ pub fn router(state: AppState) -> Router {
         .merge(board::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // Inside the metrics, so that a request cut off shows there as a 503.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), time_limit))
         // Per route (so it sees the matched template) and on the fallback.
         .layer(axum::middleware::from_fn(metrics::observe))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn(limit_headers))
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal.into_response()))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Refuses requests with more than `HEADERS_LIMIT` bytes of headers before anything reads them.
+async fn limit_headers(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let size: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if size > HEADERS_LIMIT {
+        return ApiError::HeadersTooLarge.into_response();
+    }
+    next.run(request).await
+}
+
+/// Answers 503 `timeout` when a request to a non-streaming endpoint takes longer than
+/// `AGENTDESK_REQUEST_TIMEOUT_SECS` (a stuck lock, a database that stopped answering, a client
+/// that trickles its body), so that clients and proxies get an answer and connections are not
+/// held forever. Dropping the handler is safe: an open transaction rolls back, and a write that
+/// already committed (or one queued for the group commit, which goes on without it) stays; a
+/// create retried with the same Idempotency-Key is not repeated. Event streams are exempt: they
+/// are meant to stay open.
+async fn time_limit(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if request.uri().path().ends_with("/events") {
+        return next.run(request).await;
+    }
+    let limit = state.config.request_timeout;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::warn!(limit_secs = limit.as_secs_f64(), "request timed out");
+            ApiError::TimedOut(limit.as_secs_f64()).into_response()
+        }
+    }
 }
 
 async fn not_found() -> ApiError {

@@ -108,6 +108,7 @@ pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_to
             if has_query {
                 add_error(responses, "400", "An invalid query parameter");
             }
+            add_error(responses, "431", "The request's headers are larger than 32 KiB");
             add_error(
                 responses,
                 "503",

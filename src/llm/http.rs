@@ -12,6 +12,9 @@ use super::{LlmError, LlmErrorKind};
 /// How much of a provider's error body an error message keeps: enough for the part that says
 /// what went wrong, which local servers put after long stack traces or validation details.
 const MAX_BODY_IN_MESSAGE: usize = 2048;
+/// How much of a provider's non-stream body is read at all (error bodies; the JSON some gateways
+/// answer instead of a stream); the rest is left unread.
+const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// What a provider adds to every request: headers (values are `${env:NAME}` templates, expanded
 /// as the request is sent) and an overall timeout.
@@ -69,10 +72,7 @@ pub(crate) async fn send(
     let status = resp.status();
     if !status.is_success() {
         let headers = resp.headers().clone();
-        let body = match tokio::time::timeout(idle, resp.bytes()).await {
-            Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
-            _ => String::new(),
-        };
+        let body = read_error_body(resp, idle).await;
         return Err(classify_http(provider, status.as_u16(), Some(&headers), &body, api_key));
     }
     let is_json = resp
@@ -82,10 +82,7 @@ pub(crate) async fn send(
         .is_some_and(|v| v.contains("application/json"));
     if is_json {
         // Some gateways answer 200 with a JSON error instead of a stream.
-        let body = match tokio::time::timeout(idle, resp.bytes()).await {
-            Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
-            _ => String::new(),
-        };
+        let body = read_error_body(resp, idle).await;
         if body.trim().is_empty() {
             return Err(empty_response(provider));
         }
@@ -103,6 +100,15 @@ pub(crate) async fn send(
         ));
     }
     Ok(resp)
+}
+
+/// The start of a body that is not a stream (an error, mostly): enough to classify and show it,
+/// never more, whatever the server sends; empty when it does not arrive in time.
+async fn read_error_body(resp: reqwest::Response, idle: Duration) -> String {
+    match tokio::time::timeout(idle, crate::net::bounded::read_prefix(resp, MAX_ERROR_BODY)).await {
+        Ok(Ok((body, _))) => String::from_utf8_lossy(&body).into_owned(),
+        _ => String::new(),
+    }
 }
 
 /// A successful answer that holds nothing: no body, or no event in it.

@@ -24,10 +24,14 @@ impl SseParser {
 
     /// Feeds a piece of the body; returns the events completed by it.
     pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+        // Only the new bytes are searched for a line end: the rest of a long unfinished line
+        // was searched already (rescanning it on every piece would make one long line cost
+        // time quadratic in its length).
+        let mut search_from = self.buf.len();
         self.buf.extend_from_slice(bytes);
         let mut start = 0;
-        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            let end = start + pos;
+        while let Some(pos) = self.buf[search_from..].iter().position(|&b| b == b'\n') {
+            let end = search_from + pos;
             let mut line = &self.buf[start..end];
             if line.last() == Some(&b'\r') {
                 line = &line[..line.len() - 1];
@@ -35,6 +39,7 @@ impl SseParser {
             let line = String::from_utf8_lossy(line).into_owned();
             self.line(&line, out);
             start = end + 1;
+            search_from = start;
         }
         self.buf.drain(..start);
     }

@@ -109,6 +109,12 @@ pub(crate) fn interrupted(provider: &str, what: &str) -> LlmError {
     )
 }
 
+/// The most of one model response's body read: far above what any model's output limit makes
+/// (a million tokens of text is a few MiB, twice over when the last event repeats it), and the
+/// bound on everything the response accumulates (text, thinking, tool call arguments), so a
+/// server that never stops cannot make the worker hold more.
+const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
 /// The SSE events of a response body, with the idle timeout applied between network reads.
@@ -119,6 +125,8 @@ struct EventStream {
     pending: VecDeque<SseEvent>,
     idle: Duration,
     ended: bool,
+    /// Bytes of the body so far, held to `MAX_RESPONSE_BYTES`.
+    received: usize,
 }
 
 impl EventStream {
@@ -130,6 +138,7 @@ impl EventStream {
             pending: VecDeque::new(),
             idle,
             ended: false,
+            received: 0,
         }
     }
 
@@ -150,7 +159,20 @@ impl EventStream {
                         format!("{}: stream silent for {} ms", self.provider, self.idle.as_millis()),
                     ))
                 }
-                Ok(Some(Ok(bytes))) => self.parser.feed(&bytes, &mut out),
+                Ok(Some(Ok(bytes))) => {
+                    self.received += bytes.len();
+                    if self.received > MAX_RESPONSE_BYTES {
+                        return Err(LlmError::new(
+                            LlmErrorKind::ResponseMalformed,
+                            format!(
+                                "{}: the response is larger than {} MiB; given up",
+                                self.provider,
+                                MAX_RESPONSE_BYTES >> 20
+                            ),
+                        ));
+                    }
+                    self.parser.feed(&bytes, &mut out)
+                }
                 Ok(Some(Err(e))) => {
                     return Err(LlmError::new(
                         LlmErrorKind::StreamInterrupted,
@@ -197,4 +219,42 @@ pub(crate) fn replay<P: StreamParser>(
         }
     }
     (parser.finish(stopped), deltas)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 200 event stream whose body is `head` followed by `filler` without end.
+    fn endless_response(head: &'static [u8], filler: &'static [u8]) -> reqwest::Response {
+        let first = futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from_static(head)) });
+        let rest = futures::stream::repeat_with(move || Ok(Bytes::from(filler.repeat(64 * 1024 / filler.len()))));
+        let body = reqwest::Body::wrap_stream(first.chain(rest));
+        reqwest::Response::from(::http::Response::new(body))
+    }
+
+    async fn read_until_error(resp: reqwest::Response) -> LlmError {
+        let mut events = EventStream::new("test", resp, Duration::from_secs(5));
+        loop {
+            match events.next().await {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("an endless body ended"),
+                Err(e) => return e,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn one_endless_line_is_given_up_at_the_limit() {
+        let err = read_until_error(endless_response(b"data: ", b"x")).await;
+        assert_eq!(err.kind, LlmErrorKind::ResponseMalformed);
+        assert!(err.message.contains("larger than 32 MiB"), "{}", err.message);
+    }
+
+    #[tokio::test]
+    async fn endless_small_events_are_given_up_at_the_limit() {
+        let filler: &'static [u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}]}\n\n";
+        let err = read_until_error(endless_response(b"", filler)).await;
+        assert_eq!(err.kind, LlmErrorKind::ResponseMalformed);
+    }
 }

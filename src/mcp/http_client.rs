@@ -57,8 +57,11 @@ fn is_media(content_type: Option<&str>, expected: &str) -> bool {
     content_type.is_some_and(|ct| ct.split(';').next().unwrap_or("").trim() == expected)
 }
 
+/// A server's event stream, given up (as a broken stream) once one event is larger than a
+/// JSON response may be: a peer cannot make the process buffer without end.
 fn sse(response: reqwest::Response) -> BoxStream<'static, Result<Sse, SseError>> {
-    SseStream::from_bytes_stream(response.bytes_stream()).boxed()
+    let body = crate::net::bounded::limit_sse_events(response.bytes_stream(), MAX_JSON_RESPONSE);
+    SseStream::from_bytes_stream(body).boxed()
 }
 
 /// Reads at most `limit` bytes of a body; Err when it is longer (`ResponseBodyTooLarge`).
@@ -76,16 +79,8 @@ async fn read_limited(response: reqwest::Response, limit: usize) -> Result<Vec<u
 
 /// The start of an error body, as text.
 async fn error_prefix(response: reqwest::Response) -> String {
-    let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
-    while let Ok(Some(chunk)) = stream.try_next().await {
-        body.extend_from_slice(&chunk);
-        if body.len() >= MAX_ERROR_BODY {
-            body.truncate(MAX_ERROR_BODY);
-            break;
-        }
-    }
-    String::from_utf8_lossy(&body).into_owned()
+    let body = crate::net::bounded::read_prefix(response, MAX_ERROR_BODY).await;
+    String::from_utf8_lossy(&body.map(|(body, _)| body).unwrap_or_default()).into_owned()
 }
 
 fn with_headers(

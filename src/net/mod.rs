@@ -1,6 +1,7 @@
 //! Outbound networking made on a user's behalf: the address guard shared by HTTP tools, MCP
-//! servers and webhook deliveries.
+//! servers and webhook deliveries, and the limits on what a peer can make the process hold.
 
+pub mod bounded;
 pub mod guard;
 pub mod secrets;
 
