@@ -344,6 +344,21 @@ async fn failed_requests_count_and_an_error_keeps_the_providers_body() {
     app.shutdown().await;
 }
 
+/// A provider that answers an error with an endless-looking body (4 MiB here) is read only up to
+/// a bound: the ticket fails with a short message, not after holding the whole body.
+#[tokio::test]
+async fn a_huge_error_body_is_read_only_in_part() {
+    let (app, llm) = start().await;
+    default_agent(&app, "openai", json!({ "max_request_retries": 0 })).await;
+    llm.push(Reply::status(500).with_error_body(&"x".repeat(4 * 1024 * 1024)));
+    let ticket = app.create_ticket(json!({ "task": "broken" })).await;
+    let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error"]["kind"], "server_error", "{failed}");
+    let message = failed["error"]["message"].as_str().unwrap();
+    assert!(message.len() < 4096, "{} bytes", message.len());
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_empty_answer_is_retried_twice_then_fails_as_empty_response() {
     let (app, llm) = start().await;
