@@ -1,6 +1,6 @@
 # Build:  docker build -t agentdesk .
 # Run:    docker compose up   (PostgreSQL included), or
-#         docker run -e DATABASE_URL=postgres://... -p 8080:8080 agentdesk
+#         docker run -e DATABASE_URL=postgres://... -e AGENTDESK_API_TOKENS=... -p 8080:8080 agentdesk
 
 FROM rust:1-bookworm AS builder
 WORKDIR /app

@@ -35,39 +35,38 @@ api_port=${SMOKE_API_PORT:-18080}
 token=smoke-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
 work=$(mktemp -d)
 model_pid=
+# Everything the compose file reads from the environment is set here, so that a .env beside it
+# (a developer's provider keys, model, port) changes nothing: shell variables win over .env.
+dc() {
+    AGENTDESK_API_TOKENS=$token AGENTDESK_PORT=127.0.0.1:$api_port \
+        OPENAI_BASE_URL=http://host.docker.internal:$model_port/v1 OPENAI_API_KEY=fake \
+        ANTHROPIC_API_KEY= ANTHROPIC_BASE_URL= AGENTDESK_MODEL= RUST_LOG= \
+        "${compose[@]}" -p "$project" -f docker-compose.yml "$@"
+}
 cleanup() {
     local rc=$?
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
         echo "---- logs ----"
-        "${compose[@]}" -p "$project" -f docker-compose.yml -f "$work/override.yml" logs --tail 40 || true
+        dc logs --tail 40 || true
+        echo "---- model server ----"
+        tail -n 20 "$work/model.log" || true
     fi
-    "${compose[@]}" -p "$project" -f docker-compose.yml -f "$work/override.yml" down -v >/dev/null 2>&1 || true
+    dc down -v >/dev/null 2>&1 || true
     [ -n "$model_pid" ] && kill "$model_pid" 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
+# What a run that was killed before its cleanup left (containers, the database volume) goes first:
+# the test starts from an empty database.
+dc down -v >/dev/null 2>&1 || true
 
 python3 scripts/fake-model.py "$model_port" 2>"$work/model.log" &
 model_pid=$!
-
-cat >"$work/override.yml" <<YAML
-services:
-  api:
-    ports: !override
-      - "127.0.0.1:$api_port:8080"
-    environment:
-      OPENAI_BASE_URL: http://host.docker.internal:$model_port/v1
-      OPENAI_API_KEY: fake
-  worker:
-    environment:
-      OPENAI_BASE_URL: http://host.docker.internal:$model_port/v1
-      OPENAI_API_KEY: fake
-YAML
-if [ "${compose[0]}" = docker-compose ]; then
-    # compose v1 knows no !override tag; it replaces the port list of a service as a whole anyway.
-    sed -i 's/ports: !override/ports:/' "$work/override.yml"
-fi
-dc() { AGENTDESK_API_TOKENS=$token "${compose[@]}" -p "$project" -f docker-compose.yml -f "$work/override.yml" "$@"; }
+for _ in $(seq 1 50); do
+    curl -sf -o /dev/null "http://127.0.0.1:$model_port/v1/models" && break
+    kill -0 "$model_pid" 2>/dev/null || { echo "FAIL: the stand-in model server did not start (port $model_port taken? set SMOKE_MODEL_PORT)"; exit 1; }
+    sleep 0.1
+done
 
 echo "== build"
 started=$SECONDS
