@@ -160,7 +160,9 @@ fn init_tracing(format: LogFormat) {
     let directives = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
     let filter = directives
         .and_then(|d| EnvFilter::try_new(d).ok())
-        .unwrap_or_else(|| EnvFilter::new("info"));
+        // Postgres's NOTICEs ("relation … already exists, skipping" from the migrations' setup,
+        // on every start) are not news for an operator; its warnings still show.
+        .unwrap_or_else(|| EnvFilter::new("info,sqlx::postgres::notice=warn"));
     // Colours only for a person at a terminal, not in a container's or a service's log.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
