@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::postgres::{as_postgres_user, pg_bindir};
 use support::wait_status;
 use support::{StatusCode, TestApp};
 use testkit::fake_llm::{FakeLlm, Reply};
@@ -193,7 +194,7 @@ async fn a_postgres_restart_mid_run_is_survived_and_the_tickets_finish() {
     assert!(llm.wait_for_requests(4, WAIT).await);
 
     // A real restart: fast shutdown (every connection dropped), then the same server again.
-    let pg_ctl = std::path::Path::new(&agentdesk_pg_bindir()).join("pg_ctl");
+    let pg_ctl = std::path::Path::new(&pg_bindir()).join("pg_ctl");
     let data_dir = pg.data_dir().to_path_buf();
     let status = as_postgres_user(
         Command::new(&pg_ctl)
@@ -226,40 +227,6 @@ async fn a_postgres_restart_mid_run_is_survived_and_the_tickets_finish() {
     .status();
     drop(pg);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn agentdesk_pg_bindir() -> String {
-    let out = Command::new("pg_config").arg("--bindir").output().expect("pg_config");
-    let bindir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if std::path::Path::new(&bindir).join("pg_ctl").exists() {
-        return bindir;
-    }
-    let mut versions: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    versions.sort();
-    versions.last().unwrap().join("bin").display().to_string()
-}
-
-/// initdb and postgres refuse root; the embedded server runs as `postgres` then.
-fn as_postgres_user(cmd: &mut Command) -> &mut Command {
-    if unsafe { libc::geteuid() } == 0 {
-        use std::os::unix::process::CommandExt;
-        let uid: u32 = String::from_utf8(Command::new("id").args(["-u", "postgres"]).output().unwrap().stdout)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let gid: u32 = String::from_utf8(Command::new("id").args(["-g", "postgres"]).output().unwrap().stdout)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        cmd.uid(uid).gid(gid);
-    }
-    cmd
 }
 
 async fn start(configure: impl FnOnce(&mut agentdesk::config::Config)) -> (TestApp, FakeLlm) {

@@ -2,8 +2,6 @@
 //! checked by an independent HMAC, filters, retries and their timing, `Retry-After`, 410, a hanging
 //! receiver, ordering, a crash mid-delivery, several processes, and the address guard.
 
-#[path = "webhooks/postgres.rs"]
-mod postgres;
 #[path = "webhooks/receiver.rs"]
 mod receiver;
 mod support;
@@ -13,9 +11,9 @@ use std::time::Duration;
 
 use agentdesk::app::Mode;
 use agentdesk::config::Config;
-use postgres::{as_postgres_user, pg_bindir};
 use receiver::{verify, Answer, Receiver};
 use serde_json::{json, Value};
+use support::postgres::{as_postgres_user, pg_bindir};
 use support::{assert_error, StatusCode, TestApp};
 
 const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

@@ -1,4 +1,5 @@
-//! A private PostgreSQL's server programs, run as the `postgres` user when the tests run as root.
+//! A private PostgreSQL's server programs (for tests that stop and start a server), run as the
+//! `postgres` user when the tests run as root.
 
 pub fn pg_bindir() -> String {
     let out = std::process::Command::new("pg_config")
