@@ -79,15 +79,33 @@ async fn pending_call(app: &TestApp, key: &str) -> String {
     pending[0]["call_id"].as_str().unwrap().to_owned()
 }
 
-#[tokio::test]
-async fn an_approved_call_runs_on_the_next_claim_and_the_other_calls_ran_at_once() {
+/// A desk with `setup`'s tools and agent, its model server and its tool server.
+struct Desk {
+    llm: FakeLlm,
+    app: TestApp,
+    server: ToolServer,
+}
+
+async fn desk() -> Desk {
     let llm = FakeLlm::start().await;
     let app = start(&llm, None).await;
     let server = ToolServer::start().await;
     setup(&app, &server).await;
-    llm.push(deploy_and_lookup());
-    let (key, id) = ticket(&app).await;
-    let call_id = pending_call(&app, &key).await;
+    Desk { llm, app, server }
+}
+
+/// A new ticket whose model answers `reply`, once it waits on its one approval: (key, id, call id).
+async fn waiting_on(app: &TestApp, llm: &FakeLlm, reply: Reply) -> (String, String, String) {
+    llm.push(reply);
+    let (key, id) = ticket(app).await;
+    let call_id = pending_call(app, &key).await;
+    (key, id, call_id)
+}
+
+#[tokio::test]
+async fn an_approved_call_runs_on_the_next_claim_and_the_other_calls_ran_at_once() {
+    let Desk { llm, app, server } = desk().await;
+    let (key, id, call_id) = waiting_on(&app, &llm, deploy_and_lookup()).await;
     assert_eq!(
         paths(&server),
         ["/x"],
@@ -163,13 +181,8 @@ async fn an_approved_call_runs_on_the_next_claim_and_the_other_calls_ran_at_once
 
 #[tokio::test]
 async fn a_denied_call_returns_to_the_model_with_the_reason() {
-    let llm = FakeLlm::start().await;
-    let app = start(&llm, None).await;
-    let server = ToolServer::start().await;
-    setup(&app, &server).await;
-    llm.push(Reply::tool_call("deploy", json!({"env": "prod"})));
-    let (key, id) = ticket(&app).await;
-    let call_id = pending_call(&app, &key).await;
+    let Desk { llm, app, server } = desk().await;
+    let (key, id, call_id) = waiting_on(&app, &llm, Reply::tool_call("deploy", json!({"env": "prod"}))).await;
     llm.push(close());
     let path = format!("/v1/tickets/{key}/approvals/{call_id}");
     let (code, body) = app
@@ -189,13 +202,8 @@ async fn a_denied_call_returns_to_the_model_with_the_reason() {
 
 #[tokio::test]
 async fn cancel_drops_pending_approvals_and_retry_tells_the_model_the_call_never_ran() {
-    let llm = FakeLlm::start().await;
-    let app = start(&llm, None).await;
-    let server = ToolServer::start().await;
-    setup(&app, &server).await;
-    llm.push(Reply::tool_call("deploy", json!({"env": "prod"})));
-    let (key, _) = ticket(&app).await;
-    let call_id = pending_call(&app, &key).await;
+    let Desk { llm, app, server } = desk().await;
+    let (key, _, call_id) = waiting_on(&app, &llm, Reply::tool_call("deploy", json!({"env": "prod"}))).await;
     let (code, cancelled) = app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
     assert_eq!(code, StatusCode::OK);
     assert!(cancelled["pending_approvals"].as_array().unwrap().is_empty());
@@ -219,10 +227,7 @@ async fn cancel_drops_pending_approvals_and_retry_tells_the_model_the_call_never
 /// the approval, waits again, and runs the approved call once.
 #[tokio::test]
 async fn pending_approvals_survive_a_restart() {
-    let llm = FakeLlm::start().await;
-    let app = start(&llm, None).await;
-    let server = ToolServer::start().await;
-    setup(&app, &server).await;
+    let Desk { llm, app, server } = desk().await;
     let mut hanging = HangingServer::start().await;
     let hang = json!({"url": format!("http://{}/wait", hanging.addr), "timeout_ms": 600000});
     app.put("/v1/tools/hang", hang).await;
@@ -261,13 +266,8 @@ async fn pending_approvals_survive_a_restart() {
 
 #[tokio::test]
 async fn a_comment_wakes_a_ticket_with_unanswered_calls_but_it_waits_again() {
-    let llm = FakeLlm::start().await;
-    let app = start(&llm, None).await;
-    let server = ToolServer::start().await;
-    setup(&app, &server).await;
-    llm.push(Reply::tool_call("deploy", json!({"env": "prod"})));
-    let (key, id) = ticket(&app).await;
-    let call_id = pending_call(&app, &key).await;
+    let Desk { llm, app, server } = desk().await;
+    let (key, id, call_id) = waiting_on(&app, &llm, Reply::tool_call("deploy", json!({"env": "prod"}))).await;
     app.comment(&key, "any news?").await;
     // Woken (todo), claimed, and waiting again for the same call, without asking the model.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -282,10 +282,7 @@ async fn a_comment_wakes_a_ticket_with_unanswered_calls_but_it_waits_again() {
 
 #[tokio::test]
 async fn a_ticket_closed_beside_a_call_that_needs_approval_is_done_and_nothing_waits() {
-    let llm = FakeLlm::start().await;
-    let app = start(&llm, None).await;
-    let server = ToolServer::start().await;
-    setup(&app, &server).await;
+    let Desk { llm, app, server } = desk().await;
     llm.push(Reply::tool_calls(vec![
         ("deploy", json!({"env": "prod"})),
         ("close_ticket", json!({"result": "ok"})),
