@@ -49,6 +49,17 @@ async fn assert_no_page_errors(browser: &Browser) {
     assert!(errors.is_empty(), "the board logged errors: {errors:#?}");
 }
 
+/// Waits until `script` (a function body) returns a truthy value on the page; returns it.
+async fn wait(browser: &Browser, what: &str, script: &str) -> Value {
+    browser.wait_for(what, script, WAIT).await.unwrap()
+}
+
+/// Waits until the element `#id` (a button) is on the page and not hidden.
+async fn shown(browser: &Browser, id: &str) {
+    let script = format!("const b = document.getElementById('{id}'); return !!b && !b.hidden");
+    wait(browser, &format!("the {id} button"), &script).await;
+}
+
 async fn show(browser: &Browser, hash: &str) {
     // A hash change keeps the document, so its error log covers the whole visit.
     browser
@@ -68,10 +79,7 @@ async fn create_through_the_form(browser: &Browser, task: &str, labels: &str) {
 
 async fn wait_for_card(browser: &Browser, column: &str, key: &str) {
     let script = format!("return !!document.querySelector('[data-column=\"{column}\"] [data-key=\"{key}\"]')");
-    browser
-        .wait_for(&format!("{key} in the {column} column"), &script, WAIT)
-        .await
-        .unwrap();
+    wait(browser, &format!("{key} in the {column} column"), &script).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,14 +94,12 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
 
     // The board, live: a ticket created through the form moves to done without a reload.
     browser.goto(&format!("{}/", app.url)).await.unwrap();
-    browser
-        .wait_for(
-            "the live stream",
-            "return document.getElementById('live').dataset.state === 'open'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the live stream",
+        "return document.getElementById('live').dataset.state === 'open'",
+    )
+    .await;
     browser.execute("window.__sameDocument = true", vec![]).await.unwrap();
     create_through_the_form(&browser, "What is six times seven?", "default, maths").await;
     wait_for_card(&browser, "done", "TICKET-1").await;
@@ -117,26 +123,22 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
         .await;
     let key = streaming["key"].as_str().unwrap().to_owned();
     show(&browser, &format!("#/tickets/{key}")).await;
-    browser
-        .wait_for(
-            "the ticket's stream",
-            "return !!document.getElementById('ticket-status') && document.getElementById('live').dataset.state === 'open'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the ticket's stream",
+        "return !!document.getElementById('ticket-status') && document.getElementById('live').dataset.state === 'open'",
+    )
+    .await;
     let (status, _) = app
         .patch(&format!("/v1/tickets/{key}"), json!({ "labels": ["default"] }))
         .await;
     assert_eq!(status, 200);
-    let partial = browser
-        .wait_for(
-            "streamed text",
-            "const t = document.getElementById('live-text'); return t && t.textContent",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    let partial = wait(
+        &browser,
+        "streamed text",
+        "const t = document.getElementById('live-text'); return t && t.textContent",
+    )
+    .await;
     assert!(partial.as_str().unwrap().starts_with("the "), "{partial}");
     let now = app.get(&format!("/v1/tickets/{key}")).await.1;
     assert_eq!(now["status"], "in_progress", "the text arrived only at the end");
@@ -149,14 +151,12 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
         .screenshot(&screenshot_path("ticket-streaming.png"))
         .await
         .unwrap();
-    browser
-        .wait_for(
-            "the ticket to be done",
-            "return document.getElementById('ticket-status')?.textContent === 'done'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the ticket to be done",
+        "return document.getElementById('ticket-status')?.textContent === 'done'",
+    )
+    .await;
     let transcript = browser
         .wait_for(
             "the transcript with the streamed text and the tool call",
@@ -183,40 +183,22 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     let endless = app.create_ticket(json!({ "task": "A story that never ends" })).await;
     let key = endless["key"].as_str().unwrap().to_owned();
     show(&browser, &format!("#/tickets/{key}")).await;
-    browser
-        .wait_for(
-            "the endless stream",
-            "const t = document.getElementById('live-text'); return t && t.textContent.length > 0",
-            WAIT,
-        )
-        .await
-        .unwrap();
-    browser
-        .wait_for(
-            "the cancel button",
-            "const b = document.getElementById('cancel'); return !!b && !b.hidden",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the endless stream",
+        "const t = document.getElementById('live-text'); return t && t.textContent.length > 0",
+    )
+    .await;
+    shown(&browser, "cancel").await;
     browser.click("#cancel").await.unwrap();
-    browser
-        .wait_for(
-            "the ticket to show cancelled",
-            "return document.getElementById('ticket-status')?.textContent === 'cancelled'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the ticket to show cancelled",
+        "return document.getElementById('ticket-status')?.textContent === 'cancelled'",
+    )
+    .await;
     wait_status(&app, &key, "cancelled").await;
-    browser
-        .wait_for(
-            "the retry button",
-            "const b = document.getElementById('retry'); return !!b && !b.hidden",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    shown(&browser, "retry").await;
 
     // Back on the board, every ticket stands in its column: one waiting for an answer, one no
     // agent takes, one in flight.
@@ -233,14 +215,12 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     wait_for_card(&browser, "waiting", question["key"].as_str().unwrap()).await;
     wait_for_card(&browser, "todo", unrouted["key"].as_str().unwrap()).await;
     wait_for_card(&browser, "in_progress", running["key"].as_str().unwrap()).await;
-    browser
-        .wait_for(
-            "the stats strip to catch up",
-            "return document.querySelector('[data-stat=\"in_progress\"] b')?.textContent === '1'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the stats strip to catch up",
+        "return document.querySelector('[data-stat=\"in_progress\"] b')?.textContent === '1'",
+    )
+    .await;
     browser
         .screenshot(&screenshot_path("board-overview.png"))
         .await
@@ -248,41 +228,35 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
 
     // The agents page: create one through its form.
     show(&browser, "#/agents").await;
-    browser
-        .wait_for(
-            "the default agent",
-            "return !!document.querySelector('[data-agent=\"default\"]')",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the default agent",
+        "return !!document.querySelector('[data-agent=\"default\"]')",
+    )
+    .await;
     browser.click("#new-agent").await.unwrap();
     browser.type_into("#agent-name", "writer").await.unwrap();
     browser.type_into("#agent-role", "You write.").await.unwrap();
     browser.type_into("#agent-labels", "docs").await.unwrap();
     browser.click("#agent-save").await.unwrap();
-    browser
-        .wait_for(
-            "the new agent",
-            "return !!document.querySelector('[data-agent=\"writer\"]')",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the new agent",
+        "return !!document.querySelector('[data-agent=\"writer\"]')",
+    )
+    .await;
     let writer = app.get("/v1/agents/writer").await;
     assert_eq!(writer.0, 200, "{writer:?}");
     assert_eq!(writer.1["role"], "You write.");
     assert_eq!(writer.1["labels"], json!(["docs"]));
     // Edit it: the form comes filled in, and saving replaces the agent.
     browser.click("[data-agent=\"writer\"] button").await.unwrap();
-    let role = browser
-        .wait_for(
-            "the filled-in form",
-            "const r = document.getElementById('agent-role'); return r && r.value",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    let role = wait(
+        &browser,
+        "the filled-in form",
+        "const r = document.getElementById('agent-role'); return r && r.value",
+    )
+    .await;
     assert_eq!(role, json!("You write."));
     browser
         .execute("document.getElementById('agent-role').value = ''", vec![])
@@ -290,14 +264,12 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
         .unwrap();
     browser.type_into("#agent-role", "You write the docs.").await.unwrap();
     browser.click("#agent-save").await.unwrap();
-    browser
-        .wait_for(
-            "the editor to close",
-            "return !document.getElementById('agent-role')",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the editor to close",
+        "return !document.getElementById('agent-role')",
+    )
+    .await;
     let writer = app.get("/v1/agents/writer").await.1;
     assert_eq!(writer["role"], "You write the docs.");
     assert_eq!(writer["labels"], json!(["docs"]));
@@ -306,24 +278,20 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     // Comment on the waiting ticket from its page: it goes back to the agent.
     let question_key = question["key"].as_str().unwrap().to_owned();
     show(&browser, &format!("#/tickets/{question_key}")).await;
-    browser
-        .wait_for(
-            "the waiting ticket's page",
-            "return document.getElementById('ticket-status')?.textContent === 'waiting'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the waiting ticket's page",
+        "return document.getElementById('ticket-status')?.textContent === 'waiting'",
+    )
+    .await;
     browser.type_into("#comment-text", "In Celsius, please.").await.unwrap();
     browser.click("#comment-send").await.unwrap();
-    browser
-        .wait_for(
-            "the comment in the transcript",
-            "return document.querySelector('.transcript').textContent.includes('In Celsius, please.')",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the comment in the transcript",
+        "return document.querySelector('.transcript').textContent.includes('In Celsius, please.')",
+    )
+    .await;
     let comments = app.list_all(&format!("/v1/tickets/{question_key}/comments")).await;
     assert!(
         comments
@@ -334,23 +302,14 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
 
     // Retry the cancelled ticket from its page.
     show(&browser, &format!("#/tickets/{key}")).await;
-    browser
-        .wait_for(
-            "the retry button",
-            "const b = document.getElementById('retry'); return !!b && !b.hidden",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    shown(&browser, "retry").await;
     browser.click("#retry").await.unwrap();
-    browser
-        .wait_for(
-            "the retried ticket to be queued or worked",
-            "const s = document.getElementById('ticket-status')?.textContent; return s === 'todo' || s === 'in progress'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the retried ticket to be queued or worked",
+        "const s = document.getElementById('ticket-status')?.textContent; return s === 'todo' || s === 'in progress'",
+    )
+    .await;
     let retried = app.get(&format!("/v1/tickets/{key}")).await.1;
     assert!(
         ["todo", "in_progress"].contains(&retried["status"].as_str().unwrap()),
@@ -397,14 +356,12 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
     // Dark mode.
     browser.color_scheme("dark").await.unwrap();
     show(&browser, "#/tickets/TICKET-2").await;
-    browser
-        .wait_for(
-            "the transcript",
-            "return document.querySelectorAll('.comment').length >= 3",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the transcript",
+        "return document.querySelectorAll('.comment').length >= 3",
+    )
+    .await;
     browser.screenshot(&screenshot_path("ticket-dark.png")).await.unwrap();
     show(&browser, "#/").await;
     wait_for_card(&browser, "done", "TICKET-1").await;
@@ -426,52 +383,44 @@ async fn with_tokens_the_board_asks_for_one_and_streams_with_it_in_a_header() {
     let browser = Browser::start(1200, 800).await.expect("start Chromium");
 
     browser.goto(&format!("{}/", app.url)).await.unwrap();
-    browser
-        .wait_for(
-            "the token prompt",
-            "return document.getElementById('token-dialog').open",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the token prompt",
+        "return document.getElementById('token-dialog').open",
+    )
+    .await;
     browser.screenshot(&screenshot_path("token-prompt.png")).await.unwrap();
     // A wrong token is refused and the prompt stays.
     browser.type_into("#token-input", "wrong").await.unwrap();
     browser.click("#token-form button[type=submit]").await.unwrap();
-    browser
-        .wait_for(
-            "the refusal",
-            "return document.getElementById('token-error').textContent.includes('refused')",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the refusal",
+        "return document.getElementById('token-error').textContent.includes('refused')",
+    )
+    .await;
     browser
         .execute("document.getElementById('token-input').value = ''", vec![])
         .await
         .unwrap();
     browser.type_into("#token-input", "board-secret").await.unwrap();
     browser.click("#token-form button[type=submit]").await.unwrap();
-    browser
-        .wait_for(
-            "the live stream",
-            "return document.getElementById('live').dataset.state === 'open'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the live stream",
+        "return document.getElementById('live').dataset.state === 'open'",
+    )
+    .await;
 
     create_through_the_form(&browser, "What is six times seven, with a token?", "").await;
     wait_for_card(&browser, "done", "TICKET-1").await;
     show(&browser, "#/tickets/TICKET-1").await;
-    browser
-        .wait_for(
-            "the ticket's events over the stream",
-            "return [...document.querySelectorAll('.events strong')].some(e => e.textContent === 'ticket.done')",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the ticket's events over the stream",
+        "return [...document.querySelectorAll('.events strong')].some(e => e.textContent === 'ticket.done')",
+    )
+    .await;
 
     let stored = browser
         .execute("return localStorage.getItem('agentdesk.token')", vec![])
@@ -552,27 +501,23 @@ async fn the_board_resumes_its_stream_with_last_event_id_after_the_service_resta
     let (url, database_url) = (first.url.clone(), first.database_url.clone());
     let browser = Browser::start(1200, 800).await.expect("start Chromium");
     browser.goto(&format!("{url}/")).await.unwrap();
-    browser
-        .wait_for(
-            "the live stream",
-            "return document.getElementById('live').dataset.state === 'open'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the live stream",
+        "return document.getElementById('live').dataset.state === 'open'",
+    )
+    .await;
     first.create_ticket(json!({ "task": "Before the restart" })).await;
     wait_for_card(&browser, "todo", "TICKET-1").await;
 
     // The service goes away (its streams end) and comes back on the same address and database.
     first.shutdown().await;
-    browser
-        .wait_for(
-            "the page to notice",
-            "return document.getElementById('live').dataset.state === 'reconnecting'",
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the page to notice",
+        "return document.getElementById('live').dataset.state === 'reconnecting'",
+    )
+    .await;
     // Created while the page's server is down (through another process on the same database): a
     // stream opened without a cursor starts with new events, so only a resume from Last-Event-ID
     // delivers it.
@@ -608,14 +553,12 @@ async fn the_board_resumes_its_stream_with_last_event_id_after_the_service_resta
     second
         .create_ticket(json!({ "task": "Paint it again", "labels": ["blue"] }))
         .await;
-    browser
-        .wait_for(
-            "the next blue ticket, live",
-            &format!("{todo} === 'TICKET-5,TICKET-3'"),
-            WAIT,
-        )
-        .await
-        .unwrap();
+    wait(
+        &browser,
+        "the next blue ticket, live",
+        &format!("{todo} === 'TICKET-5,TICKET-3'"),
+    )
+    .await;
 
     assert_no_page_errors(&browser).await;
     browser.close().await;
