@@ -121,7 +121,9 @@ impl Default for Config {
             mcp_config: None,
             mcp_allow_private: None,
             metrics_addr: None,
-            request_timeout: Duration::from_secs(30),
+            // Above the longest call-out an endpoint makes (an MCP server's handshake, 30 s), so
+            // that its own error answers first; under the 60 s of common proxies and balancers.
+            request_timeout: Duration::from_secs(45),
         }
     }
 }
