@@ -366,24 +366,68 @@ pub async fn read_global_below(
     Ok(rows.into_iter().map(LoggedEvent::from).collect())
 }
 
-/// Whether committed events after `after` are still held back by an older running transaction
-/// (then the reader should look again soon, as no NOTIFY may follow).
-pub async fn held_back(conn: &mut PgConnection, after: GlobalCursor, horizon: &str) -> Result<bool, sqlx::Error> {
+/// One page of `read_global_below`, and whether committed events after the page are still held
+/// back by an older running transaction (then the reader should look again soon, as no NOTIFY may
+/// follow), in one statement: the event reader's round trips are paid per round even when a
+/// round finds one event.
+#[derive(Debug, Default)]
+pub struct GlobalPage {
+    pub events: Vec<LoggedEvent>,
+    pub held_back: bool,
+}
+
+/// `read_global_below`, also answering whether events are held back (see [`GlobalPage`]).
+///
+/// Both answers come from the statement's one snapshot. An event committed after that snapshot is
+/// in neither; its writer wakes the readers after its commit (this process's directly, others by
+/// NOTIFY or their polling), so the next round reads it, as it would after a separate look.
+pub async fn read_global_page(
+    conn: &mut PgConnection,
+    after: GlobalCursor,
+    limit: i64,
+    horizon: &str,
+) -> Result<GlobalPage, sqlx::Error> {
+    use sqlx::{FromRow, Row};
     // Some event is after the cursor and at or above the horizon exactly when the newest event is,
     // so one step down the cursor index answers it. (An `EXISTS` over a range got a generic plan
-    // that scanned the whole log.)
-    let newest: Option<(String, i64)> =
-        sqlx::query_as("SELECT e.txid::text, e.id FROM events e ORDER BY e.txid DESC, e.id DESC LIMIT 1")
-            .fetch_optional(conn)
-            .await?;
-    let Some((txid, id)) = newest else { return Ok(false) };
-    let newest = GlobalCursor {
-        txid: txid.parse().unwrap_or(u64::MAX),
-        id,
-    };
+    // that scanned the whole log.) The page joins it laterally: one row with no event when the
+    // page is empty, no row at all when the log is.
+    let rows = sqlx::query(&format!(
+        "SELECT p.*, n.newest_txid, n.newest_id
+         FROM (SELECT e.txid::text AS newest_txid, e.id AS newest_id FROM events e
+               ORDER BY e.txid DESC, e.id DESC LIMIT 1) n
+         LEFT JOIN LATERAL (
+            SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
+            WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid < $4::text::xid8
+            ORDER BY e.txid, e.id LIMIT $3) p ON true"
+    ))
+    .bind(after.txid.to_string())
+    .bind(after.id)
+    .bind(limit)
+    .bind(horizon)
+    .fetch_all(conn)
+    .await?;
+    let mut page = GlobalPage::default();
+    let mut newest = None;
+    for row in &rows {
+        let (txid, id): (String, i64) = (row.try_get("newest_txid")?, row.try_get("newest_id")?);
+        newest = Some(GlobalCursor {
+            txid: txid.parse().unwrap_or(u64::MAX),
+            id,
+        });
+        if row.try_get::<Option<i64>, _>("id")?.is_some() {
+            page.events.push(EventRow::from_row(row)?.into());
+        }
+    }
+    // In cursor order, whatever order the join returned them in.
+    page.events.sort_by_key(|e| e.cursor);
+    let last = page.events.last().map_or(after, |e| e.cursor);
     // An unreadable horizon counts as holding back: the reader looks again rather than stalls.
-    let at_or_above_horizon = horizon.parse::<u64>().map_or(true, |h| newest.txid >= h);
-    Ok(newest > after && at_or_above_horizon)
+    page.held_back = newest.is_some_and(|newest| {
+        let at_or_above_horizon = horizon.parse::<u64>().map_or(true, |h| newest.txid >= h);
+        newest > last && at_or_above_horizon
+    });
+    Ok(page)
 }
 
 /// The cursor just past every event readable now: a stream "from now" starts here.

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -388,11 +387,10 @@ async fn deadline_loop(shared: Arc<Shared>, stop: CancellationToken) {
 /// Wake-ups for new work and cancel requests, across processes.
 async fn listen_loop(shared: Arc<Shared>, stop: CancellationToken) {
     loop {
-        let listener = async {
-            let mut l = PgListener::connect_with(&shared.runtime.pool).await?;
-            l.listen_all([db::WORK_CHANNEL, db::CONTROL_CHANNEL]).await?;
-            Ok::<_, sqlx::Error>(l)
-        };
+        let listener = shared
+            .runtime
+            .hub
+            .listener("work", &[db::WORK_CHANNEL, db::CONTROL_CHANNEL]);
         let mut listener = match listener.await {
             Ok(l) => l,
             Err(_) => {
