@@ -148,7 +148,10 @@ impl<'a> EventColumns<'a> {
 /// No lock order is at stake: the other statements that lock several (`steps::store_steps`)
 /// never hold the same tickets at once, since a ticket's loop waits for one write at a time, and
 /// the claim, the renewal and the reaper skip locked rows instead of waiting.
-pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, &[NewEvent])]) -> Result<Vec<Uuid>, sqlx::Error> {
+pub async fn append_fenced_many(
+    conn: &mut PgConnection,
+    appends: &[(Fence, &[NewEvent])],
+) -> Result<Vec<Uuid>, sqlx::Error> {
     let fences = appends
         .iter()
         .flat_map(|(fence, events)| events.iter().map(move |_| fence));
@@ -177,7 +180,7 @@ pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, &[NewEvent])])
     .bind(&columns.kinds)
     .bind(&columns.agents)
     .bind(&columns.data)
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await
 }
 
@@ -191,9 +194,9 @@ impl GroupWrite for Append {
     /// Whether the claim held (else nothing was written).
     type Reply = bool;
 
-    async fn write_group(pool: &PgPool, writes: &[Append]) -> Result<Vec<bool>, sqlx::Error> {
+    async fn write_group(conn: &mut PgConnection, writes: &[Append]) -> Result<Vec<bool>, sqlx::Error> {
         let appends: Vec<(Fence, &[NewEvent])> = writes.iter().map(|w| (w.fence, w.events.as_slice())).collect();
-        let written = append_fenced_many(pool, &appends).await?;
+        let written = append_fenced_many(conn, &appends).await?;
         Ok(super::group::held(writes.iter().map(|w| w.fence), written))
     }
 }

@@ -384,8 +384,9 @@ impl EventHub {
         let mut cursor = self.position();
         let mut failures = 0u32;
         let mut round_started = tokio::time::Instant::now();
-        // The reader keeps one pooled connection from round to round: a connection going back to
-        // the pool costs a round trip (sqlx checks it), which a quiet desk would pay per event.
+        // The reader keeps one pooled connection from round to round when the pool allows it
+        // (see `db::may_keep_connection`): a quiet desk would pay a release per event.
+        let keep = db::may_keep_connection(&self.inner.pool);
         let mut conn: Option<PoolConnection<Postgres>> = None;
         loop {
             round_started = round_started.max(tokio::time::Instant::now());
@@ -396,6 +397,9 @@ impl EventHub {
                     Err(err) => Err(err),
                 },
             };
+            if !keep {
+                conn = None;
+            }
             let next_wait = match round {
                 Ok(true) => HELD_BACK_RETRY,
                 Ok(false) => {

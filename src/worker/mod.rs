@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -154,11 +155,29 @@ fn free_slots(shared: &Shared) -> i64 {
 
 async fn claim_loop(shared: Arc<Shared>) {
     let mut failures = 0u32;
+    // Kept between claims when the pool allows it (see `db::may_keep_connection`): on a quiet
+    // desk, claims come about once a ticket.
+    let pool = &shared.runtime.pool;
+    let keep = db::may_keep_connection(pool);
+    let mut conn: Option<PoolConnection<Postgres>> = None;
     while !shared.stop.is_cancelled() {
         let free = free_slots(&shared).min(MAX_CLAIM_BATCH);
         let mut wait = IDLE_POLL;
         if free > 0 {
-            match db::claims::claim_batch(&shared.runtime.pool, free, shared.config.lease, &shared.worker_id).await {
+            let claimed = match conn.as_mut() {
+                Some(c) => db::claims::claim_batch(c, free, shared.config.lease, &shared.worker_id).await,
+                None => match pool.acquire().await {
+                    Ok(c) => {
+                        db::claims::claim_batch(conn.insert(c), free, shared.config.lease, &shared.worker_id).await
+                    }
+                    Err(err) => Err(err),
+                },
+            };
+            // A connection whose claim failed goes back (the pool's check drops it if broken).
+            if !keep || claimed.is_err() {
+                conn = None;
+            }
+            match claimed {
                 Ok(claims) => {
                     failures = 0;
                     let full = claims.len() as i64 == free;
