@@ -23,8 +23,11 @@ use crate::telemetry::trace::AgentSpan;
 
 /// Most tickets claimed by one statement.
 const MAX_CLAIM_BATCH: i64 = 64;
-/// How long a woken claim loop waits for more work to arrive before claiming.
-const CLAIM_GATHER: Duration = Duration::from_millis(5);
+/// Claims after a wake-up start at least this far apart, so that on a steady trickle of tickets
+/// one claim takes those of the last few milliseconds together (and their first steps then share
+/// group commits), instead of a claim transaction per ticket; the first claim after a quiet spell
+/// goes at once. A full batch is followed by the next claim at once.
+const MIN_CLAIM_INTERVAL: Duration = Duration::from_millis(20);
 /// Polling fallback for missed wake-ups.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
@@ -161,6 +164,7 @@ async fn claim_loop(shared: Arc<Shared>) {
     let keep = db::may_keep_connection(pool);
     let mut conn: Option<PoolConnection<Postgres>> = None;
     while !shared.stop.is_cancelled() {
+        let claim_started = tokio::time::Instant::now();
         let free = free_slots(&shared).min(MAX_CLAIM_BATCH);
         let mut wait = IDLE_POLL;
         if free > 0 {
@@ -212,8 +216,9 @@ async fn claim_loop(shared: Arc<Shared>) {
             _ = shared.runtime.hub.work_notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
-        // Let a burst of new tickets gather so one claim statement takes many of them.
-        tokio::time::sleep(CLAIM_GATHER).await;
+        // Woken soon after a claim: the tickets of the next few milliseconds gather for one claim.
+        // After a longer wait this returns at once.
+        tokio::time::sleep_until(claim_started + MIN_CLAIM_INTERVAL).await;
     }
 }
 
