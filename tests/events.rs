@@ -101,6 +101,30 @@ async fn after_a_quiet_spell_an_event_streams_without_waiting_for_company() {
 }
 
 #[tokio::test]
+async fn a_session_that_listens_is_told_of_new_events_and_work() {
+    // A process alone on its database sends no NOTIFY (it wakes its own reader and workers); any
+    // other session that LISTENs is taken for another process, and is told.
+    let app = TestApp::spawn().await;
+    let mut listener = sqlx::postgres::PgListener::connect(&app.database_url).await.unwrap();
+    listener
+        .listen_all([agentdesk::db::EVENTS_CHANNEL, agentdesk::db::WORK_CHANNEL])
+        .await
+        .unwrap();
+    // The process looks for listeners at most once a second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    app.create_ticket(json!({"task": "x"})).await;
+    let mut told = HashSet::new();
+    while told.len() < 2 {
+        let n = tokio::time::timeout(WAIT, listener.recv())
+            .await
+            .expect("a NOTIFY")
+            .unwrap();
+        told.insert(n.channel().to_owned());
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_events_data_is_kept_as_the_json_text_it_was_written_as() {
     // No query looks into an event's data: it is stored as `json` text, only checked on insert,
     // and read back as stored instead of being converted to jsonb and printed again.

@@ -71,7 +71,7 @@ async fn create(pool: &PgPool, new: NewTicket) -> Ticket {
 /// A ticket for `alice`, claimed by worker w1.
 async fn claimed(pool: &PgPool, schema: Option<Value>) -> Claim {
     create(pool, new_ticket("the main task", &[AGENT], schema)).await;
-    let mut claims = db::claims::claim_batch(pool, 1, Duration::from_secs(60), "w1")
+    let mut claims = db::claims::claim_batch(&mut pool.acquire().await.unwrap(), 1, Duration::from_secs(60), "w1")
         .await
         .expect("claim");
     assert_eq!(claims.len(), 1);
@@ -110,7 +110,7 @@ async fn a_first_claim_hands_over_the_transcript_only_when_the_task_is_all_of_it
     .await
     .expect("comment");
     tx.commit().await.expect("commit");
-    let claims = db::claims::claim_batch(&pool, 1, Duration::from_secs(60), "w1")
+    let claims = db::claims::claim_batch(&mut pool.acquire().await.unwrap(), 1, Duration::from_secs(60), "w1")
         .await
         .expect("claim");
     assert_eq!(claims[0].ticket.id, commented.id);
@@ -659,7 +659,7 @@ async fn a_grouped_append_writes_only_for_the_claims_that_still_hold() {
         ..lost.fence()
     };
     let appended = db::events::append_fenced_many(
-        &pool,
+        &mut pool.acquire().await.unwrap(),
         &[(held.fence(), &[started(), retried][..]), (stale, &[started()][..])],
     )
     .await

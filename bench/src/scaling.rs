@@ -227,12 +227,14 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
     };
     let fx = harness::Fixture::start("quiet_desk", &spec).await?;
     fx.fake.set_reply(close_ticket());
+    Statements::enable(&fx.db_url).await;
     let pid = fx.server.pid();
     let mut watcher = fx.done_watcher().await?;
 
     // Saturated: as fast as `clients` clients can make them.
     fx.create_tickets(n / 2, clients, json!({"task": "say ok"})).await?;
     watcher.wait_for(n / 2, timeout).await?;
+    let sat_statements0 = Statements::now(&fx.db_url).await;
     let (cpu0, pg0) = (server::cpu_secs(pid), PgSpend::now(&fx.db_url).await?);
     let started = Instant::now();
     fx.create_tickets(n, clients, json!({"task": "say ok"})).await?;
@@ -240,8 +242,10 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
     let saturated_tps = n as f64 / started.elapsed().as_secs_f64();
     let sat_cpu = (server::cpu_secs(pid) - cpu0) / n as f64 * 1e6;
     let sat_pg = PgSpend::now(&fx.db_url).await?.since(pg0, n as i64).cpu_s * 1e6;
+    let sat_statements = Statements::now(&fx.db_url).await.since(&sat_statements0, n);
 
     // Quiet: the same number of tickets at a fixed rate, each sent at its planned time.
+    let quiet_statements0 = Statements::now(&fx.db_url).await;
     let (cpu0, pg0) = (server::cpu_secs(pid), PgSpend::now(&fx.db_url).await?);
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(n);
@@ -266,7 +270,12 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
     watcher.wait_for(n / 2 + 2 * n - refused, timeout).await?;
     let quiet_cpu = (server::cpu_secs(pid) - cpu0) / n as f64 * 1e6;
     let quiet_pg = PgSpend::now(&fx.db_url).await?.since(pg0, n as i64).cpu_s * 1e6;
+    let quiet_statements = Statements::now(&fx.db_url).await.since(&quiet_statements0, n);
     fx.shutdown().await;
+    if let Some(table) = Statements::table(&quiet_statements, &sat_statements) {
+        println!("{}", table.text);
+        report.figure("statements_per_ticket", table.json);
+    }
 
     report.check(Check::info("saturated tickets/s", saturated_tps, "tickets/s"));
     report.check(Check::info("quiet: agentdesk CPU per ticket", quiet_cpu, "µs").baseline("saturated", sat_cpu));
@@ -290,5 +299,116 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
         spec.workers,
         n / 2
     ));
+    report.note("statements per ticket: pg_stat_statements of the desk's database over each phase (when the server preloads it), calls and planning + execution time per ticket; commits: pg_stat_database.xact_commit (backends report it about once a second)");
     Ok(())
+}
+
+/// What one database's sessions ran, read from pg_stat_statements (when the server preloads it)
+/// and pg_stat_database: totals so far, or per ticket between two readings.
+#[derive(Default)]
+struct Statements {
+    commits: f64,
+    /// By query text (normalised, shortened): (calls, planning and execution ms).
+    queries: std::collections::HashMap<String, (f64, f64)>,
+}
+
+/// The statements table of `quiet_desk`: printed, and for the report.
+struct StatementsTable {
+    text: String,
+    json: serde_json::Value,
+}
+
+impl Statements {
+    /// Creates the extension in the desk's database; nothing when the server cannot.
+    async fn enable(db_url: &str) {
+        if let Ok(mut c) = sqlx::PgConnection::connect(db_url).await {
+            let _ = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                .execute(&mut c)
+                .await;
+            let _ = c.close().await;
+        }
+    }
+
+    async fn now(db_url: &str) -> Statements {
+        let Ok(mut c) = sqlx::PgConnection::connect(db_url).await else {
+            return Statements::default();
+        };
+        let commits: i64 =
+            sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+                .fetch_one(&mut c)
+                .await
+                .unwrap_or(0);
+        let rows: Vec<(String, i64, f64)> = sqlx::query_as(
+            "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 110), calls, total_plan_time + total_exec_time
+             FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .fetch_all(&mut c)
+        .await
+        .unwrap_or_default();
+        let _ = c.close().await;
+        let mut queries = std::collections::HashMap::new();
+        for (query, calls, ms) in rows {
+            let e = queries.entry(query).or_insert((0.0, 0.0));
+            e.0 += calls as f64;
+            e.1 += ms;
+        }
+        Statements {
+            commits: commits as f64,
+            queries,
+        }
+    }
+
+    fn since(self, before: &Statements, tickets: usize) -> Statements {
+        let n = tickets.max(1) as f64;
+        let queries = self
+            .queries
+            .into_iter()
+            .map(|(q, (calls, ms))| {
+                let (c0, ms0) = before.queries.get(&q).copied().unwrap_or_default();
+                (q, ((calls - c0) / n, (ms - ms0) / n))
+            })
+            .filter(|(_, (calls, _))| *calls > 0.0)
+            .collect();
+        Statements {
+            commits: (self.commits - before.commits) / n,
+            queries,
+        }
+    }
+
+    /// Statements per ticket, quiet beside saturated, most frequent (quiet) first; None when
+    /// pg_stat_statements was not readable.
+    fn table(quiet: &Statements, saturated: &Statements) -> Option<StatementsTable> {
+        if quiet.queries.is_empty() {
+            return None;
+        }
+        let mut names: Vec<&String> = quiet.queries.keys().chain(saturated.queries.keys()).collect();
+        names.sort();
+        names.dedup();
+        let get = |s: &Statements, q: &str| s.queries.get(q).copied().unwrap_or_default();
+        names.sort_by(|a, b| get(quiet, b).0.total_cmp(&get(quiet, a).0));
+        let total = |s: &Statements| s.queries.values().fold((0.0, 0.0), |(c, m), (c1, m1)| (c + c1, m + m1));
+        let (qt, st) = (total(quiet), total(saturated));
+        let mut text = format!(
+            "  statements per ticket (pg_stat_statements): quiet {:.2} ({:.0} µs planning and executing), saturated {:.2} ({:.0} µs); commits per ticket: quiet {:.2}, saturated {:.2}\n  {:>7} {:>7} {:>7} {:>7}  statement\n",
+            qt.0, qt.1 * 1e3, st.0, st.1 * 1e3, quiet.commits, saturated.commits, "quiet", "µs", "sat.", "µs"
+        );
+        let mut rows = vec![];
+        for q in names {
+            let (qc, qm) = get(quiet, q);
+            let (sc, sm) = get(saturated, q);
+            if qc < 0.005 && sc < 0.005 {
+                continue;
+            }
+            text.push_str(&format!(
+                "  {qc:>7.3} {:>7.1} {sc:>7.3} {:>7.1}  {q}\n",
+                qm * 1e3,
+                sm * 1e3
+            ));
+            rows.push(json!({"statement": q, "quiet_calls": qc, "quiet_exec_us": qm * 1e3,
+                "saturated_calls": sc, "saturated_exec_us": sm * 1e3}));
+        }
+        let json = json!({"quiet_commits": quiet.commits, "saturated_commits": saturated.commits,
+            "quiet_calls": qt.0, "saturated_calls": st.0, "statements": rows});
+        Some(StatementsTable { text, json })
+    }
 }

@@ -309,7 +309,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         warm_pg.as_secs()
     ));
     report.note(
-        "Postgres CPU = utime+stime of every postgres process on this machine (exited backends through the postmaster's children's times) over a round, per ticket finished; WAL = pg_current_wal_lsn() advance over the round, per ticket; medians of the rounds",
+        "Postgres CPU = utime+stime of the server's postgres processes (exited backends through the postmaster's children's times) over a round, per ticket finished; WAL = pg_current_wal_lsn() advance over the round, per ticket; medians of the rounds",
     );
     report.note(format!(
         "pgbench: {clients} clients, {} s per round with prepared statements (-M prepared, like agentdesk's: the bar's baseline), then as long with the simple protocol (pgbench's default, the baseline of reports before 2026-11-26: every statement parsed and planned anew); tickets/s = tickets it finished / duration, script in bench-results/throughput.pgbench.sql, same server, a scratch database with agentdesk's schema",
@@ -318,8 +318,8 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-/// What Postgres has spent so far, or per ticket between two readings: CPU seconds of all its
-/// processes on this machine (0 when it runs elsewhere) and WAL bytes, cluster-wide.
+/// What Postgres has spent so far, or per ticket between two readings: CPU seconds of the
+/// server's processes (0 when it runs elsewhere) and WAL bytes, cluster-wide.
 #[derive(Clone, Copy)]
 pub struct PgSpend {
     pub cpu_s: f64,
@@ -330,12 +330,20 @@ impl PgSpend {
     pub async fn now(db_url: &str) -> Result<PgSpend> {
         use sqlx::Connection;
         let mut c = sqlx::PgConnection::connect(db_url).await?;
-        let wal: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
-            .fetch_one(&mut c)
-            .await?;
+        let (wal, backend): (i64, i32) =
+            sqlx::query_as("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint, pg_backend_pid()")
+                .fetch_one(&mut c)
+                .await?;
+        // The server's processes when it runs on this machine (a backend's parent is its
+        // postmaster), so that another server here (a test suite's) is not counted; else every
+        // postgres process visible (none, for a remote server).
+        let cpu_s = match server::parent(backend as u32) {
+            Some(postmaster) => server::cluster_cpu_secs(postmaster),
+            None => server::postgres_cpu_secs(),
+        };
         let _ = c.close().await;
         Ok(PgSpend {
-            cpu_s: server::postgres_cpu_secs(),
+            cpu_s,
             wal_bytes: wal as f64,
         })
     }

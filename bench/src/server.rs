@@ -290,6 +290,29 @@ pub fn postgres_cpu_secs() -> f64 {
     ticks_to_secs(ticks)
 }
 
+/// CPU seconds used so far by one PostgreSQL cluster: its postmaster (with its exited backends,
+/// reaped by it) and every live process it started. Other servers on the machine (a test suite's)
+/// are not counted.
+pub fn cluster_cpu_secs(postmaster: u32) -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let children: u64 = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| parent(pid) == Some(postmaster))
+        .filter_map(|pid| cpu_ticks(pid, false))
+        .sum();
+    ticks_to_secs(children + cpu_ticks(postmaster, true).unwrap_or(0))
+}
+
+/// The parent of a process, from /proc/<pid>/stat.
+pub fn parent(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = text.rfind(')').map(|i| &text[i + 2..])?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// utime + stime of /proc/<pid>/stat, plus cutime + cstime (reaped children) if asked.
 fn cpu_ticks(pid: u32, with_children: bool) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

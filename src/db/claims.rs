@@ -79,12 +79,13 @@ const BEFORE_DEADLINE: &str = "(t.deadline_at IS NULL OR t.deadline_at > now())"
 /// claim committed before: each agent's running count is exact however many processes claim, and
 /// a claim never takes an agent past its limit.
 pub async fn claim_batch(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     limit: i64,
     lease: Duration,
     worker_id: &str,
 ) -> Result<Vec<Claim>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    use sqlx::Connection;
+    let mut tx = conn.begin().await?;
     let unlimited = format!(
         "SELECT t.id, a.name AS agent_name, t.seeded
             FROM tickets t

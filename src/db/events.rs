@@ -148,7 +148,10 @@ impl<'a> EventColumns<'a> {
 /// No lock order is at stake: the other statements that lock several (`steps::store_steps`)
 /// never hold the same tickets at once, since a ticket's loop waits for one write at a time, and
 /// the claim, the renewal and the reaper skip locked rows instead of waiting.
-pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, &[NewEvent])]) -> Result<Vec<Uuid>, sqlx::Error> {
+pub async fn append_fenced_many(
+    conn: &mut PgConnection,
+    appends: &[(Fence, &[NewEvent])],
+) -> Result<Vec<Uuid>, sqlx::Error> {
     let fences = appends
         .iter()
         .flat_map(|(fence, events)| events.iter().map(move |_| fence));
@@ -177,7 +180,7 @@ pub async fn append_fenced_many(pool: &PgPool, appends: &[(Fence, &[NewEvent])])
     .bind(&columns.kinds)
     .bind(&columns.agents)
     .bind(&columns.data)
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await
 }
 
@@ -191,9 +194,9 @@ impl GroupWrite for Append {
     /// Whether the claim held (else nothing was written).
     type Reply = bool;
 
-    async fn write_group(pool: &PgPool, writes: &[Append]) -> Result<Vec<bool>, sqlx::Error> {
+    async fn write_group(conn: &mut PgConnection, writes: &[Append]) -> Result<Vec<bool>, sqlx::Error> {
         let appends: Vec<(Fence, &[NewEvent])> = writes.iter().map(|w| (w.fence, w.events.as_slice())).collect();
-        let written = append_fenced_many(pool, &appends).await?;
+        let written = append_fenced_many(conn, &appends).await?;
         Ok(super::group::held(writes.iter().map(|w| w.fence), written))
     }
 }
@@ -366,24 +369,68 @@ pub async fn read_global_below(
     Ok(rows.into_iter().map(LoggedEvent::from).collect())
 }
 
-/// Whether committed events after `after` are still held back by an older running transaction
-/// (then the reader should look again soon, as no NOTIFY may follow).
-pub async fn held_back(conn: &mut PgConnection, after: GlobalCursor, horizon: &str) -> Result<bool, sqlx::Error> {
+/// One page of `read_global_below`, and whether committed events after the page are still held
+/// back by an older running transaction (then the reader should look again soon, as no NOTIFY may
+/// follow), in one statement: the event reader's round trips are paid per round even when a
+/// round finds one event.
+#[derive(Debug, Default)]
+pub struct GlobalPage {
+    pub events: Vec<LoggedEvent>,
+    pub held_back: bool,
+}
+
+/// `read_global_below`, also answering whether events are held back (see [`GlobalPage`]).
+///
+/// Both answers come from the statement's one snapshot. An event committed after that snapshot is
+/// in neither; its writer wakes the readers after its commit (this process's directly, others by
+/// NOTIFY or their polling), so the next round reads it, as it would after a separate look.
+pub async fn read_global_page(
+    conn: &mut PgConnection,
+    after: GlobalCursor,
+    limit: i64,
+    horizon: &str,
+) -> Result<GlobalPage, sqlx::Error> {
+    use sqlx::{FromRow, Row};
     // Some event is after the cursor and at or above the horizon exactly when the newest event is,
     // so one step down the cursor index answers it. (An `EXISTS` over a range got a generic plan
-    // that scanned the whole log.)
-    let newest: Option<(String, i64)> =
-        sqlx::query_as("SELECT e.txid::text, e.id FROM events e ORDER BY e.txid DESC, e.id DESC LIMIT 1")
-            .fetch_optional(conn)
-            .await?;
-    let Some((txid, id)) = newest else { return Ok(false) };
-    let newest = GlobalCursor {
-        txid: txid.parse().unwrap_or(u64::MAX),
-        id,
-    };
+    // that scanned the whole log.) The page joins it laterally: one row with no event when the
+    // page is empty, no row at all when the log is.
+    let rows = sqlx::query(&format!(
+        "SELECT p.*, n.newest_txid, n.newest_id
+         FROM (SELECT e.txid::text AS newest_txid, e.id AS newest_id FROM events e
+               ORDER BY e.txid DESC, e.id DESC LIMIT 1) n
+         LEFT JOIN LATERAL (
+            SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
+            WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid < $4::text::xid8
+            ORDER BY e.txid, e.id LIMIT $3) p ON true"
+    ))
+    .bind(after.txid.to_string())
+    .bind(after.id)
+    .bind(limit)
+    .bind(horizon)
+    .fetch_all(conn)
+    .await?;
+    let mut page = GlobalPage::default();
+    let mut newest = None;
+    for row in &rows {
+        let (txid, id): (String, i64) = (row.try_get("newest_txid")?, row.try_get("newest_id")?);
+        newest = Some(GlobalCursor {
+            txid: txid.parse().unwrap_or(u64::MAX),
+            id,
+        });
+        if row.try_get::<Option<i64>, _>("id")?.is_some() {
+            page.events.push(EventRow::from_row(row)?.into());
+        }
+    }
+    // In cursor order, whatever order the join returned them in.
+    page.events.sort_by_key(|e| e.cursor);
+    let last = page.events.last().map_or(after, |e| e.cursor);
     // An unreadable horizon counts as holding back: the reader looks again rather than stalls.
-    let at_or_above_horizon = horizon.parse::<u64>().map_or(true, |h| newest.txid >= h);
-    Ok(newest > after && at_or_above_horizon)
+    page.held_back = newest.is_some_and(|newest| {
+        let at_or_above_horizon = horizon.parse::<u64>().map_or(true, |h| newest.txid >= h);
+        newest > last && at_or_above_horizon
+    });
+    Ok(page)
 }
 
 /// The cursor just past every event readable now: a stream "from now" starts here.

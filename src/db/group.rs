@@ -8,20 +8,45 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::{mpsc, oneshot, Mutex};
+
+/// How long a writer keeps its connection with nothing to write (when the pool allows it, see
+/// `db::may_keep_connection`): longer than the gaps between writes on a quiet desk.
+const KEEP_IDLE: Duration = Duration::from_millis(500);
 
 /// A write that can share a statement with others of its kind.
 pub trait GroupWrite: Sized + Send + Sync + 'static {
     /// What the caller of one write learns.
     type Reply: Send + 'static;
 
-    /// Writes all of `writes` with one commit; one reply per write, in order.
+    /// Writes all of `writes` with one commit (on `conn`, outside any transaction); one reply per
+    /// write, in order.
     fn write_group(
-        pool: &PgPool,
+        conn: &mut PgConnection,
         writes: &[Self],
     ) -> impl Future<Output = Result<Vec<Self::Reply>, sqlx::Error>> + Send;
+}
+
+/// `W::write_group` on the writer's connection, taken from the pool when it has none; a
+/// connection whose write failed goes back (the pool's check drops it if it is broken).
+async fn write_with<W: GroupWrite>(
+    pool: &PgPool,
+    conn: &mut Option<PoolConnection<Postgres>>,
+    writes: &[W],
+) -> Result<Vec<W::Reply>, sqlx::Error> {
+    let c = match conn {
+        Some(c) => c,
+        None => conn.insert(pool.acquire().await?),
+    };
+    let result = W::write_group(c, writes).await;
+    if result.is_err() {
+        *conn = None;
+    }
+    result
 }
 
 type Job<W> = (W, oneshot::Sender<Result<<W as GroupWrite>::Reply, sqlx::Error>>);
@@ -82,13 +107,36 @@ async fn writer<W: GroupWrite>(
     committed: Arc<dyn Fn() + Send + Sync>,
 ) {
     let mut group = Vec::with_capacity(max_group);
+    let keep = super::may_keep_connection(&pool);
+    let mut conn: Option<PoolConnection<Postgres>> = None;
     loop {
-        // Whatever queued while the previous group committed forms the next one.
-        if rx.lock().await.recv_many(&mut group, max_group).await == 0 {
+        // Whatever queued while the previous group committed forms the next one. A kept
+        // connection goes back to the pool once nothing came for a while.
+        let received = if conn.is_some() {
+            // Cancel-safe: nothing is taken from the queue when the wait ends first.
+            match tokio::time::timeout(KEEP_IDLE, async {
+                rx.lock().await.recv_many(&mut group, max_group).await
+            })
+            .await
+            {
+                Ok(n) => n,
+                Err(_) => {
+                    conn = None;
+                    continue;
+                }
+            }
+        } else {
+            rx.lock().await.recv_many(&mut group, max_group).await
+        };
+        if received == 0 {
             return;
         }
         let (writes, replies): (Vec<W>, Vec<_>) = group.drain(..).unzip();
-        match W::write_group(&pool, &writes).await {
+        let first = write_with(&pool, &mut conn, &writes).await;
+        if !keep {
+            conn = None;
+        }
+        match first {
             Ok(answers) if answers.len() == writes.len() => {
                 committed();
                 for (answer, reply) in answers.into_iter().zip(replies) {
@@ -98,9 +146,12 @@ async fn writer<W: GroupWrite>(
             // A failed group (or, defensively, one answered short) is written one at a time.
             _ => {
                 for (write, reply) in writes.iter().zip(replies) {
-                    let alone = W::write_group(&pool, std::slice::from_ref(write))
+                    let alone = write_with(&pool, &mut conn, std::slice::from_ref(write))
                         .await
                         .and_then(|mut answers| answers.pop().ok_or(sqlx::Error::RowNotFound));
+                    if !keep {
+                        conn = None;
+                    }
                     if alone.is_ok() {
                         committed();
                     }

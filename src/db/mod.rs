@@ -31,6 +31,17 @@ pub const CONTROL_CHANNEL: &str = "agentdesk_control";
 /// Token deltas from worker-only processes to API processes, batched (never one NOTIFY per token).
 pub const DELTAS_CHANNEL: &str = "agentdesk_deltas";
 
+/// Pools at least this large (the default size) let the busiest background tasks (the event
+/// reader, the claim loop, the group writers) keep a connection between their statements: a
+/// connection going back to the pool costs a round trip (sqlx checks it on release), which a
+/// quiet desk would pay on every write. Smaller pools are left to the agent loops.
+const KEEP_CONNECTIONS_FROM: u32 = 16;
+
+/// Whether a background task of this pool may keep its connection (see `KEEP_CONNECTIONS_FROM`).
+pub fn may_keep_connection(pool: &PgPool) -> bool {
+    pool.options().get_max_connections() >= KEEP_CONNECTIONS_FROM
+}
+
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = url.parse()?;
     PgPoolOptions::new()

@@ -53,8 +53,8 @@ impl GroupWrite for StepWrite {
     /// Whether the claim held (else nothing was written).
     type Reply = bool;
 
-    async fn write_group(pool: &PgPool, writes: &[StepWrite]) -> Result<Vec<bool>, sqlx::Error> {
-        let written = store_steps(&mut *pool.acquire().await?, writes).await?;
+    async fn write_group(conn: &mut PgConnection, writes: &[StepWrite]) -> Result<Vec<bool>, sqlx::Error> {
+        let written = store_steps(conn, writes).await?;
         Ok(super::group::held(writes.iter().map(|w| w.fence), written))
     }
 }

@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgListener;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -228,6 +229,8 @@ struct Inner {
     /// The same position for those who wait for it to move (webhook deliveries): set once per
     /// read of the log that found events, never per event.
     advanced: tokio::sync::watch::Sender<GlobalCursor>,
+    /// The backends of this process's own LISTEN connections, by role: they are not peers.
+    own_listeners: std::sync::Mutex<std::collections::HashMap<&'static str, i32>>,
 }
 
 impl EventHub {
@@ -246,6 +249,7 @@ impl EventHub {
                 wake: Notify::new(),
                 position: std::sync::Mutex::new(head),
                 advanced: tokio::sync::watch::Sender::new(head),
+                own_listeners: Default::default(),
             }),
         })
     }
@@ -286,6 +290,23 @@ impl EventHub {
     /// Completes when `work_available` was called (a stored permit counts).
     pub async fn work_notified(&self) {
         self.inner.work.notified().await
+    }
+
+    /// Opens a LISTEN connection on `channels` for this process (`role` names it: one per role),
+    /// known to the hub as its own, so that `notify_peers` does not take it for another process.
+    pub async fn listener(&self, role: &'static str, channels: &[&str]) -> Result<PgListener, sqlx::Error> {
+        let mut listener = PgListener::connect_with(&self.inner.pool).await?;
+        // Asked before LISTEN, which must stay the session's last statement (see `peers_listening`).
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut listener)
+            .await?;
+        self.inner
+            .own_listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(role, pid);
+        listener.listen_all(channels.iter().copied()).await?;
+        Ok(listener)
     }
 
     fn tell_peers(&self, what: u8) {
@@ -367,15 +388,31 @@ impl EventHub {
         let mut cursor = self.position();
         let mut failures = 0u32;
         let mut round_started = tokio::time::Instant::now();
+        // The reader keeps one pooled connection from round to round when the pool allows it
+        // (see `db::may_keep_connection`): a quiet desk would pay a release per event.
+        let keep = db::may_keep_connection(&self.inner.pool);
+        let mut conn: Option<PoolConnection<Postgres>> = None;
         loop {
             round_started = round_started.max(tokio::time::Instant::now());
-            let next_wait = match self.catch_up(&mut cursor).await {
+            let round = match conn.as_mut() {
+                Some(c) => self.catch_up(c, &mut cursor).await,
+                None => match self.inner.pool.acquire().await {
+                    Ok(c) => self.catch_up(conn.insert(c), &mut cursor).await,
+                    Err(err) => Err(err),
+                },
+            };
+            if !keep {
+                conn = None;
+            }
+            let next_wait = match round {
                 Ok(true) => HELD_BACK_RETRY,
                 Ok(false) => {
                     failures = 0;
                     POLL_INTERVAL
                 }
                 Err(err) => {
+                    // A connection that failed goes back (the pool's check drops it if broken).
+                    conn = None;
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(20) {
                         tracing::warn!(error = %err, "event hub cannot read the event log; retrying");
@@ -398,14 +435,12 @@ impl EventHub {
     }
 
     /// Broadcasts every readable event after `cursor`; true when more are held back.
-    async fn catch_up(&self, cursor: &mut GlobalCursor) -> Result<bool, sqlx::Error> {
-        // One connection per round: a pooled connection is checked with a round trip each time it
-        // goes back to the pool, so the round's statements share one.
-        let mut conn = self.inner.pool.acquire().await?;
+    async fn catch_up(&self, conn: &mut PgConnection, cursor: &mut GlobalCursor) -> Result<bool, sqlx::Error> {
         // One horizon per round: events below it are final, whatever commits meanwhile.
-        let horizon = db::events::horizon(&mut conn).await?;
+        let horizon = db::events::horizon(&mut *conn).await?;
         loop {
-            let batch = db::events::read_global_below(&mut conn, *cursor, BATCH, &horizon).await?;
+            let page = db::events::read_global_page(&mut *conn, *cursor, BATCH, &horizon).await?;
+            let (batch, held_back) = (page.events, page.held_back);
             let full = batch.len() as i64 == BATCH;
             if let Some(last) = batch.last() {
                 *cursor = last.cursor;
@@ -422,10 +457,9 @@ impl EventHub {
                 moved
             });
             if !full {
-                break;
+                return Ok(held_back);
             }
         }
-        db::events::held_back(&mut conn, *cursor, &horizon).await
     }
 }
 
@@ -434,15 +468,35 @@ const WORK_DIRTY: u8 = 2;
 /// At most one NOTIFY per channel per this interval from one process.
 const PEER_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
 
-/// Sends the debounced NOTIFYs of `wake` and `work_available` to other processes.
+/// How long a look for other processes' listeners is trusted.
+const PEER_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Sends the debounced NOTIFYs of `wake` and `work_available` to other processes, when some
+/// listen: a process alone on its database (one `serve`) would only wake itself, paying a commit
+/// and its listeners' wake-ups for hints it already has.
 async fn notify_peers(hub: EventHub, shutdown: CancellationToken) {
     use std::sync::atomic::Ordering;
+    let mut peers: Option<(tokio::time::Instant, bool)> = None;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = hub.inner.peers_wake.notified() => {}
         }
         let dirty = hub.inner.peers_dirty.swap(0, Ordering::AcqRel);
+        let listening = match peers {
+            Some((at, listening)) if at.elapsed() < PEER_CHECK_INTERVAL => listening,
+            _ => {
+                let listening = hub.peers_listening().await;
+                peers = Some((tokio::time::Instant::now(), listening));
+                listening
+            }
+        };
+        if !listening {
+            // Safe to drop: a process that starts listening meanwhile is seen within a second, and
+            // until then its readers and workers poll, as after any lost hint (and a listener
+            // looks once when it connects).
+            continue;
+        }
         for (bit, channel) in [(EVENTS_DIRTY, db::EVENTS_CHANNEL), (WORK_DIRTY, db::WORK_CHANNEL)] {
             if dirty & bit != 0 {
                 // A lost hint is covered by the readers' and workers' polling.
@@ -456,11 +510,38 @@ async fn notify_peers(hub: EventHub, shutdown: CancellationToken) {
     }
 }
 
+impl EventHub {
+    /// Whether a session of this database other than this process's listeners has LISTENed:
+    /// a listener's last statement, in `pg_stat_activity`, is its LISTEN (a process of an earlier
+    /// version counts too). Errs on the side of telling: a session whose statement cannot be seen,
+    /// a server that does not track them, or a failed look count as listening.
+    async fn peers_listening(&self) -> bool {
+        let own: Vec<i32> = self
+            .inner
+            .own_listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .copied()
+            .collect();
+        sqlx::query_scalar(
+            "SELECT NOT current_setting('track_activities')::bool OR EXISTS (
+                SELECT 1 FROM pg_stat_activity
+                WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> ALL($1)
+                  AND (query ILIKE 'listen %' OR query = '<insufficient privilege>'))",
+        )
+        .bind(&own)
+        .fetch_one(&self.inner.pool)
+        .await
+        .unwrap_or(true)
+    }
+}
+
 /// Turns NOTIFYs on the events channel into wake-ups. Reconnects on its own; notifications missed
 /// meanwhile are covered by the hub's polling.
 async fn listen_for_events(hub: EventHub, shutdown: CancellationToken) {
     loop {
-        let mut listener = match PgListener::connect_with(&hub.inner.pool).await {
+        let mut listener = match hub.listener("events", &[db::EVENTS_CHANNEL, db::DELTAS_CHANNEL]).await {
             Ok(l) => l,
             Err(_) => {
                 tokio::select! {
@@ -469,13 +550,6 @@ async fn listen_for_events(hub: EventHub, shutdown: CancellationToken) {
                 }
             }
         };
-        if listener
-            .listen_all([db::EVENTS_CHANNEL, db::DELTAS_CHANNEL])
-            .await
-            .is_err()
-        {
-            continue;
-        }
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,

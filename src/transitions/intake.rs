@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection, PgPool};
 
 use super::DeskError;
 use crate::db::events::ReservedEvent;
@@ -85,8 +85,8 @@ impl GroupWrite for NewTicket {
     type Reply = Ticket;
 
     /// The tickets and their `ticket.created` events, in one transaction.
-    async fn write_group(pool: &PgPool, new: &[NewTicket]) -> Result<Vec<Ticket>, sqlx::Error> {
-        let mut tx = pool.begin().await?;
+    async fn write_group(conn: &mut PgConnection, new: &[NewTicket]) -> Result<Vec<Ticket>, sqlx::Error> {
+        let mut tx = conn.begin().await?;
         let tickets = crate::db::tickets::insert_many(&mut tx, new).await?;
         if tickets.len() != new.len() {
             return Err(sqlx::Error::RowNotFound);

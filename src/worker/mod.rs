@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -23,8 +23,11 @@ use crate::telemetry::trace::AgentSpan;
 
 /// Most tickets claimed by one statement.
 const MAX_CLAIM_BATCH: i64 = 64;
-/// How long a woken claim loop waits for more work to arrive before claiming.
-const CLAIM_GATHER: Duration = Duration::from_millis(5);
+/// Claims after a wake-up start at least this far apart, so that on a steady trickle of tickets
+/// one claim takes those of the last few milliseconds together (and their first steps then share
+/// group commits), instead of a claim transaction per ticket; the first claim after a quiet spell
+/// goes at once. A full batch is followed by the next claim at once.
+const MIN_CLAIM_INTERVAL: Duration = Duration::from_millis(20);
 /// Polling fallback for missed wake-ups.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
@@ -155,11 +158,30 @@ fn free_slots(shared: &Shared) -> i64 {
 
 async fn claim_loop(shared: Arc<Shared>) {
     let mut failures = 0u32;
+    // Kept between claims when the pool allows it (see `db::may_keep_connection`): on a quiet
+    // desk, claims come about once a ticket.
+    let pool = &shared.runtime.pool;
+    let keep = db::may_keep_connection(pool);
+    let mut conn: Option<PoolConnection<Postgres>> = None;
     while !shared.stop.is_cancelled() {
+        let claim_started = tokio::time::Instant::now();
         let free = free_slots(&shared).min(MAX_CLAIM_BATCH);
         let mut wait = IDLE_POLL;
         if free > 0 {
-            match db::claims::claim_batch(&shared.runtime.pool, free, shared.config.lease, &shared.worker_id).await {
+            let claimed = match conn.as_mut() {
+                Some(c) => db::claims::claim_batch(c, free, shared.config.lease, &shared.worker_id).await,
+                None => match pool.acquire().await {
+                    Ok(c) => {
+                        db::claims::claim_batch(conn.insert(c), free, shared.config.lease, &shared.worker_id).await
+                    }
+                    Err(err) => Err(err),
+                },
+            };
+            // A connection whose claim failed goes back (the pool's check drops it if broken).
+            if !keep || claimed.is_err() {
+                conn = None;
+            }
+            match claimed {
                 Ok(claims) => {
                     failures = 0;
                     let full = claims.len() as i64 == free;
@@ -194,8 +216,9 @@ async fn claim_loop(shared: Arc<Shared>) {
             _ = shared.runtime.hub.work_notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
-        // Let a burst of new tickets gather so one claim statement takes many of them.
-        tokio::time::sleep(CLAIM_GATHER).await;
+        // Woken soon after a claim: the tickets of the next few milliseconds gather for one claim.
+        // After a longer wait this returns at once.
+        tokio::time::sleep_until(claim_started + MIN_CLAIM_INTERVAL).await;
     }
 }
 
@@ -388,11 +411,10 @@ async fn deadline_loop(shared: Arc<Shared>, stop: CancellationToken) {
 /// Wake-ups for new work and cancel requests, across processes.
 async fn listen_loop(shared: Arc<Shared>, stop: CancellationToken) {
     loop {
-        let listener = async {
-            let mut l = PgListener::connect_with(&shared.runtime.pool).await?;
-            l.listen_all([db::WORK_CHANNEL, db::CONTROL_CHANNEL]).await?;
-            Ok::<_, sqlx::Error>(l)
-        };
+        let listener = shared
+            .runtime
+            .hub
+            .listener("work", &[db::WORK_CHANNEL, db::CONTROL_CHANNEL]);
         let mut listener = match listener.await {
             Ok(l) => l,
             Err(_) => {
