@@ -100,25 +100,8 @@ async fn after_kill_9_and_a_restart_every_ticket_finishes_once_and_nothing_ackno
     support::wait_ready(&client, &base, Duration::from_secs(10)).await;
     let deadline = tokio::time::Instant::now() + WAIT;
     for key in &keys {
-        loop {
-            let t: Value = client
-                .get(format!("{base}/v1/tickets/{key}"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if t["status"] == "done" {
-                assert_eq!(t["attempts"], 2, "the claim lost in the crash counts: {t}");
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{key} did not finish after the restart: {t}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let t = support::wait_status_at(&client, &base, key, "done", deadline).await;
+        assert_eq!(t["attempts"], 2, "the claim lost in the crash counts: {t}");
     }
     second.kill().unwrap();
     second.wait().unwrap();

@@ -6,7 +6,7 @@ mod support;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use testkit::fake_llm::{FakeLlm, Reply};
@@ -71,51 +71,35 @@ async fn a_model_server_signed_by_a_private_authority_is_trusted_through_ssl_cer
 
     let database_url = testkit::testing::fresh_database().await.unwrap();
     let port = support::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentdesk"))
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", &database_url)
-        .env("OPENAI_BASE_URL", format!("https://localhost:{tls_port}/v1"))
-        .env("OPENAI_API_KEY", "test")
-        .env("SSL_CERT_FILE", &ca_file)
-        .env("AGENTDESK_ADDR", format!("127.0.0.1:{port}"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the agentdesk binary");
+    let _child = support::KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_agentdesk"))
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("DATABASE_URL", &database_url)
+            .env("OPENAI_BASE_URL", format!("https://localhost:{tls_port}/v1"))
+            .env("OPENAI_API_KEY", "test")
+            .env("SSL_CERT_FILE", &ca_file)
+            .env("AGENTDESK_ADDR", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the agentdesk binary"),
+    );
     let client = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
     support::wait_ready(&client, &base, Duration::from_secs(30)).await;
 
-    let ticket: serde_json::Value = client
-        .post(format!("{base}/v1/tickets"))
-        .json(&json!({"task": "over TLS, please"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let key = ticket["key"].as_str().unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let ticket = loop {
-        let ticket: serde_json::Value = client
-            .get(format!("{base}/v1/tickets/{key}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if ticket["status"] == "done" || ticket["status"] == "failed" || Instant::now() > deadline {
-            break ticket;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let _ = child.kill();
-    let _ = child.wait();
+    let (_, ticket) = support::send(
+        client
+            .post(format!("{base}/v1/tickets"))
+            .json(&json!({"task": "over TLS, please"})),
+    )
+    .await;
+    let key = ticket["key"].as_str().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let ticket = support::wait_status_at(&client, &base, key, "done", deadline).await;
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(ticket["status"], "done", "{ticket}");
     assert_eq!(ticket["result"], "over TLS");

@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::{json, Value};
+use support::KillOnDrop;
 use testkit::fake_llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -95,17 +96,7 @@ async fn start_receiver() -> (String, Spans) {
     (format!("http://{addr}"), spans)
 }
 
-/// Kills the child when the test ends, however it ends.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(command: &str, database_url: &str, llm: &FakeLlm, otlp: &str, extra: &[(&str, &str)]) -> Process {
+fn spawn(command: &str, database_url: &str, llm: &FakeLlm, otlp: &str, extra: &[(&str, &str)]) -> KillOnDrop {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentdesk"));
     cmd.arg(command)
         .env_clear()
@@ -121,26 +112,7 @@ fn spawn(command: &str, database_url: &str, llm: &FakeLlm, otlp: &str, extra: &[
     for (name, value) in extra {
         cmd.env(name, value);
     }
-    Process(cmd.spawn().expect("start the agentdesk binary"))
-}
-
-async fn wait_done(client: &reqwest::Client, base: &str, key: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let ticket: Value = client
-            .get(format!("{base}/v1/tickets/{key}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if ticket["status"] == "done" {
-            return ticket;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{key} never finished: {ticket}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    KillOnDrop(cmd.spawn().expect("start the agentdesk binary"))
 }
 
 /// Waits until spans with every one of `names` arrived in the trace; returns the trace's spans.
@@ -208,7 +180,7 @@ async fn a_tickets_spans_continue_the_callers_trace_across_api_and_worker_proces
         .await
         .unwrap();
     let key = created["key"].as_str().unwrap();
-    let ticket = wait_done(&client, &base, key).await;
+    let ticket = support::wait_status_at(&client, &base, key, "done", tokio::time::Instant::now() + WAIT).await;
     let ticket_id = ticket["id"].as_str().unwrap();
     let model = llm.requests()[0].body["model"].as_str().unwrap().to_owned();
 
@@ -297,7 +269,14 @@ async fn contents_are_recorded_only_when_asked_for() {
         .json()
         .await
         .unwrap();
-    wait_done(&client, &base, created["key"].as_str().unwrap()).await;
+    support::wait_status_at(
+        &client,
+        &base,
+        created["key"].as_str().unwrap(),
+        "done",
+        tokio::time::Instant::now() + WAIT,
+    )
+    .await;
     // Without a traceparent the ticket starts a trace of its own, rooted at the server span.
     let server_trace = loop {
         let found = spans

@@ -614,6 +614,16 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A child process (the binary, run by a test) killed when the test ends, however it ends.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Waits until `base` answers `/readyz` with success; panics after `within`.
 pub async fn wait_ready(client: &reqwest::Client, base: &str, within: Duration) {
     let deadline = Instant::now() + within;
@@ -626,4 +636,17 @@ pub async fn wait_ready(client: &reqwest::Client, base: &str, within: Duration) 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("{base} never became ready");
+}
+
+/// Polls the service at `base` (another process) until ticket `key` has `status`; returns the
+/// ticket. Panics with the ticket as last seen once `deadline` has passed.
+pub async fn wait_status_at(client: &reqwest::Client, base: &str, key: &str, status: &str, deadline: Instant) -> Value {
+    loop {
+        let (_, ticket) = send(client.get(format!("{base}/v1/tickets/{key}"))).await;
+        if ticket["status"] == status {
+            return ticket;
+        }
+        assert!(Instant::now() < deadline, "{key} never became {status}: {ticket}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
