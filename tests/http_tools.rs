@@ -3,11 +3,11 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::logs::CapturedLogs;
 use support::tool_server::{wait_flag, HangingServer, ToolServer, HUGE_BYTES};
 use support::{assert_error, event_data, wait_status, StatusCode, TestApp};
 use testkit::fake_llm::{FakeLlm, Reply};
@@ -15,36 +15,15 @@ use testkit::fake_llm::{FakeLlm, Reply};
 /// The value of `${env:HTTP_TOOLS_TEST_SECRET}`.
 const SECRET: &str = "zq-very-secret-7731";
 
-/// Every log line of this test binary, kept in memory (see `secrets_never_leak`).
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Every test calls this first: the process's log capture and the secrets the tools read, set
 /// once before any test runs a service (setting the environment while another thread reads it
 /// is a race).
-fn logs() -> &'static Captured {
-    static LOGS: OnceLock<Captured> = OnceLock::new();
+fn logs() -> &'static CapturedLogs {
+    static LOGS: OnceLock<CapturedLogs> = OnceLock::new();
     LOGS.get_or_init(|| {
         std::env::set_var("HTTP_TOOLS_TEST_WEATHER_TOKEN", "s3cr3t-weather");
         std::env::set_var("HTTP_TOOLS_TEST_SECRET", SECRET);
-        let logs = Captured::default();
-        let writer = logs.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("debug")
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .try_init();
-        logs
+        CapturedLogs::install("debug")
     })
 }
 
@@ -503,7 +482,7 @@ async fn secrets_never_leak() {
         assert!(!request.body.to_string().contains(SECRET));
     }
     // The logs (debug level, every module).
-    let logged = String::from_utf8_lossy(&logs().0.lock().unwrap()).into_owned();
+    let logged = logs().text();
     assert!(logged.contains(&key), "the logs were captured");
     assert!(!logged.contains(SECRET), "a log line holds the secret");
 }

@@ -4,40 +4,17 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use rmcp::model::ProtocolVersion;
 use serde_json::json;
+use support::logs::CapturedLogs;
 use support::{StatusCode, TestApp};
 use testkit::mcp_server::McpHttpServer;
-
-/// Log output kept in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn expanded_mcp_secrets_are_never_logged() {
     const SECRET: &str = "s3cret-logged-mcp-token-5521";
     std::env::set_var("AGENTDESK_TEST_MCP_LOG_SECRET", SECRET);
-    let logs = Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("debug")
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let logs = CapturedLogs::install("debug");
 
     let app = TestApp::spawn_with(|c| c.mcp_allow_private = Some(true)).await;
     let server = McpHttpServer::start(ProtocolVersion::V_2025_11_25, true).await;
@@ -60,7 +37,7 @@ async fn expanded_mcp_secrets_are_never_logged() {
     assert_ne!(view["status"], "ok");
     app.post("/v1/mcp-servers/gone/refresh", json!({})).await;
 
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let text = logs.text();
     assert!(text.contains("MCP server unavailable"), "the failure was logged");
     assert!(!text.contains(SECRET), "a log line holds the secret");
 }

@@ -4,44 +4,22 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use serde_json::json;
+use support::logs::CapturedLogs;
 use support::{wait_status, StatusCode, TestApp};
 use testkit::fake_llm::{FakeLlm, Reply};
 
-/// Log output kept in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn warn_lines(&self) -> Vec<String> {
-        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
-        text.lines().filter(|l| l.contains("WARN")).map(str::to_owned).collect()
-    }
+fn warn_lines(logs: &CapturedLogs) -> Vec<String> {
+    logs.text()
+        .lines()
+        .filter(|l| l.contains("WARN"))
+        .map(str::to_owned)
+        .collect()
 }
 
 #[tokio::test]
 async fn a_retry_and_a_failed_request_each_log_one_warn_line_with_their_cause() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("warn")
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let logs = CapturedLogs::install("warn");
 
     let llm = FakeLlm::start().await;
     let app = TestApp::spawn_with_llm(&llm, |_| {}).await;
@@ -55,7 +33,7 @@ async fn a_retry_and_a_failed_request_each_log_one_warn_line_with_their_cause() 
     let key = ticket["key"].as_str().unwrap();
     wait_status(&app, key, "failed").await;
 
-    let lines: Vec<String> = logs.warn_lines().into_iter().filter(|l| l.contains(key)).collect();
+    let lines: Vec<String> = warn_lines(&logs).into_iter().filter(|l| l.contains(key)).collect();
     assert_eq!(
         lines.len(),
         2,
