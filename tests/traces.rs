@@ -16,7 +16,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use serde_json::{json, Value};
+use serde_json::json;
 use support::KillOnDrop;
 use testkit::fake_llm::{FakeLlm, Reply};
 
@@ -169,16 +169,13 @@ async fn a_tickets_spans_continue_the_callers_trace_across_api_and_worker_proces
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
-    let created: Value = client
-        .post(format!("{base}/v1/tickets"))
-        .header("traceparent", format!("00-{trace_id}-{caller_span}-01"))
-        .json(&json!({ "task": "Trace this." }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, created) = support::send(
+        client
+            .post(format!("{base}/v1/tickets"))
+            .header("traceparent", format!("00-{trace_id}-{caller_span}-01"))
+            .json(&json!({ "task": "Trace this." })),
+    )
+    .await;
     let key = created["key"].as_str().unwrap();
     let ticket = support::wait_status_at(&client, &base, key, "done", tokio::time::Instant::now() + WAIT).await;
     let ticket_id = ticket["id"].as_str().unwrap();
@@ -260,15 +257,12 @@ async fn contents_are_recorded_only_when_asked_for() {
     );
     let client = reqwest::Client::new();
     support::wait_ready(&client, &base, Duration::from_secs(20)).await;
-    let created: Value = client
-        .post(format!("{base}/v1/tickets"))
-        .json(&json!({ "task": "The recipe of the sauce" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, created) = support::send(
+        client
+            .post(format!("{base}/v1/tickets"))
+            .json(&json!({ "task": "The recipe of the sauce" })),
+    )
+    .await;
     support::wait_status_at(
         &client,
         &base,
