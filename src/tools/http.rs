@@ -131,23 +131,16 @@ impl HttpTool {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<String, ToolFailure> {
-        let mut response = request.send().await.map_err(|e| self.transport_failure(e))?;
+        let response = request.send().await.map_err(|e| self.transport_failure(e))?;
         let status = response.status();
-        let mut body: Vec<u8> = Vec::new();
         let limit = if status.is_success() {
             MAX_BODY_BYTES
         } else {
             ERROR_BODY_BYTES
         };
-        while body.len() < limit {
-            match response.chunk().await {
-                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-                Ok(None) => break,
-                Err(e) => return Err(self.transport_failure(e)),
-            }
-        }
-        let cut = body.len() > limit;
-        body.truncate(limit);
+        let (body, cut) = crate::net::bounded::read_prefix(response, limit)
+            .await
+            .map_err(|e| self.transport_failure(e))?;
         let mut text = String::from_utf8_lossy(&body).into_owned();
         if !status.is_success() {
             return Err(ToolFailure::new(
