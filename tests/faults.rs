@@ -190,6 +190,16 @@ async fn a_postgres_restart_mid_run_is_survived_and_the_tickets_finish() {
     .unwrap();
     assert!(status.success(), "pg_ctl restart failed");
 
+    // Requests right after the restart get fresh connections: none is answered 503 from a pooled
+    // connection that died with the old server.
+    let reads = keys
+        .iter()
+        .chain(&keys)
+        .map(|key| support::send(app.request(reqwest::Method::GET, &format!("/v1/tickets/{key}"))));
+    for (status, body) in futures::future::join_all(reads).await {
+        assert_eq!(status, StatusCode::OK, "right after the restart: {body}");
+    }
+
     for key in &keys {
         let done = wait_status(&app, key, "done").await;
         assert_eq!(done["result"], "ok");

@@ -17,10 +17,12 @@ pub mod steps;
 pub mod tickets;
 pub mod webhooks;
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{Connection, PgPool};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -48,9 +50,19 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Er
         .max_connections(max_connections)
         .min_connections(1)
         .acquire_timeout(Duration::from_secs(10))
-        // No ping before every use (it would double the round trips): a connection that died
-        // with a Postgres restart fails its next query and is dropped; callers retry.
+        // No ping before every use (it would double the round trips). Only connections opened
+        // before this process last saw Postgres drop its connections are pinged, so that a
+        // restart does not answer the next requests 503 from dead pooled connections.
         .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if !opened_before_loss(meta.age) {
+                    return Ok(true);
+                }
+                // A dead connection is closed here and the pool opens another.
+                Ok(conn.ping().await.is_ok())
+            })
+        })
         // Generic plans: the statements are few and shaped alike every time, and planning the
         // event and comment appends (CTEs over arrays) anew for each call cost more than running them.
         .connect_with(
@@ -59,6 +71,34 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Er
                 .options([("plan_cache_mode", "force_generic_plan")]),
         )
         .await
+}
+
+/// The instant all process-wide clocks here count from.
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// When this process last saw Postgres drop a connection (a restart, a failover, a killed
+/// backend), in nanoseconds after `clock_base`; 0 = never. Process-wide rather than per pool: a
+/// needless ping on another pool's connection costs one round trip and nothing else.
+static LAST_LOSS: AtomicU64 = AtomicU64::new(0);
+
+/// Records that Postgres dropped a connection just now. The LISTEN connections call it (they
+/// read all the time, so they see a restart first), as does every request that failed on one.
+pub fn note_connection_loss() {
+    let now = clock_base().elapsed().as_nanos().max(1);
+    LAST_LOSS.fetch_max(u64::try_from(now).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+/// Whether a pooled connection of this `age` was opened before the last loss, and so may be dead.
+fn opened_before_loss(age: Duration) -> bool {
+    let loss = LAST_LOSS.load(Ordering::Relaxed);
+    if loss == 0 {
+        return false;
+    }
+    let opened = clock_base().elapsed().saturating_sub(age);
+    opened.as_nanos() <= u128::from(loss)
 }
 
 /// Applies pending migrations. sqlx holds an advisory lock meanwhile, so replicas may race safely.

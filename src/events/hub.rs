@@ -563,7 +563,11 @@ async fn listen_for_events(hub: EventHub, shutdown: CancellationToken) {
                     }
                     Ok(Some(_)) => hub.wake_local(),
                     // The connection dropped: wake anyway (we may have missed some) and reconnect.
-                    Ok(None) | Err(_) => { hub.wake_local(); break; }
+                    Ok(None) | Err(_) => {
+                        db::note_connection_loss();
+                        hub.wake_local();
+                        break;
+                    }
                 }
             }
         }

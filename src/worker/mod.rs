@@ -442,7 +442,10 @@ async fn listen_loop(shared: Arc<Shared>, stop: CancellationToken) {
                     }
                 }
                 Ok(Some(_)) => shared.wake.notify_one(),
-                Ok(None) | Err(_) => break,
+                Ok(None) | Err(_) => {
+                    db::note_connection_loss();
+                    break;
+                }
             }
         }
     }
