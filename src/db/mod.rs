@@ -85,7 +85,8 @@ fn clock_base() -> Instant {
 static LAST_LOSS: AtomicU64 = AtomicU64::new(0);
 
 /// Records that Postgres dropped a connection just now. The LISTEN connections call it (they
-/// read all the time, so they see a restart first), as does every request that failed on one.
+/// read all the time, so they see a restart first), as does every request that failed on one
+/// (not one that only waited too long for a connection: its pool's connections are alive).
 pub fn note_connection_loss() {
     let now = clock_base().elapsed().as_nanos().max(1);
     LAST_LOSS.fetch_max(u64::try_from(now).unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -117,8 +118,25 @@ pub async fn is_ready(pool: &PgPool) -> bool {
 
 /// Whether an error means the database is unreachable (as opposed to a bad statement).
 pub fn is_unavailable(err: &sqlx::Error) -> bool {
-    matches!(
-        err,
-        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_)
-    ) || matches!(err, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
+    matches!(err, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) || is_connection_lost(err)
+}
+
+/// Whether an error means Postgres dropped the connection it came on (a restart, a failover, a
+/// terminated backend), rather than that the pool was busy or the statement wrong.
+pub fn is_connection_lost(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Io(_) | sqlx::Error::Tls(_))
+        || matches!(err, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_connections_opened_before_the_last_loss_are_pinged() {
+        note_connection_loss();
+        assert!(opened_before_loss(Duration::from_secs(3600)), "opened before the loss");
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!opened_before_loss(Duration::ZERO), "opened after it");
+    }
 }

@@ -87,7 +87,9 @@ impl From<sqlx::Error> for ApiError {
         // The message stays in the log: SQL and connection details never reach a client.
         if crate::db::is_unavailable(&err) {
             tracing::warn!(error = %err, "database unavailable");
-            crate::db::note_connection_loss();
+            if crate::db::is_connection_lost(&err) {
+                crate::db::note_connection_loss();
+            }
             ApiError::Unavailable
         } else {
             tracing::error!(error = %err, "database error");
