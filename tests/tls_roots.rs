@@ -91,12 +91,7 @@ async fn a_model_server_signed_by_a_private_authority_is_trusted_through_ssl_cer
     let base = format!("http://127.0.0.1:{port}");
     support::wait_ready(&client, &base, Duration::from_secs(30)).await;
 
-    let (_, ticket) = support::send(
-        client
-            .post(format!("{base}/v1/tickets"))
-            .json(&json!({"task": "over TLS, please"})),
-    )
-    .await;
+    let ticket = support::create_ticket_at(&client, &base, json!({"task": "over TLS, please"})).await;
     let key = ticket["key"].as_str().unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let ticket = support::wait_status_at(&client, &base, key, "done", deadline).await;

@@ -257,12 +257,7 @@ async fn contents_are_recorded_only_when_asked_for() {
     );
     let client = reqwest::Client::new();
     support::wait_ready(&client, &base, Duration::from_secs(20)).await;
-    let (_, created) = support::send(
-        client
-            .post(format!("{base}/v1/tickets"))
-            .json(&json!({ "task": "The recipe of the sauce" })),
-    )
-    .await;
+    let created = support::create_ticket_at(&client, &base, json!({ "task": "The recipe of the sauce" })).await;
     support::wait_status_at(
         &client,
         &base,

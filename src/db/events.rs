@@ -344,32 +344,41 @@ pub async fn read_global(
     after: GlobalCursor,
     limit: i64,
 ) -> Result<Vec<LoggedEvent>, sqlx::Error> {
+    use sqlx::FromRow;
     let horizon = horizon(conn).await?;
-    read_global_below(conn, after, limit, &horizon).await
+    let rows = global_page_query(&global_page_sql(), after, limit, &horizon)
+        .fetch_all(conn)
+        .await?;
+    rows.iter()
+        .map(|row| EventRow::from_row(row).map(LoggedEvent::from))
+        .collect()
 }
 
-/// `read_global` with a horizon from an earlier `horizon` call (which must precede this read).
-pub async fn read_global_below(
-    conn: &mut PgConnection,
-    after: GlobalCursor,
-    limit: i64,
-    horizon: &str,
-) -> Result<Vec<LoggedEvent>, sqlx::Error> {
-    let rows: Vec<EventRow> = sqlx::query_as(&format!(
+/// The page of events after `$1`/`$2` (a cursor) and below the horizon `$4`, at most `$3` of
+/// them, in cursor order: the one statement of `read_global` and `read_global_page`.
+fn global_page_sql() -> String {
+    format!(
         "SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
          WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid < $4::text::xid8
          ORDER BY e.txid, e.id LIMIT $3"
-    ))
-    .bind(after.txid.to_string())
-    .bind(after.id)
-    .bind(limit)
-    .bind(horizon)
-    .fetch_all(conn)
-    .await?;
-    Ok(rows.into_iter().map(LoggedEvent::from).collect())
+    )
 }
 
-/// One page of `read_global_below`, and whether committed events after the page are still held
+/// `sql` (which holds `global_page_sql`) with its parameters bound.
+fn global_page_query<'q>(
+    sql: &'q str,
+    after: GlobalCursor,
+    limit: i64,
+    horizon: &str,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(after.txid.to_string())
+        .bind(after.id)
+        .bind(limit)
+        .bind(horizon.to_owned())
+}
+
+/// One page of `read_global`, with a horizon from an earlier `horizon` call, and whether committed events after the page are still held
 /// back by an older running transaction (then the reader should look again soon, as no NOTIFY may
 /// follow), in one statement: the event reader's round trips are paid per round even when a
 /// round finds one event.
@@ -379,7 +388,8 @@ pub struct GlobalPage {
     pub held_back: bool,
 }
 
-/// `read_global_below`, also answering whether events are held back (see [`GlobalPage`]).
+/// A page of `read_global` below `horizon` (from an earlier `horizon` call, which must precede
+/// this read), also answering whether events are held back (see [`GlobalPage`]).
 ///
 /// Both answers come from the statement's one snapshot. An event committed after that snapshot is
 /// in neither; its writer wakes the readers after its commit (this process's directly, others by
@@ -395,21 +405,14 @@ pub async fn read_global_page(
     // so one step down the cursor index answers it. (An `EXISTS` over a range got a generic plan
     // that scanned the whole log.) The page joins it laterally: one row with no event when the
     // page is empty, no row at all when the log is.
-    let rows = sqlx::query(&format!(
+    let sql = format!(
         "SELECT p.*, n.newest_txid, n.newest_id
          FROM (SELECT e.txid::text AS newest_txid, e.id AS newest_id FROM events e
                ORDER BY e.txid DESC, e.id DESC LIMIT 1) n
-         LEFT JOIN LATERAL (
-            SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
-            WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid < $4::text::xid8
-            ORDER BY e.txid, e.id LIMIT $3) p ON true"
-    ))
-    .bind(after.txid.to_string())
-    .bind(after.id)
-    .bind(limit)
-    .bind(horizon)
-    .fetch_all(conn)
-    .await?;
+         LEFT JOIN LATERAL ({page}) p ON true",
+        page = global_page_sql()
+    );
+    let rows = global_page_query(&sql, after, limit, horizon).fetch_all(conn).await?;
     let mut page = GlobalPage::default();
     let mut newest = None;
     for row in &rows {

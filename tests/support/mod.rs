@@ -639,6 +639,13 @@ pub async fn wait_ready(client: &reqwest::Client, base: &str, within: Duration) 
     panic!("{base} never became ready");
 }
 
+/// Creates a ticket on the service at `base` (for tests that run the binary) and returns it.
+pub async fn create_ticket_at(client: &reqwest::Client, base: &str, body: Value) -> Value {
+    let (status, ticket) = send(client.post(format!("{base}/v1/tickets")).json(&body)).await;
+    assert_eq!(status, StatusCode::CREATED, "creating {body}: {ticket}");
+    ticket
+}
+
 /// Polls the service at `base` (another process) until ticket `key` has `status`; returns the
 /// ticket. Panics with the ticket as last seen once `deadline` has passed.
 pub async fn wait_status_at(client: &reqwest::Client, base: &str, key: &str, status: &str, deadline: Instant) -> Value {
