@@ -95,6 +95,82 @@ async fn creating_a_ticket_returns_201_with_every_contract_field_and_logs_ticket
     app.shutdown().await;
 }
 
+/// The statement that inserts a ticket writes its `ticket.created` too, the ticket as JSON built by
+/// the database: it must be the ticket the API answered, field for field, on every path of a
+/// create (alone, in a group, with a parent, with an idempotency key).
+#[tokio::test]
+async fn ticket_created_carries_the_ticket_exactly_as_the_create_answered_it() {
+    let app = TestApp::spawn().await;
+    let rich = json!({
+        "task": {"zeta": 1, "alpha": [1.0, 1e2, -0.5, 12345678901234567890u64, "é ✓ \" \\ \u{1}"], "b": {"a": null}},
+        "labels": ["x", "ü-label"],
+        "priority": -3,
+        "schema": {"type": "object", "properties": {"n": {"type": "number", "maximum": 1.5}}},
+        "metadata": {"nested": {"list": [true, false, null]}, "n": 0},
+        "max_attempts": 9,
+        "deadline_secs": 3600
+    });
+    let parent = app.create_ticket(json!({"task": "parent"})).await;
+    let mut bodies = vec![
+        rich.clone(),
+        json!({"task": "plain"}),
+        json!({"task": 7, "deadline_secs": 1}),
+    ];
+    let mut with_parent = rich.clone();
+    with_parent["parent"] = parent["key"].clone();
+    bodies.push(with_parent);
+    let mut created = vec![];
+    for body in &bodies {
+        created.push(app.create_ticket(body.clone()).await);
+    }
+    let (status, keyed) = send(
+        app.request(Method::POST, "/v1/tickets")
+            .header("idempotency-key", "created-event-check")
+            .json(&rich),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{keyed}");
+    created.push(keyed);
+    // A burst: creates that arrive together share one statement.
+    let burst = futures::future::join_all(
+        (0..24).map(|i| app.create_ticket(json!({"task": format!("burst {i}"), "labels": ["b"]}))),
+    );
+    created.extend(burst.await);
+    assert_eq!(created[3]["parent_key"], parent["key"]);
+    for ticket in &created {
+        let events = event_kinds(&app, ticket["id"].as_str().unwrap()).await;
+        assert_eq!((events[0].0, events[0].1.as_str()), (1, "ticket.created"));
+        assert_eq!(
+            events[0].2,
+            json!({"ticket": ticket}),
+            "the event's ticket differs from the answer"
+        );
+    }
+    app.shutdown().await;
+}
+
+/// `api_time` writes a time as the API does (`DateTime<Utc>` serialised), for each length of
+/// fraction it can have.
+#[tokio::test]
+async fn the_database_writes_times_as_the_api_does() {
+    let app = TestApp::spawn().await;
+    for micros in [0, 120_000, 123_000, 123_400, 1, 999_999] {
+        let at = chrono::DateTime::from_timestamp(1_795_000_000, micros * 1000).unwrap();
+        let written: String = sqlx::query_scalar("SELECT api_time($1)::text")
+            .bind(at)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+        assert_eq!(written, serde_json::to_string(&at).unwrap(), "{micros} µs");
+    }
+    let null: Option<String> = sqlx::query_scalar("SELECT api_time(NULL)::text")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(null, None);
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_ticket_gets_the_defaults_when_only_the_task_is_given_and_any_json_task_is_accepted() {
     let app = TestApp::spawn().await;

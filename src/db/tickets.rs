@@ -5,6 +5,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
+use crate::domain::event::kind::TICKET_CREATED;
 use crate::domain::{Approval, PendingApproval, Status, Ticket, TicketError, TicketRef, TicketUsage};
 
 /// Every column a `Ticket` is built from, with the parent's key joined in.
@@ -117,8 +118,26 @@ pub struct NewTicket {
     pub deadline_secs: Option<i32>,
 }
 
-/// Inserts a ticket with seq 1 of its log reserved for its `ticket.created`, which the caller must
-/// insert in the same transaction ([`super::events::insert_reserved`]).
+/// The data of a new ticket's `ticket.created` event (`{"ticket": …}`), built by the statement that
+/// inserts the ticket (its inserted row is `t`): the ticket exactly as the API writes it, every
+/// field of `Ticket`'s serialisation with the same values (the key and the times are the
+/// database's). One statement writes both, so a create is one round trip and its own transaction.
+/// `tests/tickets.rs` compares it with the created ticket.
+const CREATED_EVENT_DATA: &str = "json_build_object('ticket', json_build_object(
+    'id', t.id, 'key', t.key, 'task', t.task, 'labels', t.labels, 'status', t.status, 'agent', t.agent,
+    'reporter', t.reporter, 'priority', t.priority, 'parent_id', t.parent_id,
+    'parent_key', (SELECT p.key FROM tickets p WHERE p.id = t.parent_id),
+    'schema', t.schema, 'result', t.result, 'error', t.error, 'attempts', t.attempts,
+    'max_attempts', t.max_attempts, 'metadata', t.metadata, 'deadline_secs', t.deadline_secs,
+    'deadline_at', api_time(t.deadline_at),
+    'usage', json_build_object('input_tokens', t.input_tokens, 'output_tokens', t.output_tokens,
+        'cache_read_tokens', t.cache_read_tokens, 'cache_creation_tokens', t.cache_creation_tokens,
+        'requests', t.requests, 'tool_calls', t.tool_calls),
+    'created_at', api_time(t.created_at), 'updated_at', api_time(t.updated_at),
+    'started_at', api_time(t.started_at), 'finished_at', api_time(t.finished_at),
+    'pending_approvals', '[]'::json))";
+
+/// Inserts a ticket and its `ticket.created` event (seq 1 of its log), in one statement.
 pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, sqlx::Error> {
     let (idem_key, idem_hash) = new.idempotency.unzip();
     let sql = format!(
@@ -128,7 +147,10 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
                                  deadline_secs, deadline_at)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12,
                     $13, now() + make_interval(secs => $13))
-            RETURNING *)
+            RETURNING *),
+         e AS (
+            INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
+            SELECT t.id, t.key, 1, '{TICKET_CREATED}', {CREATED_EVENT_DATA} FROM t)
          SELECT {TICKET_COLUMNS} FROM t"
     );
     let row: TicketRow = sqlx::query_as(&sql)
@@ -147,13 +169,12 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
         .bind(new.deadline_secs)
         .fetch_one(conn)
         .await?;
+    crate::telemetry::metric::events_written(&[TICKET_CREATED]);
     Ok(row.into())
 }
 
-/// Inserts several tickets without idempotency keys in one statement; returned in the order
-/// given, with keys increasing in that order. Seq 1 of each one's log is reserved for its
-/// `ticket.created`, which the caller must insert in the same transaction
-/// ([`super::events::insert_reserved`]).
+/// Inserts several tickets without idempotency keys, each with its `ticket.created` event, in one
+/// statement; returned in the order given, with keys (and their events) increasing in that order.
 pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<Vec<Ticket>, sqlx::Error> {
     if new.is_empty() {
         return Ok(vec![]);
@@ -182,7 +203,10 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
                  WITH ORDINALITY AS n(id, task, labels, priority, schema, parent_id, metadata, max_attempts,
                                       reporter, trace_context, deadline_secs, ord)
             ORDER BY n.ord
-            RETURNING *)
+            RETURNING *),
+         e AS (
+            INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
+            SELECT t.id, t.key, 1, '{TICKET_CREATED}', {CREATED_EVENT_DATA} FROM t ORDER BY t.number)
          SELECT {TICKET_COLUMNS} FROM t"
     );
     let rows: Vec<TicketRow> = sqlx::query_as(&sql)
@@ -199,6 +223,7 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
         .bind(&deadlines)
         .fetch_all(conn)
         .await?;
+    crate::telemetry::metric::events_written(std::iter::repeat_n(&TICKET_CREATED, rows.len()));
     let mut tickets: Vec<Ticket> = rows.into_iter().map(Ticket::from).collect();
     tickets.sort_by_key(|t| ids.iter().position(|id| *id == t.id));
     Ok(tickets)

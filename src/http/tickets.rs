@@ -189,25 +189,7 @@ pub async fn create_ticket(
 
     // Its spans continue the caller's trace (through this request's span when tracing is on).
     let trace_context = trace::ticket_trace_context(headers.get("traceparent").and_then(|v| v.to_str().ok()));
-    let in_flight = state.intake.enter();
-    if idempotency_key.is_none() && req.parent.is_none() && in_flight.crowded() {
-        // Under load, a plain create shares a transaction with the creates arriving alongside it.
-        let new = NewTicket {
-            task: req.task,
-            labels,
-            priority: req.priority,
-            schema: req.schema,
-            parent_id: None,
-            metadata,
-            max_attempts,
-            reporter: "user".into(),
-            idempotency: None,
-            trace_context,
-            deadline_secs: req.deadline_secs,
-        };
-        let ticket = state.intake.create(new).await?;
-        return Ok((StatusCode::CREATED, Json(ticket)).into_response());
-    }
+    let plain = idempotency_key.is_none() && req.parent.is_none();
     let new = NewTicket {
         task: req.task,
         labels,
@@ -221,6 +203,11 @@ pub async fn create_ticket(
         trace_context,
         deadline_secs: req.deadline_secs,
     };
+    if plain {
+        // One statement on a writer's connection, shared with the creates arriving alongside it.
+        let ticket = state.intake.create(new).await?;
+        return Ok((StatusCode::CREATED, Json(ticket)).into_response());
+    }
     match transitions::create_requested(&state.pool, new, req.parent.as_deref()).await? {
         Created::New(ticket) => {
             state.hub.wake();

@@ -8,7 +8,6 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
 use crate::db;
-use crate::db::events::ReservedEvent;
 use crate::db::tickets::{NewTicket, TicketPatch};
 use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Status, Ticket, TicketRef};
 
@@ -68,13 +67,11 @@ pub fn check_task(task: &Value) -> Result<(), String> {
     }
 }
 
-/// Creates a ticket and its `ticket.created` event in the caller's transaction. After the commit,
-/// call `EventHub::work_available` (or NOTIFY the work channel) so that workers look for it.
+/// Creates a ticket and its `ticket.created` event (one statement, in the caller's transaction if
+/// any). After the commit, call `EventHub::work_available` (or NOTIFY the work channel) so that
+/// workers look for it.
 pub async fn create_ticket(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, DeskError> {
-    let ticket = db::tickets::insert(conn, new).await?;
-    let created = ReservedEvent::new(&ticket, 1, None, EventData::TicketCreated { ticket: ticket.clone() });
-    db::events::insert_reserved(conn, &[], &[created]).await?;
-    Ok(ticket)
+    Ok(db::tickets::insert(conn, new).await?)
 }
 
 /// What `create_requested` did.
