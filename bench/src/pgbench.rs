@@ -71,8 +71,10 @@ pub enum Protocol {
 }
 
 /// Runs the script with `clients` connections for `duration` against `db_url` (which must hold
-/// agentdesk's schema); returns pgbench's tps (script runs per second). A claim that finds no
-/// ticket leaves the run without a finished ticket, so callers count the done tickets too.
+/// agentdesk's schema), as fast as they can or, with `rate`, started at that many scripts a second
+/// (pgbench's `--rate`: a schedule of random arrivals); returns pgbench's tps (script runs per
+/// second). A claim that finds no ticket leaves the run without a finished ticket, so callers
+/// count the done tickets too.
 pub fn run(
     pgbench: &Path,
     db_url: &str,
@@ -80,6 +82,7 @@ pub fn run(
     duration: Duration,
     script_path: &Path,
     protocol: Protocol,
+    rate: Option<f64>,
 ) -> Result<f64> {
     std::fs::write(script_path, SCRIPT).with_context(|| format!("cannot write {}", script_path.display()))?;
     let threads = std::thread::available_parallelism()
@@ -99,6 +102,7 @@ pub fn run(
             "--jobs",
             &threads.to_string(),
         ])
+        .args(rate.map(|r| format!("--rate={r}")))
         .args(["--time", &duration.as_secs().max(1).to_string(), "--file"])
         .arg(script_path)
         .arg(db_url)

@@ -272,6 +272,11 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
     let quiet_pg = PgSpend::now(&fx.db_url).await?.since(pg0, n as i64).cpu_s * 1e6;
     let quiet_statements = Statements::now(&fx.db_url).await.since(&quiet_statements0, n);
     fx.shutdown().await;
+    // The floor's figures: what pgbench's ticket costs saturated and at the same rate.
+    let floor = match crate::pgbench::find_pgbench() {
+        Some(pgbench) => Some(pgbench_quiet(&pgbench, rate, seconds, clients).await?),
+        None => None,
+    };
     if let Some(table) = Statements::table(&quiet_statements, &sat_statements) {
         println!("{}", table.text);
         report.figure("statements_per_ticket", table.json);
@@ -291,6 +296,12 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
         .baseline("saturated", sat_cpu + sat_pg)
         .bar_on_ratio(),
     );
+    if let Some((saturated, quiet)) = floor {
+        report.check(
+            Check::info("pgbench: quiet total CPU per ticket", quiet, "µs").baseline("pgbench saturated", saturated),
+        );
+        report.note("pgbench: the throughput scenario's script (a ticket's life in three transactions) on a scratch database of the same server, 16 connections as fast as they go, then at the same rate (`--rate`); CPU = every postgres process's and pgbench's utime+stime, per ticket done");
+    }
     report.figure("rate_per_s", rate);
     report.figure("tickets", n);
     report.figure("refused", refused);
@@ -301,6 +312,38 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
     ));
     report.note("statements per ticket: pg_stat_statements of the desk's database over each phase (when the server preloads it), calls and planning + execution time per ticket; commits: pg_stat_database.xact_commit (backends report it about once a second)");
     Ok(())
+}
+
+/// pgbench's CPU per ticket (Postgres's and its own), saturated and at `rate` tickets/s, in µs.
+async fn pgbench_quiet(pgbench: &std::path::Path, rate: f64, seconds: f64, clients: usize) -> Result<(f64, f64)> {
+    let scratch = testkit::testing::fresh_database().await?;
+    {
+        let pool = agentdesk::db::connect(&scratch, 2).await?;
+        agentdesk::db::migrate(&pool).await?;
+        pool.close().await;
+    }
+    let script = harness::results_dir().join("quiet_desk.pgbench.sql");
+    let saturated_for = Duration::from_secs_f64((seconds / 4.0).max(2.0));
+    let quiet_for = Duration::from_secs_f64(seconds);
+    // Unmeasured warm-up, saturated, quiet.
+    let phases = [(saturated_for, None), (saturated_for, None), (quiet_for, Some(rate))];
+    let mut cpu = vec![];
+    for (duration, rate) in phases {
+        let done_before = done_count(&scratch).await?;
+        let pg_before = PgSpend::now(&scratch).await?;
+        // pgbench is this process's child: its CPU is counted here once it has been waited for.
+        let own_before = server::reaped_children_cpu_secs(std::process::id());
+        let (pgb, url, path) = (pgbench.to_owned(), scratch.clone(), script.clone());
+        tokio::task::spawn_blocking(move || {
+            crate::pgbench::run(&pgb, &url, clients, duration, &path, crate::pgbench::Protocol::Prepared, rate)
+        })
+        .await??;
+        let done = done_count(&scratch).await? - done_before;
+        let own = server::reaped_children_cpu_secs(std::process::id()) - own_before;
+        let pg = PgSpend::now(&scratch).await?.since(pg_before, done).cpu_s;
+        cpu.push((pg + own / done.max(1) as f64) * 1e6);
+    }
+    Ok((cpu[1], cpu[2]))
 }
 
 /// What one database's sessions ran, read from pg_stat_statements (when the server preloads it)

@@ -220,7 +220,7 @@ impl EventAppender {
 }
 
 /// An event whose `seq` its writer reserved by raising the ticket's `last_event_seq` in the same
-/// transaction, under the row's lock (a claim, a new ticket's `ticket.created`): it is inserted
+/// transaction, under the row's lock (a claim): it is inserted
 /// without touching the ticket's row again, which would write another version of it.
 pub struct ReservedEvent {
     pub ticket_id: Uuid,
