@@ -1,7 +1,7 @@
 -- A timestamp as the API writes it (`DateTime<Utc>` serialised: RFC 3339 in UTC with a `Z`, and a
 -- fraction of 0, 3 or 6 digits, the fewest that are exact), as a JSON string; NULL stays NULL.
 -- The statement that inserts a ticket writes its `ticket.created` event too, with the ticket as
--- JSON built by the database (`db::tickets::CREATED_EVENT_DATA`), so its times are written here.
+-- JSON written by the database (`db::tickets::CREATED_EVENT_DATA`), so its times are written here.
 -- One expression, not strict and only as volatile as `to_char`: the planner inlines it into the
 -- statement instead of calling a function for every time.
 CREATE FUNCTION api_time(t timestamptz) RETURNS json

@@ -335,7 +335,15 @@ async fn pgbench_quiet(pgbench: &std::path::Path, rate: f64, seconds: f64, clien
         let own_before = server::reaped_children_cpu_secs(std::process::id());
         let (pgb, url, path) = (pgbench.to_owned(), scratch.clone(), script.clone());
         tokio::task::spawn_blocking(move || {
-            crate::pgbench::run(&pgb, &url, clients, duration, &path, crate::pgbench::Protocol::Prepared, rate)
+            crate::pgbench::run(
+                &pgb,
+                &url,
+                clients,
+                duration,
+                &path,
+                crate::pgbench::Protocol::Prepared,
+                rate,
+            )
         })
         .await??;
         let done = done_count(&scratch).await? - done_before;

@@ -159,7 +159,8 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let run_pgbench = |duration: Duration, protocol: Protocol| {
         let (pgb, url, path) = (pgbench.clone(), scratch.clone(), script.clone());
         async move {
-            tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, duration, &path, protocol, None)).await?
+            tokio::task::spawn_blocking(move || pgbench::run(&pgb, &url, clients, duration, &path, protocol, None))
+                .await?
         }
     };
     let warm_pg = Duration::from_secs(opts.pick(1, 3));

@@ -43,7 +43,12 @@ async fn write_with<W: GroupWrite>(
         None => conn.insert(pool.acquire().await?),
     };
     let result = W::write_group(c, writes).await;
-    if result.is_err() {
+    if let Err(err) = &result {
+        // A kept connection is the first to meet a Postgres restart: the retries one by one
+        // then take pinged connections from the pool instead of other dead ones.
+        if super::is_connection_lost(err) {
+            super::note_connection_loss();
+        }
         *conn = None;
     }
     result

@@ -1,5 +1,7 @@
 //! Ticket rows: create, find, list, edit and the status changes made outside the worker.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor, PgPool};
@@ -118,24 +120,78 @@ pub struct NewTicket {
     pub deadline_secs: Option<i32>,
 }
 
-/// The data of a new ticket's `ticket.created` event (`{"ticket": …}`), built by the statement that
-/// inserts the ticket (its inserted row is `t`): the ticket exactly as the API writes it, every
-/// field of `Ticket`'s serialisation with the same values (the key and the times are the
-/// database's). One statement writes both, so a create is one round trip and its own transaction.
-/// `tests/tickets.rs` compares it with the created ticket.
-const CREATED_EVENT_DATA: &str = "json_build_object('ticket', json_build_object(
-    'id', t.id, 'key', t.key, 'task', t.task, 'labels', t.labels, 'status', t.status, 'agent', t.agent,
-    'reporter', t.reporter, 'priority', t.priority, 'parent_id', t.parent_id,
-    'parent_key', (SELECT p.key FROM tickets p WHERE p.id = t.parent_id),
-    'schema', t.schema, 'result', t.result, 'error', t.error, 'attempts', t.attempts,
-    'max_attempts', t.max_attempts, 'metadata', t.metadata, 'deadline_secs', t.deadline_secs,
-    'deadline_at', api_time(t.deadline_at),
-    'usage', json_build_object('input_tokens', t.input_tokens, 'output_tokens', t.output_tokens,
-        'cache_read_tokens', t.cache_read_tokens, 'cache_creation_tokens', t.cache_creation_tokens,
-        'requests', t.requests, 'tool_calls', t.tool_calls),
-    'created_at', api_time(t.created_at), 'updated_at', api_time(t.updated_at),
-    'started_at', api_time(t.started_at), 'finished_at', api_time(t.finished_at),
-    'pending_approvals', '[]'::json))";
+/// The data of a new ticket's `ticket.created` event (`{"ticket": …}`) as SQL, for the statement
+/// that inserts the ticket (its inserted row is `t`): the ticket exactly as the API writes it, every
+/// field of `Ticket`'s serialisation in its order, with the same values (the key and the times are
+/// the database's), compact like every event's data. One statement writes both, so a create is one
+/// round trip and its own transaction. `tests/api.rs` compares it with the created ticket on every
+/// path of a create.
+static CREATED_EVENT_DATA: LazyLock<String> = LazyLock::new(|| {
+    use JsonValue::{Of, Text};
+    let usage = json_object_sql(&[
+        ("input_tokens", Of("t.input_tokens")),
+        ("output_tokens", Of("t.output_tokens")),
+        ("cache_read_tokens", Of("t.cache_read_tokens")),
+        ("cache_creation_tokens", Of("t.cache_creation_tokens")),
+        ("requests", Of("t.requests")),
+        ("tool_calls", Of("t.tool_calls")),
+    ]);
+    let ticket = json_object_sql(&[
+        ("id", Of("t.id")),
+        ("key", Of("t.key")),
+        ("task", Of("t.task")),
+        ("labels", Of("t.labels")),
+        ("status", Of("t.status")),
+        ("agent", Of("t.agent")),
+        ("reporter", Of("t.reporter")),
+        ("priority", Of("t.priority")),
+        ("parent_id", Of("t.parent_id")),
+        (
+            "parent_key",
+            Of("(SELECT p.key FROM tickets p WHERE p.id = t.parent_id)"),
+        ),
+        ("schema", Of("t.schema")),
+        ("result", Of("t.result")),
+        ("error", Of("t.error")),
+        ("attempts", Of("t.attempts")),
+        ("max_attempts", Of("t.max_attempts")),
+        ("metadata", Of("t.metadata")),
+        ("deadline_secs", Of("t.deadline_secs")),
+        ("deadline_at", Of("api_time(t.deadline_at)")),
+        ("usage", Text(usage)),
+        ("created_at", Of("api_time(t.created_at)")),
+        ("updated_at", Of("api_time(t.updated_at)")),
+        ("started_at", Of("api_time(t.started_at)")),
+        ("finished_at", Of("api_time(t.finished_at)")),
+        ("pending_approvals", Text("'[]'".into())),
+    ]);
+    format!("('{{\"ticket\":' || {ticket} || '}}')::json")
+});
+
+/// A value in `json_object_sql`: a SQL expression, written as `to_json` writes it (NULL as
+/// `null`), or SQL that is already JSON text.
+enum JsonValue {
+    Of(&'static str),
+    Text(String),
+}
+
+/// SQL for the text of a JSON object with these fields, in this order and without spaces
+/// (`json_build_object` would put a space on either side of every colon).
+fn json_object_sql(fields: &[(&str, JsonValue)]) -> String {
+    let members: Vec<String> = fields
+        .iter()
+        .enumerate()
+        .map(|(i, (name, value))| {
+            let open = if i == 0 { "{" } else { "," };
+            let value = match value {
+                JsonValue::Of(sql) => format!("coalesce(to_json({sql})::text, 'null')"),
+                JsonValue::Text(sql) => sql.clone(),
+            };
+            format!("'{open}\"{name}\":' || {value}")
+        })
+        .collect();
+    format!("({} || '}}')", members.join(" || "))
+}
 
 /// Inserts a ticket and its `ticket.created` event (seq 1 of its log), in one statement.
 pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, sqlx::Error> {
@@ -150,8 +206,9 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
             RETURNING *),
          e AS (
             INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
-            SELECT t.id, t.key, 1, '{TICKET_CREATED}', {CREATED_EVENT_DATA} FROM t)
-         SELECT {TICKET_COLUMNS} FROM t"
+            SELECT t.id, t.key, 1, '{TICKET_CREATED}', {data} FROM t)
+         SELECT {TICKET_COLUMNS} FROM t",
+        data = *CREATED_EVENT_DATA
     );
     let row: TicketRow = sqlx::query_as(&sql)
         .bind(Uuid::now_v7())
@@ -206,8 +263,9 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
             RETURNING *),
          e AS (
             INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
-            SELECT t.id, t.key, 1, '{TICKET_CREATED}', {CREATED_EVENT_DATA} FROM t ORDER BY t.number)
-         SELECT {TICKET_COLUMNS} FROM t"
+            SELECT t.id, t.key, 1, '{TICKET_CREATED}', {data} FROM t ORDER BY t.number)
+         SELECT {TICKET_COLUMNS} FROM t",
+        data = *CREATED_EVENT_DATA
     );
     let rows: Vec<TicketRow> = sqlx::query_as(&sql)
         .bind(&ids)
