@@ -42,6 +42,11 @@ SELECT id, key, last_event_seq, 'ticket.done', '{}' FROM u;
 COMMIT;
 "#;
 
+/// Where the scenarios that run pgbench write `SCRIPT` for it (one file: the script is the same).
+pub fn script_path() -> PathBuf {
+    crate::harness::results_dir().join("throughput.pgbench.sql")
+}
+
 /// `pgbench` on PATH, or the newest under /usr/lib/postgresql/*/bin.
 pub fn find_pgbench() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|paths| {

@@ -300,7 +300,7 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
         report.check(
             Check::info("pgbench: quiet total CPU per ticket", quiet, "µs").baseline("pgbench saturated", saturated),
         );
-        report.note("pgbench: the throughput scenario's script (a ticket's life in three transactions) on a scratch database of the same server, 16 connections as fast as they go, then at the same rate (`--rate`); CPU = every postgres process's and pgbench's utime+stime, per ticket done");
+        report.note("pgbench: the throughput scenario's script (a ticket's life in three transactions) on a scratch database of the same server (script in bench-results/throughput.pgbench.sql), 16 connections as fast as they go, then at the same rate (`--rate`); CPU = every postgres process's and pgbench's utime+stime, per ticket done");
     }
     report.figure("rate_per_s", rate);
     report.figure("tickets", n);
@@ -322,13 +322,13 @@ async fn pgbench_quiet(pgbench: &std::path::Path, rate: f64, seconds: f64, clien
         agentdesk::db::migrate(&pool).await?;
         pool.close().await;
     }
-    let script = harness::results_dir().join("quiet_desk.pgbench.sql");
+    let script = crate::pgbench::script_path();
     let saturated_for = Duration::from_secs_f64((seconds / 4.0).max(2.0));
     let quiet_for = Duration::from_secs_f64(seconds);
     // Unmeasured warm-up, saturated, quiet.
     let phases = [(saturated_for, None), (saturated_for, None), (quiet_for, Some(rate))];
     let mut cpu = vec![];
-    for (duration, rate) in phases {
+    for (duration, throttle) in phases {
         let done_before = done_count(&scratch).await?;
         let pg_before = PgSpend::now(&scratch).await?;
         // pgbench is this process's child: its CPU is counted here once it has been waited for.
@@ -342,7 +342,7 @@ async fn pgbench_quiet(pgbench: &std::path::Path, rate: f64, seconds: f64, clien
                 duration,
                 &path,
                 crate::pgbench::Protocol::Prepared,
-                rate,
+                throttle,
             )
         })
         .await??;

@@ -137,7 +137,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         agentdesk::db::migrate(&pool).await?;
         pool.close().await;
     }
-    let script = harness::results_dir().join("throughput.pgbench.sql");
+    let script = pgbench::script_path();
 
     let fx = Fixture::start("throughput", &spec).await?;
     fx.fake.set_reply(close_ticket());

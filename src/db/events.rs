@@ -378,10 +378,10 @@ fn global_page_query<'q>(
         .bind(horizon.to_owned())
 }
 
-/// One page of `read_global`, with a horizon from an earlier `horizon` call, and whether committed events after the page are still held
-/// back by an older running transaction (then the reader should look again soon, as no NOTIFY may
-/// follow), in one statement: the event reader's round trips are paid per round even when a
-/// round finds one event.
+/// One page of `read_global`, with a horizon from an earlier `horizon` call, and whether
+/// committed events after the page are still held back by an older running transaction (then the
+/// reader should look again soon, as no NOTIFY may follow), in one statement: the event reader's
+/// round trips are paid per round even when a round finds one event.
 #[derive(Debug, Default)]
 pub struct GlobalPage {
     pub events: Vec<LoggedEvent>,

@@ -123,9 +123,10 @@ pub struct NewTicket {
 /// The data of a new ticket's `ticket.created` event (`{"ticket": …}`) as SQL, for the statement
 /// that inserts the ticket (its inserted row is `t`): the ticket exactly as the API writes it, every
 /// field of `Ticket`'s serialisation in its order, with the same values (the key and the times are
-/// the database's), compact like every event's data. One statement writes both, so a create is one
-/// round trip and its own transaction. `tests/api.rs` compares it with the created ticket on every
-/// path of a create.
+/// the database's), without spaces between members (the task, metadata and schema inside are
+/// Postgres's text of their jsonb, which has them: the same JSON). One statement writes both, so a
+/// create is one round trip and its own transaction. `tests/api.rs` compares it with the created
+/// ticket on every path of a create.
 static CREATED_EVENT_DATA: LazyLock<String> = LazyLock::new(|| {
     use JsonValue::{Of, Text};
     let usage = json_object_sql(&[
