@@ -700,3 +700,44 @@ async fn events_held_back_by_an_older_transaction_arrive_promptly_once_it_rolls_
     }
     app.shutdown().await;
 }
+
+/// A page of the global stream stops before a transaction of this database that is running in
+/// its snapshot, whenever `pg_stat_activity` was looked at: here the reader's transaction looked
+/// before that transaction began (Postgres keeps a transaction's first look), so the list does
+/// not show it. It holds the page back until it ends, and then the event is read.
+#[tokio::test]
+async fn a_page_of_the_global_stream_never_passes_a_running_transaction_of_this_database() {
+    use agentdesk::db::events::{read_global_page, GlobalCursor};
+    let app = TestApp::spawn().await;
+    let mut reader = sqlx::postgres::PgConnection::connect(&app.database_url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut reader).await.unwrap();
+    sqlx::query("SELECT count(*) FROM pg_stat_activity")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    let mut older = sqlx::postgres::PgConnection::connect(&app.database_url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut older).await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut older)
+        .await
+        .unwrap();
+    let ticket = app
+        .create_ticket(json!({"task": "committed behind an older transaction"}))
+        .await;
+
+    let page = read_global_page(&mut reader, GlobalCursor::default(), 100)
+        .await
+        .unwrap();
+    assert!(page.events.is_empty(), "read past a running transaction: {page:?}");
+    assert!(page.held_back, "the event waits behind the older transaction");
+
+    sqlx::query("ROLLBACK").execute(&mut older).await.unwrap();
+    let page = read_global_page(&mut reader, GlobalCursor::default(), 100)
+        .await
+        .unwrap();
+    let read: Vec<_> = page.events.iter().map(|e| e.event.ticket_id.to_string()).collect();
+    assert_eq!(read, [ticket["id"].as_str().unwrap()]);
+    assert!(!page.held_back);
+    sqlx::query("COMMIT").execute(&mut reader).await.unwrap();
+    app.shutdown().await;
+}

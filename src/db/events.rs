@@ -4,11 +4,11 @@
 //! - A ticket's `seq` is taken from its row under the row lock, so a ticket's events commit in
 //!   `seq` order with no gaps.
 //! - The global stream's cursor is `(txid, id)`, read only below a *horizon*: the oldest
-//!   transaction of this database still running (or the next transaction id when none runs).
-//!   Every transaction below it has committed or aborted, so no event can later appear behind the
-//!   cursor. (A bigserial alone is not safe: ids commit out of order and readers would skip.)
-//!   The horizon counts only this database's transactions, so a long transaction elsewhere on a
-//!   shared server does not hold the streams back.
+//!   transaction still running in the reading statement's snapshot (or the next transaction id
+//!   when none runs). Every transaction below it has committed or aborted in that snapshot, so no
+//!   event can later appear behind the cursor. (A bigserial alone is not safe: ids commit out of
+//!   order and readers would skip.) Transactions seen running in another database are left out,
+//!   so a long transaction elsewhere on a shared server does not hold the streams back.
 
 use std::fmt;
 
@@ -319,23 +319,23 @@ pub async fn last_ticket_seq<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Re
     Ok(seq.unwrap_or(0))
 }
 
-/// The horizon of the global stream, computed in its own statement *before* the read that uses
-/// it: a transaction of this database running then has an id at or above the horizon; one below
-/// it had finished by then, so a later statement sees its events.
-pub async fn horizon(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
-    sqlx::query_scalar(
-        "WITH s AS (SELECT pg_current_snapshot() AS snap),
-              ours AS (SELECT backend_xid::text::numeric AS xid32 FROM pg_stat_activity
-                       WHERE datname = current_database() AND backend_xid IS NOT NULL)
-         SELECT least(
-             pg_snapshot_xmax(s.snap),
-             (SELECT min(x) FROM pg_snapshot_xip(s.snap) AS x
-               WHERE (x::text::numeric % 4294967296) IN (SELECT xid32 FROM ours)))::text
-         FROM s",
-    )
-    .fetch_one(conn)
-    .await
-}
+/// The horizon of the global stream, as an SQL expression of type `xid8` over the statement's own
+/// snapshot, so that a statement reads below the horizon of the snapshot it reads with.
+///
+/// It is the oldest transaction running in that snapshot, leaving out those that
+/// `pg_stat_activity` shows running in *another* database (they cannot write this database's
+/// events). That list may be read later than the snapshot, or earlier (Postgres keeps a
+/// transaction's first look), and it need not show every session. A transaction missing from it
+/// only makes the horizon lower: later events wait a round longer, none is skipped. A transaction
+/// of this database can never be taken for another's, because a session stays in one database
+/// and a transaction id is not reused.
+const HORIZON: &str = "(SELECT least(
+        pg_snapshot_xmax(s.snap),
+        (SELECT min(x) FROM pg_snapshot_xip(s.snap) AS x
+          WHERE (x::text::numeric % 4294967296) NOT IN (
+              SELECT a.backend_xid::text::numeric FROM pg_stat_activity a
+              WHERE a.backend_xid IS NOT NULL AND a.datname IS DISTINCT FROM current_database())))
+    FROM (SELECT pg_current_snapshot() AS snap) s)";
 
 /// Events of all tickets after `after`, in cursor order, only from transactions that can no
 /// longer be overtaken by an earlier one (see the module comment).
@@ -344,83 +344,63 @@ pub async fn read_global(
     after: GlobalCursor,
     limit: i64,
 ) -> Result<Vec<LoggedEvent>, sqlx::Error> {
-    use sqlx::FromRow;
-    let horizon = horizon(conn).await?;
-    let rows = global_page_query(&global_page_sql(), after, limit, &horizon)
-        .fetch_all(conn)
-        .await?;
-    rows.iter()
-        .map(|row| EventRow::from_row(row).map(LoggedEvent::from))
-        .collect()
+    Ok(read_global_page(conn, after, limit).await?.events)
 }
 
-/// The page of events after `$1`/`$2` (a cursor) and below the horizon `$4`, at most `$3` of
-/// them, in cursor order: the one statement of `read_global` and `read_global_page`.
-fn global_page_sql() -> String {
-    format!(
-        "SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
-         WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid < $4::text::xid8
-         ORDER BY e.txid, e.id LIMIT $3"
-    )
-}
-
-/// `sql` (which holds `global_page_sql`) with its parameters bound.
-fn global_page_query<'q>(
-    sql: &'q str,
-    after: GlobalCursor,
-    limit: i64,
-    horizon: &str,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    sqlx::query(sql)
-        .bind(after.txid.to_string())
-        .bind(after.id)
-        .bind(limit)
-        .bind(horizon.to_owned())
-}
-
-/// One page of `read_global`, with a horizon from an earlier `horizon` call, and whether
-/// committed events after the page are still held back by an older running transaction (then the
-/// reader should look again soon, as no NOTIFY may follow), in one statement: the event reader's
-/// round trips are paid per round even when a round finds one event.
+/// One page of `read_global`, and whether committed events after the page are still held back
+/// by an older running transaction (then the reader should look again soon, as no NOTIFY may
+/// follow).
 #[derive(Debug, Default)]
 pub struct GlobalPage {
     pub events: Vec<LoggedEvent>,
     pub held_back: bool,
 }
 
-/// A page of `read_global` below `horizon` (from an earlier `horizon` call, which must precede
-/// this read), also answering whether events are held back (see [`GlobalPage`]).
+/// A page of `read_global` with whether events are held back (see [`GlobalPage`]), in one
+/// statement: the event reader pays its round trips per round even when a round finds one event.
 ///
-/// Both answers come from the statement's one snapshot. An event committed after that snapshot is
-/// in neither; its writer wakes the readers after its commit (this process's directly, others by
-/// NOTIFY or their polling), so the next round reads it, as it would after a separate look.
+/// The horizon, the page and the newest event all come from the statement's one snapshot. An
+/// event committed after it is in none of them; its writer wakes the readers after its commit
+/// (this process's directly, others by NOTIFY or their polling), so the next round reads it.
 pub async fn read_global_page(
     conn: &mut PgConnection,
     after: GlobalCursor,
     limit: i64,
-    horizon: &str,
 ) -> Result<GlobalPage, sqlx::Error> {
     use sqlx::{FromRow, Row};
     // Some event is after the cursor and at or above the horizon exactly when the newest event is,
     // so one step down the cursor index answers it. (An `EXISTS` over a range got a generic plan
     // that scanned the whole log.) The page joins it laterally: one row with no event when the
-    // page is empty, no row at all when the log is.
+    // page is empty, no row at all when the log is. The horizon is computed once, as an initplan.
     let sql = format!(
-        "SELECT p.*, n.newest_txid, n.newest_id
+        "WITH h AS MATERIALIZED (SELECT {HORIZON} AS horizon)
+         SELECT p.*, n.newest_txid, n.newest_id, (SELECT horizon FROM h)::text AS horizon
          FROM (SELECT e.txid::text AS newest_txid, e.id AS newest_id FROM events e
                ORDER BY e.txid DESC, e.id DESC LIMIT 1) n
-         LEFT JOIN LATERAL ({page}) p ON true",
-        page = global_page_sql()
+         LEFT JOIN LATERAL (
+            SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
+            WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid < (SELECT horizon FROM h)
+            ORDER BY e.txid, e.id LIMIT $3) p ON true"
     );
-    let rows = global_page_query(&sql, after, limit, horizon).fetch_all(conn).await?;
+    let rows = sqlx::query(&sql)
+        .bind(after.txid.to_string())
+        .bind(after.id)
+        .bind(limit)
+        .fetch_all(conn)
+        .await?;
     let mut page = GlobalPage::default();
-    let mut newest = None;
+    let mut newest_and_horizon = None;
     for row in &rows {
-        let (txid, id): (String, i64) = (row.try_get("newest_txid")?, row.try_get("newest_id")?);
-        newest = Some(GlobalCursor {
+        let (txid, id, horizon): (String, i64, Option<String>) = (
+            row.try_get("newest_txid")?,
+            row.try_get("newest_id")?,
+            row.try_get("horizon")?,
+        );
+        let newest = GlobalCursor {
             txid: txid.parse().unwrap_or(u64::MAX),
             id,
-        });
+        };
+        newest_and_horizon = Some((newest, horizon));
         if row.try_get::<Option<i64>, _>("id")?.is_some() {
             page.events.push(EventRow::from_row(row)?.into());
         }
@@ -429,8 +409,9 @@ pub async fn read_global_page(
     page.events.sort_by_key(|e| e.cursor);
     let last = page.events.last().map_or(after, |e| e.cursor);
     // An unreadable horizon counts as holding back: the reader looks again rather than stalls.
-    page.held_back = newest.is_some_and(|newest| {
-        let at_or_above_horizon = horizon.parse::<u64>().map_or(true, |h| newest.txid >= h);
+    page.held_back = newest_and_horizon.is_some_and(|(newest, horizon)| {
+        let horizon = horizon.and_then(|h| h.parse::<u64>().ok());
+        let at_or_above_horizon = horizon.is_none_or(|h| newest.txid >= h);
         newest > last && at_or_above_horizon
     });
     Ok(page)
@@ -438,12 +419,10 @@ pub async fn read_global_page(
 
 /// The cursor just past every event readable now: a stream "from now" starts here.
 pub async fn head(conn: &mut PgConnection) -> Result<GlobalCursor, sqlx::Error> {
-    let horizon = horizon(conn).await?;
-    let row: Option<(String, i64)> = sqlx::query_as(
-        "SELECT e.txid::text, e.id FROM events e WHERE e.txid < $1::text::xid8
-         ORDER BY e.txid DESC, e.id DESC LIMIT 1",
-    )
-    .bind(horizon)
+    let row: Option<(String, i64)> = sqlx::query_as(&format!(
+        "SELECT e.txid::text, e.id FROM events e WHERE e.txid < {HORIZON}
+         ORDER BY e.txid DESC, e.id DESC LIMIT 1"
+    ))
     .fetch_optional(conn)
     .await?;
     Ok(row

@@ -436,10 +436,9 @@ impl EventHub {
 
     /// Broadcasts every readable event after `cursor`; true when more are held back.
     async fn catch_up(&self, conn: &mut PgConnection, cursor: &mut GlobalCursor) -> Result<bool, sqlx::Error> {
-        // One horizon per round: events below it are final, whatever commits meanwhile.
-        let horizon = db::events::horizon(&mut *conn).await?;
         loop {
-            let page = db::events::read_global_page(&mut *conn, *cursor, BATCH, &horizon).await?;
+            // Each page is read below the horizon of its own snapshot (see `read_global_page`).
+            let page = db::events::read_global_page(&mut *conn, *cursor, BATCH).await?;
             let (batch, held_back) = (page.events, page.held_back);
             let full = batch.len() as i64 == BATCH;
             if let Some(last) = batch.last() {
