@@ -23,6 +23,18 @@ fn kinds(events: &[SseEvent]) -> Vec<String> {
     events.iter().map(|e| e.kind().to_owned()).collect()
 }
 
+/// A connection to `url` holding a transaction open that has taken its transaction id, as a
+/// writer does: every event committed after it waits behind it while the two share a database.
+async fn open_writing_transaction(url: &str) -> sqlx::postgres::PgConnection {
+    let mut conn = sqlx::postgres::PgConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn
+}
+
 /// Lets the event hub read what was written so far, so a stream "from now" starts after it.
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -639,12 +651,7 @@ async fn a_long_transaction_in_another_database_does_not_hold_the_global_stream_
     let app = TestApp::spawn().await;
     // A writing transaction elsewhere on the same server, left open.
     let other = testkit::testing::with_database(&app.database_url, "postgres");
-    let mut elsewhere = sqlx::postgres::PgConnection::connect(&other).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut elsewhere).await.unwrap();
-    sqlx::query("SELECT pg_current_xact_id()")
-        .execute(&mut elsewhere)
-        .await
-        .unwrap();
+    let mut elsewhere = open_writing_transaction(&other).await;
 
     let mut stream = app.sse("/v1/events", None).await;
     let ticket = app.create_ticket(json!({ "task": "still streams" })).await;
@@ -669,12 +676,7 @@ async fn events_held_back_by_an_older_transaction_arrive_promptly_once_it_rolls_
     // fallback poll: the 100 + 200 ms below end before that poll.
     for round in 0..3 {
         // An older writing transaction of the same database: every event after it waits behind it.
-        let mut older = sqlx::postgres::PgConnection::connect(&app.database_url).await.unwrap();
-        sqlx::query("BEGIN").execute(&mut older).await.unwrap();
-        sqlx::query("SELECT pg_current_xact_id()")
-            .execute(&mut older)
-            .await
-            .unwrap();
+        let mut older = open_writing_transaction(&app.database_url).await;
 
         let ticket = app
             .create_ticket(json!({ "task": format!("waits behind an older transaction {round}") }))
@@ -715,12 +717,7 @@ async fn a_page_of_the_global_stream_never_passes_a_running_transaction_of_this_
         .execute(&mut reader)
         .await
         .unwrap();
-    let mut older = sqlx::postgres::PgConnection::connect(&app.database_url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut older).await.unwrap();
-    sqlx::query("SELECT pg_current_xact_id()")
-        .execute(&mut older)
-        .await
-        .unwrap();
+    let mut older = open_writing_transaction(&app.database_url).await;
     let ticket = app
         .create_ticket(json!({"task": "committed behind an older transaction"}))
         .await;
