@@ -49,6 +49,8 @@ pub struct Config {
     /// Where the embedded database keeps its data.
     pub data_dir: PathBuf,
     pub db_max_connections: u32,
+    /// Threads of the async runtime that runs the process's tasks.
+    pub runtime_threads: usize,
     /// Providers and agents applied at start-up (`AGENTDESK_AGENTS_FILE`), as `agents apply` does.
     pub agents_file: Option<PathBuf>,
     /// Outbound requests made on a user's behalf (HTTP tools, MCP servers, webhooks) may reach
@@ -109,6 +111,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(8),
             data_dir: PathBuf::from(".agentdesk"),
             db_max_connections: default_db_connections(),
+            runtime_threads: default_runtime_threads(),
             agents_file: None,
             allow_private_urls: false,
             webhook_retry: DEFAULT_WEBHOOK_RETRY_SECS
@@ -136,6 +139,19 @@ pub fn default_db_connections() -> u32 {
     let cores = std::thread::available_parallelism().map_or(4, |n| n.get()) as u32;
     (cores * 4).clamp(16, 64)
 }
+/// The runtime's default size: half the cores, at least one thread.
+///
+/// - A parked thread woken by a message (a database reply, a request, a model's bytes) wakes a
+///   second one to look for work, and on a quiet desk there is a message for each step of each
+///   ticket: on 2 cores one thread costs a fifth less of agentdesk's own CPU per quiet ticket than
+///   two, with the same throughput at saturation (BENCHMARKS.md, round 13).
+/// - At saturation agentdesk needs about a third of the CPU that a ticket costs it and Postgres
+///   together, so half the cores leaves an embedded Postgres, or one on the same machine, its share.
+pub fn default_runtime_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores / 2).max(1)
+}
+
 /// Where the API listens with no tokens and no address given: only this machine can reach it.
 pub const LOOPBACK_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
 /// Where the API listens with tokens and no address given.
@@ -229,6 +245,10 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_DB_MAX_CONNECTIONS", value_name = "N", allow_negative_numbers = true,
         default_value_t = Config::default().db_max_connections, value_parser = Setting(positive::<u32>))]
     pub db_max_connections: u32,
+    /// Threads that run the process's tasks (default: half the cores, at least 1)
+    #[arg(long, env = "AGENTDESK_RUNTIME_THREADS", value_name = "N", allow_negative_numbers = true,
+        default_value_t = Config::default().runtime_threads, value_parser = Setting(positive::<usize>))]
+    pub runtime_threads: usize,
     /// A YAML or JSON file of providers and agents applied at start-up, as `agentdesk agents apply`
     /// does; a bad file stops start-up
     #[arg(long, env = "AGENTDESK_AGENTS_FILE", value_name = "FILE", value_parser = Setting(text))]
@@ -303,6 +323,7 @@ impl Config {
             config.sse_ping = Duration::from_secs_f64(server.sse_ping_secs).min(Duration::from_secs(15));
             config.shutdown_grace = Duration::from_secs_f64(server.shutdown_grace_secs);
             config.db_max_connections = server.db_max_connections;
+            config.runtime_threads = server.runtime_threads;
             config.agents_file = server
                 .agents_file
                 .as_deref()
@@ -565,8 +586,8 @@ mod tests {
         for value in [None, Some(""), Some("  ")] {
             let c = Config::from_lookup(|_| value.map(str::to_owned)).unwrap();
             assert_eq!(
-                (c.addr, c.workers, c.db_max_connections),
-                (d.addr, d.workers, d.db_max_connections)
+                (c.addr, c.workers, c.db_max_connections, c.runtime_threads),
+                (d.addr, d.workers, d.db_max_connections, d.runtime_threads)
             );
             assert_eq!(
                 (c.lease, c.stream_idle, c.sse_ping, c.shutdown_grace),
@@ -578,6 +599,8 @@ mod tests {
         }
         let c = Config::from_lookup(|n| (n == "AGENTDESK_WORKERS").then(|| " 8 ".to_owned())).unwrap();
         assert_eq!(c.workers, 8);
+        let c = Config::from_lookup(|n| (n == "AGENTDESK_RUNTIME_THREADS").then(|| "3".to_owned())).unwrap();
+        assert_eq!(c.runtime_threads, 3);
         let c = Config::from_lookup(|n| (n == "AGENTDESK_SSE_PING_SECS").then(|| "60".to_owned())).unwrap();
         assert_eq!(c.sse_ping, Duration::from_secs(15));
     }

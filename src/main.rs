@@ -86,7 +86,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.runtime_threads)
+        .enable_all()
+        .build();
+    let runtime = match runtime {
         Ok(r) => r,
         Err(err) => {
             eprintln!("agentdesk: cannot start the runtime: {err}");

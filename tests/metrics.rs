@@ -395,3 +395,53 @@ async fn a_worker_process_serves_its_metrics_on_the_metrics_address() {
     assert_eq!(elsewhere.status(), StatusCode::NOT_FOUND);
     app.shutdown().await;
 }
+
+/// The `agentdesk_runtime_threads` gauge of a real `agentdesk worker` process started with
+/// `runtime_threads` (None: the variable unset), read from its metrics address.
+async fn runtime_threads_of_a_worker_process(database_url: &str, runtime_threads: Option<&str>) -> f64 {
+    let port = support::free_port();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agentdesk"));
+    command
+        .arg("worker")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", database_url)
+        .env("AGENTDESK_METRICS_ADDR", format!("127.0.0.1:{port}"))
+        .env("AGENTDESK_DB_MAX_CONNECTIONS", "4")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if let Some(threads) = runtime_threads {
+        command.env("AGENTDESK_RUNTIME_THREADS", threads);
+    }
+    let mut child = command.spawn().expect("start an agentdesk worker");
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    let text = loop {
+        match client.get(format!("http://127.0.0.1:{port}/metrics")).send().await {
+            Ok(r) if r.status() == StatusCode::OK => break r.text().await.unwrap(),
+            _ if started.elapsed() < Duration::from_secs(60) => tokio::time::sleep(Duration::from_millis(50)).await,
+            _ => panic!("the worker never served its metrics"),
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let scrape = Scrape::parse(&text);
+    assert_eq!(
+        scrape.types.get("agentdesk_runtime_threads").map(String::as_str),
+        Some("gauge")
+    );
+    scrape.value("agentdesk_runtime_threads", &[])
+}
+
+#[tokio::test]
+async fn a_process_runs_its_tasks_on_half_the_cores_or_as_many_threads_as_it_is_told() {
+    // Each worker applies the migrations itself.
+    let database_url = testkit::testing::fresh_database().await.unwrap();
+    assert_eq!(runtime_threads_of_a_worker_process(&database_url, Some("3")).await, 3.0);
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(
+        runtime_threads_of_a_worker_process(&database_url, None).await,
+        (cores / 2).max(1) as f64
+    );
+}

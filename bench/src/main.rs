@@ -39,7 +39,8 @@ scenarios: api_latency, throughput, quiet_desk, scale_out, concurrency, step_ove
   --webhook             throughput with one webhook subscribed to every event (a receiver in the
                         bench answers 200 at once)
 
-Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do).";
+Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do). A child process
+gets AGENTDESK_RUNTIME_THREADS from the bench's environment when it is set.";
 
 /// A scenario that runs longer than this is stopped and reported as an error.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(900);

@@ -200,15 +200,18 @@ async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &st
     let (program, pre_args, described) = agentdesk_program()?;
     let port = free_port()?;
     let log_file = std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
-    let command = match spec.mode {
+    let subcommand = match spec.mode {
         Mode::Serve => "serve",
         Mode::Api => "api",
         Mode::Worker => "worker",
     };
-    let child = Command::new(&program)
-        .args(&pre_args)
-        .arg(command)
-        .env_clear()
+    let mut command = Command::new(&program);
+    command.args(&pre_args).arg(subcommand).env_clear();
+    // The only setting taken from the bench's environment: the child's runtime size, to compare.
+    if let Some(threads) = std::env::var_os("AGENTDESK_RUNTIME_THREADS") {
+        command.env("AGENTDESK_RUNTIME_THREADS", threads);
+    }
+    let child = command
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("DATABASE_URL", database_url)
         .env("OPENAI_BASE_URL", openai_base_url)

@@ -28,6 +28,7 @@ pub const HTTP_DURATION: &str = "agentdesk_http_request_duration_seconds";
 pub const DB_POOL: &str = "agentdesk_db_pool_connections";
 pub const WEBHOOK_DELIVERIES: &str = "agentdesk_webhook_deliveries_total";
 pub const BUILD_INFO: &str = "agentdesk_build_info";
+pub const RUNTIME_THREADS: &str = "agentdesk_runtime_threads";
 
 /// The `route` label of a request that matched no route (never the raw path: unbounded).
 pub const UNMATCHED_ROUTE: &str = "unmatched";
@@ -114,6 +115,10 @@ fn describe() {
     );
     describe_counter!(WEBHOOK_DELIVERIES, "Webhook delivery attempts, by outcome");
     describe_gauge!(BUILD_INFO, "Always 1, labelled with the version");
+    describe_gauge!(
+        RUNTIME_THREADS,
+        "Threads of the async runtime that runs this process's tasks (AGENTDESK_RUNTIME_THREADS)"
+    );
 }
 
 /// Series whose labels are known up front start at zero, so a rate or an alert over them works
@@ -136,7 +141,13 @@ pub const REQUEUE_REASONS: [&str; 4] = ["lease_lost", "shutdown", "comment", "re
 
 /// The metrics in the Prometheus text format (empty when metrics are off).
 pub fn render() -> String {
-    install().map(PrometheusHandle::render).unwrap_or_default()
+    let Some(handle) = install() else {
+        return String::new();
+    };
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        gauge!(RUNTIME_THREADS).set(runtime.metrics().num_workers() as f64);
+    }
+    handle.render()
 }
 
 /// Appends a gauge with one label, in the text format, to `out` (for the gauges read when
