@@ -139,17 +139,16 @@ pub fn default_db_connections() -> u32 {
     let cores = std::thread::available_parallelism().map_or(4, |n| n.get()) as u32;
     (cores * 4).clamp(16, 64)
 }
-/// The runtime's default size: half the cores, at least one thread.
+/// The runtime's default size: one thread per core (what tokio would choose).
 ///
-/// - A parked thread woken by a message (a database reply, a request, a model's bytes) wakes a
-///   second one to look for work, and on a quiet desk there is a message for each step of each
-///   ticket: on 2 cores one thread costs a fifth less of agentdesk's own CPU per quiet ticket than
-///   two, with the same throughput at saturation (BENCHMARKS.md, round 13).
-/// - At saturation agentdesk needs about a third of the CPU that a ticket costs it and Postgres
-///   together, so half the cores leaves an embedded Postgres, or one on the same machine, its share.
+/// Fewer threads cost less CPU on a quiet desk: a parked thread woken by a message (a database
+/// reply, a request, a model's bytes) wakes a second one to look for work, for each message of each
+/// ticket. On 2 cores one thread costs a quarter less of agentdesk's own CPU per quiet ticket than
+/// two, but about a tenth fewer tickets per second at saturation, most likely because the kernel shares the
+/// cores among runnable threads and one thread weighs less against the busy Postgres backends
+/// beside it (BENCHMARKS.md, round 13). The default keeps the throughput; `AGENTDESK_RUNTIME_THREADS` trades it.
 pub fn default_runtime_threads() -> usize {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    (cores / 2).max(1)
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// Where the API listens with no tokens and no address given: only this machine can reach it.
@@ -245,7 +244,7 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_DB_MAX_CONNECTIONS", value_name = "N", allow_negative_numbers = true,
         default_value_t = Config::default().db_max_connections, value_parser = Setting(positive::<u32>))]
     pub db_max_connections: u32,
-    /// Threads that run the process's tasks (default: half the cores, at least 1)
+    /// Threads that run the process's tasks (default: one per core)
     #[arg(long, env = "AGENTDESK_RUNTIME_THREADS", value_name = "N", allow_negative_numbers = true,
         default_value_t = Config::default().runtime_threads, value_parser = Setting(positive::<usize>))]
     pub runtime_threads: usize,

@@ -435,13 +435,13 @@ async fn runtime_threads_of_a_worker_process(database_url: &str, runtime_threads
 }
 
 #[tokio::test]
-async fn a_process_runs_its_tasks_on_half_the_cores_or_as_many_threads_as_it_is_told() {
+async fn a_process_runs_its_tasks_on_one_thread_per_core_or_as_many_as_it_is_told() {
     // Each worker applies the migrations itself.
     let database_url = testkit::testing::fresh_database().await.unwrap();
     assert_eq!(runtime_threads_of_a_worker_process(&database_url, Some("3")).await, 3.0);
     let cores = std::thread::available_parallelism().unwrap().get();
     assert_eq!(
         runtime_threads_of_a_worker_process(&database_url, None).await,
-        (cores / 2).max(1) as f64
+        cores as f64
     );
 }
