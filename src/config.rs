@@ -139,14 +139,16 @@ pub fn default_db_connections() -> u32 {
     let cores = std::thread::available_parallelism().map_or(4, |n| n.get()) as u32;
     (cores * 4).clamp(16, 64)
 }
+
 /// The runtime's default size: one thread per core (what tokio would choose).
 ///
 /// Fewer threads cost less CPU on a quiet desk: a parked thread woken by a message (a database
-/// reply, a request, a model's bytes) wakes a second one to look for work, for each message of each
-/// ticket. On 2 cores one thread costs a quarter less of agentdesk's own CPU per quiet ticket than
-/// two, but about a tenth fewer tickets per second at saturation, most likely because the kernel shares the
-/// cores among runnable threads and one thread weighs less against the busy Postgres backends
-/// beside it (BENCHMARKS.md, round 13). The default keeps the throughput; `AGENTDESK_RUNTIME_THREADS` trades it.
+/// reply, a request, a model's bytes) wakes a second one to look for work, for each message of
+/// each ticket. On 2 cores one thread costs a quarter less of agentdesk's own CPU per quiet ticket
+/// than two, but about a tenth fewer tickets per second at saturation, most likely because the
+/// kernel shares the cores among runnable threads and one thread weighs less against the busy
+/// Postgres backends beside it (BENCHMARKS.md, round 13). The default keeps the throughput;
+/// `AGENTDESK_RUNTIME_THREADS` trades it.
 pub fn default_runtime_threads() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
@@ -246,7 +248,7 @@ pub struct ServerArgs {
     pub db_max_connections: u32,
     /// Threads that run the process's tasks (default: one per core)
     #[arg(long, env = "AGENTDESK_RUNTIME_THREADS", value_name = "N", allow_negative_numbers = true,
-        default_value_t = Config::default().runtime_threads, value_parser = Setting(positive::<usize>))]
+        default_value_t = Config::default().runtime_threads, value_parser = Setting(runtime_threads))]
     pub runtime_threads: usize,
     /// A YAML or JSON file of providers and agents applied at start-up, as `agentdesk agents apply`
     /// does; a bad file stops start-up
@@ -452,6 +454,17 @@ fn positive<T: FromStr + PartialOrd + Default>(name: &str, value: &str) -> Resul
     let n: T = parsed(name, value)?;
     if n <= T::default() {
         return Err(format!("{name}: must be at least 1"));
+    }
+    Ok(n)
+}
+
+/// At most this many runtime threads: more is a typo, and the operating system may refuse to start them.
+const MAX_RUNTIME_THREADS: usize = 1024;
+
+fn runtime_threads(name: &str, value: &str) -> Result<usize, String> {
+    let n: usize = positive(name, value)?;
+    if n > MAX_RUNTIME_THREADS {
+        return Err(format!("{name}: must be at most {MAX_RUNTIME_THREADS}"));
     }
     Ok(n)
 }
