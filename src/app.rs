@@ -67,7 +67,9 @@ impl App {
             .await
             .context("cannot connect to the database")?;
         db::migrate(&pool).await.context("cannot apply database migrations")?;
-        let providers = Arc::new(providers);
+        // The built-in providers' capacity comes with the rest of the configuration.
+        let providers =
+            Arc::new(providers.with_max_concurrent(config.openai_max_concurrent, config.anthropic_max_concurrent));
         ensure_default_agent(&pool, &config, &providers).await?;
 
         let config = Arc::new(config);

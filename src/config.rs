@@ -74,6 +74,10 @@ pub struct Config {
     pub metrics_addr: Option<SocketAddr>,
     /// How long a request to a non-streaming endpoint may take before it is answered 503.
     pub request_timeout: Duration,
+    /// Model requests in flight to the built-in providers at most, across every process
+    /// (`AGENTDESK_OPENAI_MAX_CONCURRENT`, `AGENTDESK_ANTHROPIC_MAX_CONCURRENT`); None: no limit.
+    pub openai_max_concurrent: Option<u32>,
+    pub anthropic_max_concurrent: Option<u32>,
 }
 
 /// `AGENTDESK_WEBHOOK_RETRY_SECS`'s default.
@@ -127,6 +131,8 @@ impl Default for Config {
             // Above the longest call-out an endpoint makes (an MCP server's handshake, 30 s), so
             // that its own error answers first; under the 60 s of common proxies and balancers.
             request_timeout: Duration::from_secs(45),
+            openai_max_concurrent: None,
+            anthropic_max_concurrent: None,
         }
     }
 }
@@ -282,7 +288,21 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_REQUEST_TIMEOUT_SECS", value_name = "SECS", allow_negative_numbers = true,
         default_value_t = Config::default().request_timeout.as_secs_f64(), value_parser = Setting(interval))]
     pub request_timeout_secs: f64,
+    /// Model requests in flight to the built-in `openai` provider at most, across every process
+    /// (1 to 1024; more wait their turn); unset: no limit
+    #[arg(long, env = "AGENTDESK_OPENAI_MAX_CONCURRENT", value_name = "N", allow_negative_numbers = true,
+        value_parser = Setting(max_concurrent))]
+    pub openai_max_concurrent: Option<MaxConcurrent>,
+    /// Model requests in flight to the built-in `anthropic` provider at most, across every
+    /// process (1 to 1024; more wait their turn); unset: no limit
+    #[arg(long, env = "AGENTDESK_ANTHROPIC_MAX_CONCURRENT", value_name = "N", allow_negative_numbers = true,
+        value_parser = Setting(max_concurrent))]
+    pub anthropic_max_concurrent: Option<MaxConcurrent>,
 }
+
+/// A provider's `max_concurrent` as given; empty means no limit.
+#[derive(Clone, Copy, Debug)]
+pub struct MaxConcurrent(Option<u32>);
 
 /// Every setting, for `Config::from_lookup`.
 #[derive(Parser)]
@@ -346,6 +366,8 @@ impl Config {
                 .map(PathBuf::from);
             config.metrics_addr = server.metrics_addr.as_deref().and_then(|a| a.parse().ok());
             config.request_timeout = Duration::from_secs_f64(server.request_timeout_secs);
+            config.openai_max_concurrent = server.openai_max_concurrent.and_then(|n| n.0);
+            config.anthropic_max_concurrent = server.anthropic_max_concurrent.and_then(|n| n.0);
         }
         config
     }
@@ -467,6 +489,20 @@ fn runtime_threads(name: &str, value: &str) -> Result<usize, String> {
         return Err(format!("{name}: must be at most {MAX_RUNTIME_THREADS}"));
     }
     Ok(n)
+}
+
+/// The largest `max_concurrent` a provider takes (as `PUT /v1/providers` accepts).
+const MAX_PROVIDER_CONCURRENCY: u32 = 1024;
+
+fn max_concurrent(name: &str, value: &str) -> Result<MaxConcurrent, String> {
+    if value.is_empty() {
+        return Ok(MaxConcurrent(None));
+    }
+    let n: u32 = positive(name, value)?;
+    if n > MAX_PROVIDER_CONCURRENCY {
+        return Err(format!("{name}: must be at most {MAX_PROVIDER_CONCURRENCY}"));
+    }
+    Ok(MaxConcurrent(Some(n)))
 }
 
 fn boolean(name: &str, value: &str) -> Result<bool, String> {

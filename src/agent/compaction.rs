@@ -1,11 +1,13 @@
 //! Compaction: when a ticket's transcript nears the model's context window, one summariser
 //! request (no tools, not retried) condenses it, and the summary replaces every non-system
 //! comment in one transaction, except the ticket's task when it is small enough to keep verbatim.
+//! When the summariser fails, answers empty or its summary does not fit, `trim` makes room
+//! without it.
 
 use super::step::Step;
-use super::{request, Flow, RunEnd, Stop};
+use super::trim::Target;
+use super::{request, Flow};
 use crate::db;
-use crate::db::claims::Finish;
 use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent};
 use crate::llm::{Delta, Message, ModelRequest, Provider, Role};
 
@@ -14,7 +16,7 @@ pub const MAX_RESERVE: u64 = 3_000;
 /// Compaction starts early at `window − PROACTIVE_MARGIN` (after a first response).
 pub const PROACTIVE_MARGIN: u64 = 33_000;
 /// What `cut_middle` adds to mark the cut, at most.
-const CUT_MARKER_MAX: usize = 64;
+pub(super) const CUT_MARKER_MAX: usize = 64;
 
 /// The tokens kept free for the reply: 3000, or a quarter of a small window (a 4096 window
 /// would otherwise block at 1096).
@@ -69,7 +71,7 @@ fn json_len(value: &serde_json::Value) -> usize {
     counter.0
 }
 
-fn block_chars(block: &ContentBlock) -> usize {
+pub(super) fn block_chars(block: &ContentBlock) -> usize {
     match block {
         ContentBlock::Text { text } => text.len(),
         ContentBlock::ToolUse { name, input, .. } => name.len() + json_len(input),
@@ -156,7 +158,7 @@ pub fn summariser_request(model: &str, comments: &[Comment], window: u64) -> Mod
 }
 
 /// Keeps the head and the tail of `text` within `max` bytes, on char boundaries.
-fn cut_middle(text: &str, max: usize) -> String {
+pub(super) fn cut_middle(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
@@ -204,11 +206,14 @@ impl Step<'_> {
         let summariser = summariser_request(&self.agent.model, &comments, window);
         // One request, no tools, no retries: a failing summariser is reported, not hammered.
         let mut ignore_deltas = |_: Delta| {};
+        // The summariser's request counts against the provider's capacity like any other.
+        let slot = self.take_slot(provider).await?;
         let result = tokio::select! {
             biased;
             _ = self.signals.abort.cancelled() => return super::aborted(),
             r = provider.stream(&summariser, &mut ignore_deltas, self.rt.stream_idle) => r,
         };
+        drop(slot);
         let result = result.map(|mut response| {
             request::estimate_usage(&summariser, &mut response);
             response
@@ -261,18 +266,19 @@ impl Step<'_> {
                         message: message.clone(),
                     },
                 );
-                if reason != Reason::Proactive {
-                    let outcome = Finish::Failed {
-                        kind: "compaction_failed".into(),
-                        message: format!("compaction failed: {message}"),
-                    };
-                    db::claims::finish(&mut tx, self.fence, &outcome, name, vec![failed]).await?;
-                    tx.commit().await?;
-                    self.rt.hub.wake();
-                    return Err(Stop::End(RunEnd::Failed));
-                }
                 db::events::append(&mut tx, self.ticket.id, &[failed]).await?;
-                false
+                tx.commit().await?;
+                self.rt.hub.wake();
+                if reason == Reason::Proactive {
+                    // The request still fits: go on as it is.
+                    return Ok(false);
+                }
+                // The request does not fit: make room without the summariser.
+                let why = format!("the summariser failed: {message}");
+                let target = Target::Tokens(blocking_threshold(window));
+                self.trim_transcript(window, target, reason, &why, tokens_before)
+                    .await?;
+                return Ok(true);
             }
         };
         tx.commit().await?;

@@ -3,12 +3,14 @@
 //!
 //! A step (`step`): rebuild the request from the transcript (`request`, compacting it first when
 //! it nears the context window: `compaction`), stream one model response with its retry policy
-//! (`model_call`; text deltas go out live), prepare and run its tool calls concurrently
+//! (`model_call`, after taking a slot of a provider with a limit: `capacity`; text deltas go
+//! out live), prepare and run its tool calls concurrently
 //! (`tool_calls`), and store the response, the results and any outcome (`persist`). Every write
 //! is fenced by the claim (`db::claims::fence`), so a worker that lost its claim writes nothing;
 //! no connection is held while the model or a tool runs.
 
 mod approvals;
+pub mod capacity;
 pub mod compaction;
 mod model_call;
 pub mod outputs;
@@ -18,6 +20,7 @@ mod results;
 mod step;
 mod tool_calls;
 pub mod transcript;
+mod trim;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +47,8 @@ pub struct Runtime {
     pub catalog: crate::tools::catalog::ToolCatalog,
     /// A model stream silent this long is a stall.
     pub stream_idle: Duration,
+    /// Slots of the providers with a `max_concurrent`.
+    pub slots: capacity::ProviderSlots,
 }
 
 /// How the outside world stops a running ticket.

@@ -18,7 +18,8 @@ use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelRespons
 use crate::telemetry::metric;
 use crate::telemetry::trace::{ChatResult, ChildSpan};
 
-/// How often an empty answer is sent again, whatever the agent's `max_request_retries`.
+/// How often an empty or unfinished answer is sent again, whatever the agent's
+/// `max_request_retries`.
 const MAX_EMPTY_RETRIES: u32 = 2;
 
 pub(super) enum ModelOutcome {
@@ -42,6 +43,8 @@ impl Step<'_> {
         let mut empty = 0u32;
         let provider_label = self.agent.provider.as_deref().unwrap_or(provider.name());
         loop {
+            // Held for this attempt only: a retry's backoff leaves the slot to others.
+            let slot = self.take_slot(provider).await?;
             let chat = self.span.chat(provider.name(), &self.agent.model);
             let sent = Instant::now();
             let mut first_output = None;
@@ -62,6 +65,7 @@ impl Step<'_> {
                 _ = self.signals.abort.cancelled() => None,
                 r = provider.stream(request, &mut on_delta, self.rt.stream_idle) => Some(r),
             };
+            drop(slot);
             let Some(result) = result else {
                 metric::model_request(
                     provider_label,
@@ -74,11 +78,13 @@ impl Step<'_> {
                 return self.keep_cancelled_text(streamed).await;
             };
             let err: LlmError = match result {
-                Ok(mut response) => {
+                Ok(mut response) if !response.is_empty() => {
                     request::estimate_usage(request, &mut response);
                     self.record_response(provider_label, request, &response, &chat, sent, first_output);
                     return Ok(ModelOutcome::Response(response));
                 }
+                // Nothing to act on is never a question for humans: sent again as an empty 200.
+                Ok(_) => llm::empty_reply(provider.name()),
                 Err(err) => err,
             };
             metric::model_request(
@@ -99,16 +105,22 @@ impl Step<'_> {
                 return Ok(ModelOutcome::Overflow(err));
             }
             attempt += 1;
-            let partial = shown.load(Ordering::Relaxed);
-            // An empty answer is retried a few times only: a server that answers nothing usually
-            // does so for every repeat of the same request.
-            let (tries, limit) = if err.kind == LlmErrorKind::EmptyResponse {
+            // What an unfinished stream or an empty reply (blank text) showed is not an answer: it
+            // is sent again all the same (watchers see the new reply's deltas after the old ones;
+            // only a whole reply is kept).
+            let empty_reply = err.kind == LlmErrorKind::EmptyResponse;
+            let partial = shown.load(Ordering::Relaxed) && !err.unfinished && !empty_reply;
+            // An empty or unfinished answer is retried a few times only: a server that answers
+            // nothing usually does so for every repeat of the same request.
+            let (tries, limit) = if empty_reply || err.unfinished {
                 empty += 1;
                 (empty, MAX_EMPTY_RETRIES)
             } else {
                 (attempt, max_retries)
             };
             if err.kind.is_retryable() && !partial && tries <= limit {
+                // A cancel during the next attempt keeps only that attempt's text.
+                streamed.clear();
                 let delay = llm::backoff_delay(tries, base_delay, err.retry_after);
                 self.log_failure(provider, &err, "retrying");
                 let retried = EventData::RequestRetried {

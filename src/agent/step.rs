@@ -9,6 +9,7 @@ use super::compaction::{self, Reason};
 use super::model_call::ModelOutcome;
 use super::persist::{self, ResponseRecord};
 use super::tool_calls::{self, PreparedCall};
+use super::trim::Target;
 use super::{aborted, request, Count, Flow, Runtime, Signals, Streaks};
 use crate::db;
 use crate::db::claims::{Claim, Fence};
@@ -114,11 +115,7 @@ impl Step<'_> {
             Ok(p) => p,
             Err(err) => return self.fail_request(err.kind.as_str(), &err.message).await,
         };
-        let window = self
-            .agent
-            .context_window
-            .map(|w| w as u64)
-            .or_else(|| llm::known_context_window(&self.agent.model).map(u64::from));
+        let window = self.window();
         let transcript = match transcript {
             Some(transcript) => transcript,
             None => db::comments::all(&self.rt.pool, self.ticket.id).await?,
@@ -139,6 +136,14 @@ impl Step<'_> {
             }
         };
         self.act_on(response).await
+    }
+
+    /// The model's context window: the agent's setting, else the model's known one.
+    fn window(&self) -> Option<u64> {
+        self.agent
+            .context_window
+            .map(|w| w as u64)
+            .or_else(|| llm::known_context_window(&self.agent.model).map(u64::from))
     }
 
     /// The agent's provider: a built-in one, or a named one as its definition reads now (a change
@@ -182,34 +187,60 @@ impl Step<'_> {
         }
         let compacted = self.compact(provider, window, reason, estimated).await?;
         *request = self.rebuild_request().await?;
-        if compaction::estimate_tokens(request) >= compaction::blocking_threshold(window) {
-            return self
-                .fail("context_window_exceeded", persist::STILL_TOO_LARGE, vec![])
-                .await;
+        let threshold = compaction::blocking_threshold(window);
+        let after = compaction::estimate_tokens(request);
+        if after >= threshold {
+            // The summary does not fit: make room without it.
+            let why = format!("the summary did not fit: about {after} tokens for a limit of {threshold}");
+            self.trim_transcript(window, Target::Tokens(threshold), reason, &why, after)
+                .await?;
+            *request = self.rebuild_request().await?;
+            if compaction::estimate_tokens(request) >= threshold {
+                return self
+                    .fail("context_window_exceeded", persist::STILL_TOO_LARGE, vec![])
+                    .await;
+            }
         }
         Ok(compacted)
     }
 
-    /// Reactive compaction: the provider says the context is full. Compact once and try again; a
-    /// second overflow right after a compaction fails the ticket.
+    /// Reactive compaction: the provider says the context is full (its tokens are not our
+    /// estimate's). Compact and try again; while it still overflows, make room without the
+    /// summariser, a third smaller each time, a few times before the ticket fails.
     async fn recover_from_overflow(
         &self,
         provider: &dyn Provider,
         window: Option<u64>,
         compacted: bool,
-        request: ModelRequest,
-        err: LlmError,
+        mut request: ModelRequest,
+        mut err: LlmError,
     ) -> Flow<ModelResponse> {
-        let Some(window) = window.filter(|_| !compacted) else {
+        /// Rounds of making room after the provider reported a full window.
+        const ROUNDS: u32 = 3;
+        let Some(window) = window else {
             return self.overflow_failure(&err, compacted).await;
         };
-        let estimated = compaction::estimate_tokens(&request);
-        self.compact(provider, window, Reason::Reactive, estimated).await?;
-        let request = self.rebuild_request().await?;
-        match self.call_model(provider, &request).await? {
-            ModelOutcome::Response(r) => Ok(r),
-            ModelOutcome::Overflow(err) => self.overflow_failure(&err, true).await,
+        for round in 0..ROUNDS {
+            let estimated = compaction::estimate_tokens(&request);
+            if round == 0 && !compacted {
+                self.compact(provider, window, Reason::Reactive, estimated).await?;
+            } else {
+                let why = format!("the model server reported a full context window: {}", err.message);
+                let shrunk = self
+                    .trim_transcript(window, Target::ShrinkByAThird, Reason::Reactive, &why, estimated)
+                    .await?;
+                if !shrunk {
+                    // Only the task, the role and the tools are left.
+                    break;
+                }
+            }
+            request = self.rebuild_request().await?;
+            match self.call_model(provider, &request).await? {
+                ModelOutcome::Response(r) => return Ok(r),
+                ModelOutcome::Overflow(again) => err = again,
+            }
         }
+        self.overflow_failure(&err, true).await
     }
 
     async fn rebuild_request(&self) -> Flow<ModelRequest> {
@@ -219,7 +250,13 @@ impl Step<'_> {
 
     async fn overflow_failure<T>(&self, err: &LlmError, after_compaction: bool) -> Flow<T> {
         let message = if after_compaction {
-            format!("{}: {}", persist::STILL_TOO_LARGE, err.message)
+            let task_tokens = (self.ticket.task_text().len() as u64).div_ceil(4);
+            let window = self.window().map_or_else(|| "unknown".to_owned(), |w| w.to_string());
+            format!(
+                "{} (the task is about {task_tokens} tokens, the context window {window}): {}",
+                persist::STILL_TOO_LARGE,
+                err.message
+            )
         } else {
             err.message.clone()
         };

@@ -287,6 +287,12 @@ pub fn describe(kind: &str, data: &Value, streamed: &mut bool) -> Option<String>
             data["delay_ms"]
         ),
         "request.failed" => error(data),
+        "request.queued" => format!(
+            "waiting for a slot of {} (max_concurrent {}, {} ahead)",
+            s(&data["provider"]),
+            data["max_concurrent"],
+            data["ahead"]
+        ),
         "tool.started" | "tool.approval_requested" => format!("{} {}", s(&data["tool_name"]), s(&data["input"])),
         "tool.finished" => format!("{} → {}", s(&data["tool_name"]), s(&data["output"])),
         "tool.failed" => format!("{} {}", s(&data["tool_name"]), error(data)),

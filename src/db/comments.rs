@@ -122,3 +122,32 @@ pub async fn delete_non_system(
     .await?;
     Ok(done.rows_affected())
 }
+
+/// Compaction without a summary: removes these comments (by seq) of the ticket.
+pub async fn delete_seqs(conn: &mut PgConnection, ticket_id: Uuid, seqs: &[i64]) -> Result<u64, sqlx::Error> {
+    if seqs.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query("DELETE FROM comments WHERE ticket_id = $1 AND seq = ANY($2)")
+        .bind(ticket_id)
+        .bind(seqs)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// Compaction without a summary: replaces a comment's content with a shortened one.
+pub async fn rewrite(
+    conn: &mut PgConnection,
+    ticket_id: Uuid,
+    seq: i64,
+    content: &[ContentBlock],
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE comments SET content = $3 WHERE ticket_id = $1 AND seq = $2")
+        .bind(ticket_id)
+        .bind(seq)
+        .bind(content_json(content))
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -12,6 +12,7 @@ pub mod http_tools;
 pub mod mcp_servers;
 pub mod outputs;
 pub mod planner_stats;
+pub mod provider_slots;
 pub mod providers;
 pub mod steps;
 pub mod tickets;

@@ -8,7 +8,8 @@ use sqlx::PgExecutor;
 use crate::domain::provider::ProviderKind;
 use crate::domain::ProviderDef;
 
-const PROVIDER_COLUMNS: &str = "name, kind, base_url, api_key, headers, timeout_ms, created_at, updated_at";
+const PROVIDER_COLUMNS: &str =
+    "name, kind, base_url, api_key, headers, timeout_ms, max_concurrent, created_at, updated_at";
 
 #[derive(sqlx::FromRow)]
 struct ProviderRow {
@@ -18,6 +19,7 @@ struct ProviderRow {
     api_key: Option<String>,
     headers: Json<BTreeMap<String, String>>,
     timeout_ms: i64,
+    max_concurrent: Option<i32>,
     created_at: chrono::DateTime<chrono::Utc>,
     updated_at: chrono::DateTime<chrono::Utc>,
 }
@@ -32,6 +34,7 @@ impl From<ProviderRow> for ProviderDef {
             api_key: r.api_key,
             headers: r.headers.0,
             timeout_ms: Some(r.timeout_ms),
+            max_concurrent: r.max_concurrent.map(i64::from),
             builtin: false,
             configured: true,
             created_at: Some(r.created_at),
@@ -43,11 +46,12 @@ impl From<ProviderRow> for ProviderDef {
 /// Creates or replaces a provider; true when it was created.
 pub async fn upsert<'e>(db: impl PgExecutor<'e>, p: &ProviderDef) -> Result<(ProviderDef, bool), sqlx::Error> {
     let sql = format!(
-        "INSERT INTO providers (name, kind, base_url, api_key, headers, timeout_ms)
-         VALUES ($1, $2, $3, $4, $5, $6)
+        "INSERT INTO providers (name, kind, base_url, api_key, headers, timeout_ms, max_concurrent)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (name) DO UPDATE SET
             kind = EXCLUDED.kind, base_url = EXCLUDED.base_url, api_key = EXCLUDED.api_key,
-            headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms, updated_at = now()
+            headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms,
+            max_concurrent = EXCLUDED.max_concurrent, updated_at = now()
          RETURNING {PROVIDER_COLUMNS}, (xmax = 0) AS created"
     );
     let row = sqlx::query(&sql)
@@ -60,6 +64,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, p: &ProviderDef) -> Result<(Pro
             p.timeout_ms
                 .unwrap_or(crate::domain::provider::DEFAULT_PROVIDER_TIMEOUT_MS),
         )
+        .bind(p.max_concurrent.map(|n| n as i32))
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row};

@@ -23,6 +23,7 @@ pub mod kind {
     pub const REQUEST_STARTED: &str = "request.started";
     pub const REQUEST_FINISHED: &str = "request.finished";
     pub const REQUEST_RETRIED: &str = "request.retried";
+    pub const REQUEST_QUEUED: &str = "request.queued";
     pub const REQUEST_FAILED: &str = "request.failed";
     pub const TOOL_STARTED: &str = "tool.started";
     pub const TOOL_FINISHED: &str = "tool.finished";
@@ -184,6 +185,15 @@ pub enum EventData {
     },
     #[serde(rename = "request.failed")]
     RequestFailed { kind: String, message: String },
+    /// The request waits for a slot of its provider (`max_concurrent` requests are in flight):
+    /// sent when the wait begins, so a ticket that waits is seen to.
+    #[serde(rename = "request.queued")]
+    RequestQueued {
+        provider: String,
+        max_concurrent: u32,
+        /// Requests holding a slot or waiting ahead of this one.
+        ahead: i64,
+    },
     #[serde(rename = "tool.started")]
     ToolStarted {
         tool_name: String,
@@ -282,6 +292,7 @@ impl EventData {
             EventData::RequestFinished { .. } => kind::REQUEST_FINISHED,
             EventData::RequestRetried { .. } => kind::REQUEST_RETRIED,
             EventData::RequestFailed { .. } => kind::REQUEST_FAILED,
+            EventData::RequestQueued { .. } => kind::REQUEST_QUEUED,
             EventData::ToolStarted { .. } => kind::TOOL_STARTED,
             EventData::ToolFinished { .. } => kind::TOOL_FINISHED,
             EventData::ToolFailed { .. } => kind::TOOL_FAILED,
@@ -477,6 +488,11 @@ mod tests {
             EventData::ContextLimitExceeded {
                 estimated_tokens: 1,
                 threshold_tokens: 1,
+            },
+            EventData::RequestQueued {
+                provider: s(),
+                max_concurrent: 1,
+                ahead: 1,
             },
             EventData::TextDelta { delta: s() },
             EventData::ThinkingDelta { delta: s() },

@@ -13,6 +13,8 @@ pub const BUILTIN_PROVIDERS: [&str; 2] = ["openai", "anthropic"];
 pub const DEFAULT_PROVIDER_TIMEOUT_MS: i64 = 600_000;
 pub const MIN_PROVIDER_TIMEOUT_MS: i64 = 1_000;
 pub const MAX_PROVIDER_TIMEOUT_MS: i64 = 3_600_000;
+/// The largest `max_concurrent` a provider takes.
+pub const MAX_PROVIDER_CONCURRENCY: i64 = 1_024;
 
 /// The wire format a provider speaks: `openai` (chat completions, and the many servers copying
 /// it: vLLM, Ollama, llama.cpp, LM Studio, LiteLLM) or `anthropic` (Messages).
@@ -54,6 +56,11 @@ pub struct ProviderDef {
     /// Overall limit of one model request, in milliseconds (built-in providers: null, no limit
     /// beyond the stream's idle timeout).
     pub timeout_ms: Option<i64>,
+    /// Model requests in flight to this provider at most, across every process of the desk
+    /// (1 to 1024); requests beyond wait their turn in order of arrival. Null: no limit. Built-in
+    /// providers show `AGENTDESK_{OPENAI,ANTHROPIC}_MAX_CONCURRENT`.
+    #[schema(minimum = 1, maximum = 1024)]
+    pub max_concurrent: Option<i64>,
     /// `openai` and `anthropic`, configured from the environment (read-only here).
     pub builtin: bool,
     /// Whether the provider can be used: always for defined ones; built-in ones need their

@@ -15,7 +15,8 @@ use super::AppState;
 use crate::db;
 use crate::domain::agent::is_valid_agent_name;
 use crate::domain::provider::{
-    ProviderKind, BUILTIN_PROVIDERS, DEFAULT_PROVIDER_TIMEOUT_MS, MAX_PROVIDER_TIMEOUT_MS, MIN_PROVIDER_TIMEOUT_MS,
+    ProviderKind, BUILTIN_PROVIDERS, DEFAULT_PROVIDER_TIMEOUT_MS, MAX_PROVIDER_CONCURRENCY, MAX_PROVIDER_TIMEOUT_MS,
+    MIN_PROVIDER_TIMEOUT_MS,
 };
 use crate::domain::ProviderDef;
 use crate::llm::{anthropic, openai, Providers};
@@ -36,6 +37,11 @@ pub struct PutProvider {
     /// Overall limit of one model request: 1000 to 3600000 ms, default 600000.
     #[schema(minimum = 1000, maximum = 3600000)]
     pub timeout_ms: Option<i64>,
+    /// Model requests in flight to this provider at most, across every process (1 to 1024);
+    /// more wait their turn in order of arrival. Null or omitted: no limit. Local servers that
+    /// serve one request at a time (llama-cpp-python) need 1.
+    #[schema(minimum = 1, maximum = 1024)]
+    pub max_concurrent: Option<i64>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -73,6 +79,7 @@ fn builtin(providers: &Providers, name: &str) -> ProviderDef {
         api_key: has_key.then(|| format!("${{env:{env}_API_KEY}}")),
         headers: BTreeMap::new(),
         timeout_ms: None,
+        max_concurrent: providers.builtin_max_concurrent(name).map(i64::from),
         builtin: true,
         configured,
         created_at: None,
@@ -100,6 +107,14 @@ fn validate(name: &str, req: PutProvider) -> ApiResult<ProviderDef> {
             "timeout_ms must be between {MIN_PROVIDER_TIMEOUT_MS} and {MAX_PROVIDER_TIMEOUT_MS}"
         )));
     }
+    if let Some(n) = req
+        .max_concurrent
+        .filter(|n| !(1..=MAX_PROVIDER_CONCURRENCY).contains(n))
+    {
+        return Err(validation(format!(
+            "max_concurrent must be between 1 and {MAX_PROVIDER_CONCURRENCY}, or null for no limit, not {n}"
+        )));
+    }
     for (header, value) in &req.headers {
         if HeaderName::from_bytes(header.as_bytes()).is_err() {
             return Err(validation(format!("invalid header name {header:?}")));
@@ -119,6 +134,7 @@ fn validate(name: &str, req: PutProvider) -> ApiResult<ProviderDef> {
         api_key,
         headers: req.headers,
         timeout_ms: Some(timeout_ms),
+        max_concurrent: req.max_concurrent,
         builtin: false,
         configured: true,
         created_at: None,

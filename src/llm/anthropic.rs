@@ -23,6 +23,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 
 const NAME: &str = "anthropic";
 
+#[derive(Clone)]
 pub struct Anthropic {
     base_url: String,
     /// A key, or a `${env:NAME}` template expanded per request.
@@ -49,7 +50,17 @@ impl Anthropic {
 
     /// Extra headers (templates) and an overall timeout for each request.
     pub fn with_extras(mut self, headers: Vec<(String, String)>, timeout: Option<Duration>) -> Self {
-        self.extras = http::Extras { headers, timeout };
+        self.extras = http::Extras {
+            headers,
+            timeout,
+            ..self.extras
+        };
+        self
+    }
+
+    /// At most `n` model requests in flight to this provider across every process; None: no limit.
+    pub fn with_max_concurrent(mut self, n: Option<u32>) -> Self {
+        self.extras.max_concurrent = n;
         self
     }
 
@@ -529,6 +540,10 @@ impl StreamParser for Parser<'_> {
 impl Provider for Anthropic {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn max_concurrent(&self) -> Option<u32> {
+        self.extras.max_concurrent
     }
 
     async fn stream(

@@ -22,6 +22,9 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 pub(crate) struct Extras {
     pub headers: Vec<(String, String)>,
     pub timeout: Option<Duration>,
+    /// Model requests in flight to this provider at most, across every process (see
+    /// `agent::capacity`); None: no limit.
+    pub max_concurrent: Option<u32>,
 }
 
 impl Extras {
@@ -294,6 +297,7 @@ pub(crate) fn classify_http(
         message: redact(&message, api_key),
         retry_after: headers.and_then(retry_after),
         status: Some(status),
+        unfinished: false,
     }
 }
 
@@ -345,6 +349,7 @@ pub(crate) fn stream_error(provider: &str, info: ErrorInfo, body: &str, api_key:
         message: redact(&message, api_key),
         retry_after: None,
         status: None,
+        unfinished: false,
     }
 }
 

@@ -5,6 +5,7 @@
 //! kinds so the caller can decide on retries without knowing which provider it talked to.
 
 pub mod anthropic;
+pub mod grammar_safe;
 mod http;
 pub mod named;
 pub mod openai;
@@ -42,9 +43,11 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
+    /// The schema is sent in the form grammar converters accept (`grammar_safe`).
     pub fn new(name: &str, description: &str, input_schema: &serde_json::Value) -> ToolSpec {
+        let sent = grammar_safe::grammar_safe(input_schema);
         // A `Value` always serialises.
-        let schema = serde_json::value::to_raw_value(input_schema).expect("a JSON value serialises");
+        let schema = serde_json::value::to_raw_value(&sent).expect("a JSON value serialises");
         ToolSpec {
             name: name.to_owned(),
             description: description.into(),
@@ -177,6 +180,14 @@ pub struct ModelResponse {
     pub usage_reported: bool,
 }
 
+impl ModelResponse {
+    /// No text (blank counts as none), no thinking and no tool call: nothing to act on, and never
+    /// a question for humans.
+    pub fn is_empty(&self) -> bool {
+        self.text.trim().is_empty() && self.thinking.is_empty() && self.tool_calls.is_empty()
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LlmErrorKind {
     RateLimited,
@@ -191,7 +202,7 @@ pub enum LlmErrorKind {
     ResponseMalformed,
     BadRequest,
     ProviderUnconfigured,
-    /// A 200 answer with no events at all.
+    /// A 200 answer with no events at all, or a reply with nothing in it.
     EmptyResponse,
 }
 
@@ -240,6 +251,10 @@ pub struct LlmError {
     pub message: String,
     pub retry_after: Option<Duration>,
     pub status: Option<u16>,
+    /// The stream ended cleanly but without the model's finish reason: the server stopped
+    /// generating (llama-cpp-python does so when another request arrives). What was shown is
+    /// not an answer, so the request is sent again even after output (see `agent::model_call`).
+    pub unfinished: bool,
 }
 
 impl LlmError {
@@ -249,6 +264,7 @@ impl LlmError {
             message: message.into(),
             retry_after: None,
             status: None,
+            unfinished: false,
         }
     }
 }
@@ -266,6 +282,12 @@ pub trait Provider: Send + Sync {
     /// "openai" | "anthropic"
     fn name(&self) -> &'static str;
 
+    /// Model requests in flight to this provider at most, across every process of the desk
+    /// (`max_concurrent`); None: no limit.
+    fn max_concurrent(&self) -> Option<u32> {
+        None
+    }
+
     /// Streams one model response. Each text, thinking and tool-call argument delta is passed to
     /// `on_delta` as it arrives.
     /// A stream silent for `idle_timeout` between chunks (or before the first) fails with StreamStalled.
@@ -276,6 +298,14 @@ pub trait Provider: Send + Sync {
         on_delta: &mut (dyn FnMut(Delta) + Send),
         idle_timeout: Duration,
     ) -> Result<ModelResponse, LlmError>;
+}
+
+/// A complete reply with nothing in it: no text, no thinking, no tool call.
+pub fn empty_reply(provider: &str) -> LlmError {
+    LlmError::new(
+        LlmErrorKind::EmptyResponse,
+        format!("{provider}: the model's reply was empty (no text, no thinking, no tool call)"),
+    )
 }
 
 /// The start of `s`, at most `max` bytes (on a char boundary), for log lines.
@@ -333,6 +363,8 @@ pub struct Providers {
     /// Named providers built from their stored definitions, kept while the definition is unchanged
     /// so their connections are reused.
     named: named::Cache,
+    /// The built-in providers' `max_concurrent` (openai, anthropic).
+    limits: (Option<u32>, Option<u32>),
 }
 
 impl fmt::Debug for Providers {
@@ -379,12 +411,35 @@ impl Providers {
             openai: openai.map(Arc::new),
             anthropic: anthropic.map(Arc::new),
             named: named::Cache::default(),
+            limits: (None, None),
         }
     }
 
     /// The provider a stored definition describes (built once per definition).
     pub fn named(&self, name: &str, config: &named::ProviderConfig) -> Arc<dyn Provider> {
         self.named.get(name, config)
+    }
+
+    /// Limits the built-in providers' requests in flight across every process
+    /// (`AGENTDESK_{OPENAI,ANTHROPIC}_MAX_CONCURRENT`); None: no limit.
+    pub fn with_max_concurrent(mut self, openai: Option<u32>, anthropic: Option<u32>) -> Self {
+        self.openai = self
+            .openai
+            .map(|p| Arc::new(Arc::unwrap_or_clone(p).with_max_concurrent(openai)));
+        self.anthropic = self
+            .anthropic
+            .map(|p| Arc::new(Arc::unwrap_or_clone(p).with_max_concurrent(anthropic)));
+        self.limits = (openai, anthropic);
+        self
+    }
+
+    /// A built-in provider's `max_concurrent`, whether or not it is configured.
+    pub fn builtin_max_concurrent(&self, name: &str) -> Option<u32> {
+        match name {
+            "openai" => self.limits.0,
+            "anthropic" => self.limits.1,
+            _ => None,
+        }
     }
 
     /// A built-in provider as configured from the environment: its base URL and whether a key is

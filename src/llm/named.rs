@@ -18,6 +18,7 @@ pub struct ProviderConfig {
     pub api_key: Option<String>,
     pub headers: Vec<(String, String)>,
     pub timeout_ms: u64,
+    pub max_concurrent: Option<u32>,
 }
 
 impl From<&ProviderDef> for ProviderConfig {
@@ -29,6 +30,7 @@ impl From<&ProviderDef> for ProviderConfig {
             api_key: def.api_key.clone(),
             headers: def.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             timeout_ms: def.timeout_ms.unwrap_or(DEFAULT_PROVIDER_TIMEOUT_MS).max(1) as u64,
+            max_concurrent: def.max_concurrent.and_then(|n| u32::try_from(n).ok()),
         }
     }
 }
@@ -37,10 +39,13 @@ impl ProviderConfig {
     pub fn build(&self) -> Arc<dyn Provider> {
         let timeout = Some(Duration::from_millis(self.timeout_ms));
         let (key, headers) = (self.api_key.clone(), self.headers.clone());
+        let limit = self.max_concurrent;
         if self.kind == "anthropic" {
-            Arc::new(anthropic::Anthropic::new(self.base_url.clone(), key).with_extras(headers, timeout))
+            let provider = anthropic::Anthropic::new(self.base_url.clone(), key).with_extras(headers, timeout);
+            Arc::new(provider.with_max_concurrent(limit))
         } else {
-            Arc::new(openai::OpenAi::new(self.base_url.clone(), key).with_extras(headers, timeout))
+            let provider = openai::OpenAi::new(self.base_url.clone(), key).with_extras(headers, timeout);
+            Arc::new(provider.with_max_concurrent(limit))
         }
     }
 }

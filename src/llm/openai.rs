@@ -20,6 +20,7 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 const NAME: &str = "openai";
 
+#[derive(Clone)]
 pub struct OpenAi {
     base_url: String,
     /// A key, or a `${env:NAME}` template expanded per request.
@@ -41,7 +42,17 @@ impl OpenAi {
 
     /// Extra headers (templates) and an overall timeout for each request.
     pub fn with_extras(mut self, headers: Vec<(String, String)>, timeout: Option<Duration>) -> Self {
-        self.extras = http::Extras { headers, timeout };
+        self.extras = http::Extras {
+            headers,
+            timeout,
+            ..self.extras
+        };
+        self
+    }
+
+    /// At most `n` model requests in flight to this provider across every process; None: no limit.
+    pub fn with_max_concurrent(mut self, n: Option<u32>) -> Self {
+        self.extras.max_concurrent = n;
         self
     }
 
@@ -391,8 +402,15 @@ impl StreamParser for Parser<'_> {
         let Parser {
             mut out, calls, finish, ..
         } = self;
-        if !stopped && finish.is_none() {
-            return Err(stream::interrupted(NAME, "a finish_reason or [DONE]"));
+        if finish.is_none() {
+            // Without a finish_reason the reply is not known to be whole, even after [DONE]:
+            // llama-cpp-python ends a request it interrupts with [DONE] alone.
+            let what = if stopped {
+                "a finish_reason ([DONE] came without one)"
+            } else {
+                "a finish_reason or [DONE]"
+            };
+            return Err(stream::interrupted(NAME, what));
         }
         out.tool_calls = calls
             .into_iter()
@@ -418,6 +436,10 @@ impl StreamParser for Parser<'_> {
 impl Provider for OpenAi {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn max_concurrent(&self) -> Option<u32> {
+        self.extras.max_concurrent
     }
 
     async fn stream(

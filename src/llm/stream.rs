@@ -102,11 +102,16 @@ pub(crate) fn feed<P: StreamParser>(
     parser.on_chunk(event, chunk, data, on_delta)
 }
 
+/// The stream ended (cleanly, as far as HTTP is concerned) without the model's finish: `what`
+/// says what was missing.
 pub(crate) fn interrupted(provider: &str, what: &str) -> LlmError {
-    LlmError::new(
-        LlmErrorKind::StreamInterrupted,
-        format!("{provider}: stream ended before {what}"),
-    )
+    LlmError {
+        unfinished: true,
+        ..LlmError::new(
+            LlmErrorKind::StreamInterrupted,
+            format!("{provider}: stream ended before {what}"),
+        )
+    }
 }
 
 /// The most of one model response's body read: far above what any model's output limit makes

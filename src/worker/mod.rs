@@ -73,6 +73,7 @@ impl WorkerPool {
         let runtime = Runtime {
             appender: crate::db::events::EventAppender::start(pool.clone()),
             steps: crate::db::steps::StepWriter::start(pool.clone()),
+            slots: crate::agent::capacity::ProviderSlots::new(pool.clone(), config.lease),
             pool,
             hub,
             providers,

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,6 +50,26 @@ struct Shared {
     next_id: AtomicU64,
     /// Whether each request's copy is kept for `requests()`.
     keep: AtomicBool,
+    /// Requests being answered now, and the most at once so far.
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+/// A request being answered: counted from its arrival until its answer's body ends.
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    fn enter(shared: &Arc<Shared>) -> InFlight {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(shared.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[derive(Default)]
@@ -103,6 +123,8 @@ impl FakeLlm {
             count,
             next_id: AtomicU64::new(1),
             keep: AtomicBool::new(true),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai_handler))
@@ -173,6 +195,16 @@ impl FakeLlm {
         *self.inner.shared.count.borrow()
     }
 
+    /// The most requests answered at once so far (from arrival until the answer's body ended).
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.shared.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Requests being answered now.
+    pub fn in_flight(&self) -> usize {
+        self.inner.shared.in_flight.load(Ordering::SeqCst)
+    }
+
     /// Waits until at least `n` requests have arrived; false on timeout.
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
         let mut rx = self.inner.shared.count.subscribe();
@@ -214,6 +246,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let in_flight = InFlight::enter(&shared);
     let raw = String::from_utf8_lossy(&body);
     // The few fields the rendering needs; the whole body is parsed only for a record or a responder.
     let head: RequestHead = serde_json::from_str(&raw).unwrap_or_default();
@@ -262,7 +295,7 @@ async fn handle(
         Endpoint::Anthropic => render_anthropic(&reply, &head, &shared.next_id),
     };
     if frames.iter().any(|f| !f.delay.is_zero()) || reply.is_faulty() {
-        return stream_response(paced_body(frames, &reply));
+        return stream_response(paced_body(frames, &reply, in_flight));
     }
     let body = Bytes::from(frames.into_iter().map(|f| f.text).collect::<String>());
     if fixed && reply.first_byte_delay.is_zero() {
@@ -383,10 +416,12 @@ fn stream_response(body: Body) -> Response {
 }
 
 /// The frames one by one at their times, with the reply's faults.
-fn paced_body(frames: Vec<Frame>, reply: &Reply) -> Body {
+fn paced_body(frames: Vec<Frame>, reply: &Reply, in_flight: InFlight) -> Body {
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(32);
     let (stall, drop_at, garbage) = (reply.stall_after, reply.drop_after, reply.garbage_after);
     tokio::spawn(async move {
+        // Counted until the body ends.
+        let _in_flight = in_flight;
         let mut due = Instant::now();
         let total = frames.len();
         let mut frames = frames.into_iter();
@@ -453,6 +488,7 @@ pub struct Reply {
     error_event: Option<String>,
     stop_reason: Option<String>,
     no_usage: bool,
+    no_finish: bool,
     empty: bool,
     error_body: Option<String>,
 }
@@ -608,6 +644,13 @@ impl Reply {
     /// Anthropic: no usage fields).
     pub fn without_usage(mut self) -> Reply {
         self.no_usage = true;
+        self
+    }
+
+    /// Ends without the model's finish reason, as llama-cpp-python ends a request it interrupts
+    /// (OpenAI: no `finish_reason`, then `[DONE]`; Anthropic: a null `stop_reason`).
+    pub fn without_finish(mut self) -> Reply {
+        self.no_finish = true;
         self
     }
 
@@ -781,7 +824,9 @@ fn render_openai(reply: &Reply, req: &RequestHead, next_id: &AtomicU64) -> Vec<F
         None if reply.calls.is_empty() => "stop".to_string(),
         None => "tool_calls".to_string(),
     };
-    push(chunk(json!({}), json!(finish)), gap);
+    if !reply.no_finish {
+        push(chunk(json!({}), json!(finish)), gap);
+    }
     if include_usage(req) && !reply.no_usage {
         let (input, output) = reply.usage_numbers();
         push(
@@ -926,6 +971,7 @@ fn render_anthropic(reply: &Reply, req: &RequestHead, next_id: &AtomicU64) -> Ve
         None if reply.calls.is_empty() => "end_turn".to_string(),
         None => "tool_use".to_string(),
     };
+    let stop = if reply.no_finish { Value::Null } else { json!(stop) };
     push(
         "message_delta",
         if reply.no_usage {

@@ -134,6 +134,17 @@ fn incomplete_or_garbled_streams_fail() {
     let e = r.unwrap_err();
     assert_eq!(e.kind, LlmErrorKind::StreamInterrupted);
     assert_eq!(e.message, "openai: stream ended before a finish_reason or [DONE]");
+    assert!(e.unfinished);
+
+    // [DONE] alone is how llama-cpp-python ends a request it interrupts: not a whole reply.
+    let (r, _) = run(&[r#"{"choices":[{"index":0,"delta":{"content":"cut"}}]}"#, "[DONE]"]);
+    let e = r.unwrap_err();
+    assert_eq!(e.kind, LlmErrorKind::StreamInterrupted);
+    assert!(
+        e.unfinished && e.message.contains("[DONE] came without one"),
+        "{}",
+        e.message
+    );
 
     let (r, _) = run(&[r#"{"choices":[{"index":0,"delta":{"content":"x"}}"#]);
     let e = r.unwrap_err();
