@@ -161,6 +161,8 @@ impl App {
         if mode.runs_workers() {
             // Webhooks are delivered where tickets are worked: an API-only process stays thin.
             tasks.push(crate::webhooks::start(pool.clone(), &hub, &config, shutdown.clone()));
+            // Schedules fire where tickets are worked; any number of schedulers share the work.
+            tasks.push(crate::scheduler::start(pool.clone(), hub.clone(), shutdown.clone()));
         }
         if let Some(metrics_addr) = config.metrics_addr {
             let listener = listen(metrics_addr).with_context(|| format!("cannot listen on {metrics_addr}"))?;

@@ -13,6 +13,7 @@ pub mod http;
 pub mod llm;
 pub mod mcp;
 pub mod net;
+pub mod scheduler;
 pub mod schema;
 pub mod telemetry;
 pub mod tools;

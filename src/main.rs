@@ -57,8 +57,10 @@ enum ServerCommand {
 enum ClientCommand {
     /// Client: create, follow and manage tickets on a running service (AGENTDESK_URL)
     Ticket(TicketArgs),
-    /// Client: apply a file of agents, providers, tools and MCP servers to a running service
+    /// Client: apply a file of agents, providers, tools, MCP servers and schedules to a running service
     Agents(AgentsArgs),
+    /// Client: create, list, pause, resume, run and delete schedules (recurring tickets)
+    Schedule(cli::ScheduleArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Server(command) => command,
         Command::Client(ClientCommand::Ticket(args)) => return cli::run_ticket(args),
         Command::Client(ClientCommand::Agents(args)) => return cli::run_agents(args),
+        Command::Client(ClientCommand::Schedule(args)) => return cli::run_schedule(args),
     };
     let server = match &command {
         ServerCommand::Serve(args) | ServerCommand::Api(args) | ServerCommand::Worker(args) => Some(args),
@@ -251,16 +254,17 @@ async fn serve(mut config: Config, mode: Mode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The providers and agents of `AGENTDESK_AGENTS_FILE` (the other sections are for `agents apply`).
+/// The providers, agents and schedules of `AGENTDESK_AGENTS_FILE` (the other sections are for
+/// `agents apply`).
 fn read_agents_file(path: &std::path::Path) -> anyhow::Result<cli::apply::AgentsFile> {
     use cli::apply::{AgentsFile, Section};
     let file = AgentsFile::read(path).map_err(|e| anyhow::anyhow!("AGENTDESK_AGENTS_FILE {e}"))?;
-    let applied = file.only(&[Section::Providers, Section::Agents]);
+    let applied = file.only(&[Section::Providers, Section::Agents, Section::Schedules]);
     if applied.entries.len() < file.entries.len() {
         tracing::warn!(
             file = %path.display(),
-            "AGENTDESK_AGENTS_FILE: only providers and agents are applied at start-up; apply tools and MCP \
-             servers with `agentdesk agents apply`"
+            "AGENTDESK_AGENTS_FILE: only providers, agents and schedules are applied at start-up; apply tools \
+             and MCP servers with `agentdesk agents apply`"
         );
     }
     Ok(applied)

@@ -512,3 +512,77 @@ async fn the_token_is_sent_as_a_bearer_token() {
     assert_eq!(with_option.code, 0, "{with_option:?}");
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_commands_and_the_schedules_map_of_the_agents_file() {
+    let app = TestApp::spawn().await;
+    let out = cli(
+        &app.url,
+        &[
+            "schedule",
+            "create",
+            "0 9 * * mon-fri",
+            "digest for {scheduled_for}",
+            "--name",
+            "digest",
+            "--timezone",
+            "Europe/Berlin",
+            "--label",
+            "research",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("digest next run 20"), "{out:?}");
+    let list = cli(&app.url, &["schedule", "list"]).await;
+    assert!(list.stdout.starts_with("SCHEDULE"), "{list:?}");
+    assert!(list.stdout.contains("digest") && list.stdout.contains("Europe/Berlin") && list.stdout.contains("enabled"));
+    let show = cli(&app.url, &["schedule", "show", "digest"]).await;
+    assert!(
+        show.stdout.contains("upcoming") && show.stdout.contains("0 9 * * mon-fri"),
+        "{show:?}"
+    );
+    let paused = cli(&app.url, &["schedule", "pause", "digest"]).await;
+    assert_eq!(paused.stdout, "digest paused; next run -\n", "{paused:?}");
+    assert_eq!(app.get("/v1/schedules/digest").await.1["enabled"], false);
+    let resumed = cli(&app.url, &["schedule", "resume", "digest"]).await;
+    assert!(resumed.stdout.starts_with("digest resumed; next run 20"), "{resumed:?}");
+    let run = cli(&app.url, &["schedule", "run", "digest"]).await;
+    assert!(run.stdout.starts_with("TICKET-"), "{run:?}");
+    let (_, ticket) = app.get(&format!("/v1/tickets/{}", run.stdout.trim())).await;
+    assert_eq!(ticket["metadata"]["schedule"]["name"], "digest");
+    let bad = cli(&app.url, &["schedule", "create", "not cron", "t"]).await;
+    assert_eq!(bad.code, 4, "{bad:?}");
+    assert!(bad.stderr.contains("cron"), "{bad:?}");
+    let deleted = cli(&app.url, &["schedule", "delete", "digest"]).await;
+    assert_eq!(deleted.code, 0, "{deleted:?}");
+    assert_eq!(cli(&app.url, &["schedule", "show", "digest"]).await.code, 4);
+
+    // The agents file: created by name, then unchanged, then only what differs.
+    let dir = tempdir();
+    let yaml = "schedules:
+  nightly:
+    cron: \"0 2 * * *\"
+    timezone: America/New_York
+    ticket: {task: \"Clean up after {scheduled_for}\", labels: [ops]}
+";
+    let file = write(&dir, "schedules.yaml", yaml);
+    let first = cli(&app.url, &["agents", "apply", &file]).await;
+    assert_eq!(first.stdout, "+ schedule nightly created\n", "{first:?}");
+    let (_, created) = app.get("/v1/schedules/nightly").await;
+    assert_eq!(created["timezone"], "America/New_York");
+    let second = cli(&app.url, &["agents", "apply", &file]).await;
+    assert_eq!(second.stdout, "= schedule nightly unchanged\n", "{second:?}");
+    assert_eq!(
+        app.get("/v1/schedules/nightly").await.1["updated_at"],
+        created["updated_at"]
+    );
+    let changed = yaml.replace("0 2 * * *", "0 3 * * *").replace("[ops]", "[ops, night]");
+    let file = write(&dir, "schedules.yaml", &changed);
+    let third = cli(&app.url, &["agents", "apply", &file]).await;
+    assert_eq!(third.stdout, "~ schedule nightly updated (cron, ticket)\n", "{third:?}");
+    let (_, updated) = app.get("/v1/schedules/nightly").await;
+    assert_eq!(updated["cron"], "0 3 * * *");
+    assert_eq!(updated["ticket"]["labels"], json!(["ops", "night"]));
+    app.shutdown().await;
+}

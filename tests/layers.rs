@@ -17,6 +17,7 @@ const RULES: &[(&str, &[&str])] = &[
             "http",
             "llm",
             "mcp",
+            "scheduler",
             "schema",
             "tools",
             "transitions",
@@ -34,6 +35,7 @@ const RULES: &[(&str, &[&str])] = &[
             "http",
             "llm",
             "mcp",
+            "scheduler",
             "tools",
             "transitions",
             "webhooks",
@@ -112,7 +114,7 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     (
         "transitions",
-        &["agent", "app", "http", "llm", "mcp", "tools", "worker"],
+        &["agent", "app", "http", "llm", "mcp", "scheduler", "tools", "worker"],
     ),
     ("tools", &["agent", "app", "http", "mcp", "worker"]),
     // MCP servers lend tools: the hub builds on the store, the tools and the address guard.
@@ -137,6 +139,10 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "webhooks",
         &["agent", "app", "http", "llm", "mcp", "tools", "transitions", "worker"],
+    ),
+    (
+        "scheduler",
+        &["agent", "app", "http", "llm", "mcp", "tools", "webhooks", "worker"],
     ),
     ("agent", &["app", "http", "worker"]),
     ("worker", &["app", "http"]),

@@ -15,10 +15,12 @@ pub const APPLY_HELP: &str = "The file holds maps keyed by name whose values are
   tools:        PUT /v1/tools/{name}
   mcp_servers:  PUT /v1/mcp-servers/{name}
   agents:       PUT /v1/agents/{name}
+  schedules:    POST /v1/schedules (with the name), then PATCH /v1/schedules/{name}
 
 Each entry is compared with what the service has (only the fields the file sets); it is sent only when \
 one differs. Lines: `+` created, `~` updated (the fields), `=` unchanged, `!` refused (the API's message). \
-Entries the file does not name are left alone. Providers go first, agents last (agents name them).
+Entries the file does not name are left alone. Providers go first, then tools, MCP servers, agents, and \
+schedules last (their tickets go to the agents). A schedule's `ticket` is compared by the keys the file sets.
 
 Exit codes: 0 every entry applied, 4 the API refused an entry (the others are still applied), \
 5 the service cannot be reached, 64 a bad file.";
@@ -30,10 +32,17 @@ pub enum Section {
     Tools,
     McpServers,
     Agents,
+    Schedules,
 }
 
 impl Section {
-    const ALL: [Section; 4] = [Section::Providers, Section::Tools, Section::McpServers, Section::Agents];
+    const ALL: [Section; 5] = [
+        Section::Providers,
+        Section::Tools,
+        Section::McpServers,
+        Section::Agents,
+        Section::Schedules,
+    ];
 
     pub fn key(self) -> &'static str {
         match self {
@@ -41,6 +50,7 @@ impl Section {
             Section::Tools => "tools",
             Section::McpServers => "mcp_servers",
             Section::Agents => "agents",
+            Section::Schedules => "schedules",
         }
     }
 
@@ -51,6 +61,7 @@ impl Section {
             Section::Tools => "tool",
             Section::McpServers => "mcp_server",
             Section::Agents => "agent",
+            Section::Schedules => "schedule",
         }
     }
 
@@ -60,6 +71,7 @@ impl Section {
             Section::Tools => "tools",
             Section::McpServers => "mcp-servers",
             Section::Agents => "agents",
+            Section::Schedules => "schedules",
         };
         format!("/v1/{collection}/{}", encode(name))
     }
@@ -78,11 +90,11 @@ impl AgentsFile {
 
     pub fn parse(doc: &Value) -> Result<AgentsFile, String> {
         let Some(top) = doc.as_object() else {
-            return Err("expected a map with agents, providers, tools or mcp_servers".into());
+            return Err("expected a map with agents, providers, tools, mcp_servers or schedules".into());
         };
         if let Some(unknown) = top.keys().find(|k| !Section::ALL.iter().any(|s| s.key() == *k)) {
             return Err(format!(
-                "unknown section {unknown:?}: the sections are agents, providers, tools and mcp_servers"
+                "unknown section {unknown:?}: the sections are agents, providers, tools, mcp_servers and schedules"
             ));
         }
         let mut entries = vec![];
@@ -213,6 +225,9 @@ async fn apply_one(
         Err(err) if err.is_not_found() => None,
         Err(err) => return Err(err),
     };
+    if section == Section::Schedules {
+        return apply_schedule(client, name, body, current).await;
+    }
     let body_value = Value::Object(body.clone());
     match current {
         None => {
@@ -228,6 +243,42 @@ async fn apply_one(
             Ok(Change::Updated(fields))
         }
     }
+}
+
+/// A schedule has no PUT: it is created with its name, and changed with a PATCH of the fields
+/// that differ (its `ticket` by the keys the file sets, the rest as for the other sections).
+async fn apply_schedule(
+    client: &Client,
+    name: &str,
+    body: &Map<String, Value>,
+    current: Option<Value>,
+) -> Result<Change, CliError> {
+    let Some(current) = current else {
+        let mut created = body.clone();
+        created.insert("name".into(), Value::String(name.to_owned()));
+        client.post("/v1/schedules", &Value::Object(created)).await?;
+        return Ok(Change::Created);
+    };
+    let mut fields = differing_fields(body, &current);
+    if let (Some(Value::Object(ticket)), Some(_)) = (body.get("ticket"), current.get("ticket")) {
+        let ticket_differs = !differing_fields(ticket, &current["ticket"]).is_empty();
+        fields.retain(|f| f != "ticket" || ticket_differs);
+    }
+    if fields.is_empty() {
+        return Ok(Change::Unchanged);
+    }
+    let patch: Map<String, Value> = fields
+        .iter()
+        .filter_map(|f| Some((f.clone(), body.get(f)?.clone())))
+        .collect();
+    client
+        .call(
+            reqwest::Method::PATCH,
+            &Section::Schedules.path(name),
+            Some(&Value::Object(patch)),
+        )
+        .await?;
+    Ok(Change::Updated(fields))
 }
 
 fn refusal(section: Section, err: &CliError) -> String {
@@ -271,7 +322,8 @@ mod tests {
             "agents": {"a": {"model": "m"}},
             "mcp_servers": {"gh": {"url": "https://x/mcp"}},
             "providers": {"local": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1"}},
-            "tools": {"t": null}
+            "tools": {"t": null},
+            "schedules": {"d": {"cron": "0 9 * * *", "ticket": {"task": "digest"}}}
         });
         let file = AgentsFile::parse(&doc).unwrap();
         let order: Vec<_> = file.entries.iter().map(|(s, n, _)| (s.noun(), n.as_str())).collect();
@@ -281,7 +333,8 @@ mod tests {
                 ("provider", "local"),
                 ("tool", "t"),
                 ("mcp_server", "gh"),
-                ("agent", "a")
+                ("agent", "a"),
+                ("schedule", "d")
             ]
         );
         assert_eq!(file.only(&[Section::Agents]).entries.len(), 1);

@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod client;
+pub mod schedules;
 pub mod sse;
 pub mod tickets;
 pub mod watch;
@@ -144,6 +145,91 @@ pub enum AgentsCommand {
         /// `.yaml`/`.yml` or `.json`; otherwise JSON is tried, then YAML
         file: PathBuf,
     },
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct ScheduleArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: ScheduleCommand,
+}
+
+// Parsed once per run of the binary: the size of the `create` variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand, Debug)]
+pub enum ScheduleCommand {
+    /// Create a schedule: a ticket with TASK at each fire time of CRON; prints its name (or id)
+    #[command(after_help = EXIT_CODES_HELP)]
+    Create {
+        /// 5 fields (min hour day month weekday), or 6 with seconds first
+        cron: String,
+        /// The ticket's task; `{scheduled_for}` and `{previous_result}` are replaced
+        task: String,
+        /// Unique, 1 to 64 of [a-zA-Z0-9_-]
+        #[arg(long)]
+        name: Option<String>,
+        /// IANA time zone (default UTC)
+        #[arg(long)]
+        timezone: Option<String>,
+        /// A label of the tickets (repeat for several)
+        #[arg(long = "label", value_name = "LABEL")]
+        labels: Vec<String>,
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i32>,
+        /// skip (default), allow or cancel_previous
+        #[arg(long)]
+        overlap: Option<String>,
+        /// skip (default) or latest
+        #[arg(long)]
+        catch_up: Option<String>,
+        /// Seconds (default 3600)
+        #[arg(long = "catch-up-window")]
+        catch_up_window_secs: Option<i64>,
+        /// RFC 3339: fire times start here
+        #[arg(long)]
+        start_at: Option<String>,
+        /// RFC 3339: fire times stop here
+        #[arg(long)]
+        end_at: Option<String>,
+        /// Create it paused
+        #[arg(long)]
+        paused: bool,
+    },
+    /// List schedules with their next run
+    #[command(after_help = EXIT_CODES_HELP)]
+    List {
+        /// At most this many (1 to 200)
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show a schedule (by name or id) and its next five fire times
+    #[command(after_help = EXIT_CODES_HELP)]
+    Show {
+        schedule: String,
+        /// Print the API's JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a schedule
+    #[command(after_help = EXIT_CODES_HELP)]
+    Pause { schedule: String },
+    /// Resume a paused schedule (from now: times missed while paused do not fire)
+    #[command(after_help = EXIT_CODES_HELP)]
+    Resume { schedule: String },
+    /// Create its ticket now, whatever overlap says; prints the ticket's key
+    #[command(after_help = EXIT_CODES_HELP)]
+    Run { schedule: String },
+    /// Delete a schedule (its tickets stay)
+    #[command(after_help = EXIT_CODES_HELP)]
+    Delete { schedule: String },
+}
+
+pub fn run_schedule(args: ScheduleArgs) -> ExitCode {
+    run(args.client, |client| async move {
+        schedules::run(&client, args.command).await
+    })
 }
 
 /// Runs a client command on a runtime of its own and returns the process's exit code.

@@ -111,7 +111,7 @@ async fn list(client: &Client, status: Option<String>, label: Option<String>, li
 }
 
 /// Columns padded to their widest cell; the last one is not padded.
-fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+pub(super) fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(|h| h.chars().count());
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

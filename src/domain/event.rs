@@ -37,6 +37,7 @@ pub mod kind {
     pub const COMPACTION_FINISHED: &str = "compaction.finished";
     pub const COMPACTION_FAILED: &str = "compaction.failed";
     pub const CONTEXT_LIMIT_EXCEEDED: &str = "context.limit_exceeded";
+    pub const SCHEDULE_SKIPPED: &str = "schedule.skipped";
     /// Live-only: never stored, no `seq`, no SSE id.
     pub const TEXT_DELTA: &str = "text.delta";
     pub const THINKING_DELTA: &str = "thinking.delta";
@@ -261,6 +262,13 @@ pub enum EventData {
         estimated_tokens: u64,
         threshold_tokens: u64,
     },
+    /// A schedule's fire time passed without a ticket because this ticket (its previous one) was
+    /// still unfinished (`overlap: skip`).
+    #[serde(rename = "schedule.skipped")]
+    ScheduleSkipped {
+        schedule_id: Uuid,
+        scheduled_for: chrono::DateTime<chrono::Utc>,
+    },
     /// Live-only: never stored, no `seq`, no SSE id.
     #[serde(rename = "text.delta")]
     TextDelta { delta: String },
@@ -305,6 +313,7 @@ impl EventData {
             EventData::CompactionFinished { .. } => kind::COMPACTION_FINISHED,
             EventData::CompactionFailed { .. } => kind::COMPACTION_FAILED,
             EventData::ContextLimitExceeded { .. } => kind::CONTEXT_LIMIT_EXCEEDED,
+            EventData::ScheduleSkipped { .. } => kind::SCHEDULE_SKIPPED,
             EventData::TextDelta { .. } => kind::TEXT_DELTA,
             EventData::ThinkingDelta { .. } => kind::THINKING_DELTA,
             EventData::ToolCallDelta { .. } => kind::TOOL_CALL_DELTA,
@@ -493,6 +502,10 @@ mod tests {
                 provider: s(),
                 max_concurrent: 1,
                 ahead: 1,
+            },
+            EventData::ScheduleSkipped {
+                schedule_id: Uuid::nil(),
+                scheduled_for: now,
             },
             EventData::TextDelta { delta: s() },
             EventData::ThinkingDelta { delta: s() },

@@ -5,6 +5,7 @@ pub mod comment;
 pub mod event;
 pub mod mcp_server;
 pub mod provider;
+pub mod schedule;
 pub mod ticket;
 pub mod tool;
 pub mod webhook;

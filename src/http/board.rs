@@ -34,6 +34,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("board/agents.js"),
     ),
+    (
+        "schedules.js",
+        "text/javascript; charset=utf-8",
+        include_str!("board/schedules.js"),
+    ),
     ("dom.js", "text/javascript; charset=utf-8", include_str!("board/dom.js")),
     ("style.css", "text/css; charset=utf-8", include_str!("board/style.css")),
     ("icon.svg", "image/svg+xml", include_str!("board/icon.svg")),

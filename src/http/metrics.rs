@@ -35,6 +35,7 @@ pub async fn metrics(State(state): State<AppState>) -> ApiResult<Response> {
 
 async fn scrape(pool: &PgPool) -> ApiResult<Response> {
     let counts = db::tickets::count_by_status(pool).await?;
+    let (enabled, paused) = db::schedules::count(pool).await?;
     let mut text = metric::render();
     // Written here rather than through the process's recorder: they belong to this service's
     // database and pool, and a process may run several services (the tests do).
@@ -50,6 +51,16 @@ async fn scrape(pool: &PgPool) -> ApiResult<Response> {
         "Tickets by status, read from the database when scraped",
     );
     metric::write_gauge(&mut text, tickets, "status", counts);
+    let schedules = (
+        metric::SCHEDULES,
+        "Schedules by state (enabled, paused), read from the database when scraped",
+    );
+    metric::write_gauge(
+        &mut text,
+        schedules,
+        "state",
+        [("enabled", enabled), ("paused", paused)],
+    );
     let pool_gauge = (
         metric::DB_POOL,
         "Database pool connections by state (idle, in_use, max)",

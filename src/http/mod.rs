@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod pagination;
 pub mod providers;
+pub mod schedules;
 pub mod tickets;
 pub mod tools;
 pub mod webhooks;
@@ -99,6 +100,14 @@ fn v1_routes() -> OpenApiRouter<AppState> {
             mcp_servers::delete_mcp_server
         ))
         .routes(routes!(mcp_servers::refresh_mcp_server))
+        .routes(routes!(schedules::create_schedule, schedules::list_schedules))
+        .routes(routes!(
+            schedules::get_schedule,
+            schedules::patch_schedule,
+            schedules::delete_schedule
+        ))
+        .routes(routes!(schedules::run_schedule))
+        .routes(routes!(schedules::list_schedule_tickets))
         .routes(routes!(health::stats))
 }
 

@@ -29,6 +29,7 @@ use utoipa::{Modify, OpenApi};
         (name = "mcp-servers", description = "MCP servers lending their tools to agents as {server}__{tool}"),
         (name = "providers", description = "Model providers by name: the built-in openai and anthropic, and local servers or gateways defined here"),
         (name = "webhooks", description = "Events POSTed to your endpoints as signed Standard Webhooks, with a delivery log"),
+        (name = "schedules", description = "Recurring tickets: a cron expression in a time zone, one ticket per fire time"),
         (name = "health", description = "Liveness and readiness (no token)"),
         (name = "stats", description = "Figures"),
     )

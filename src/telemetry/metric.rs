@@ -29,6 +29,9 @@ pub const DB_POOL: &str = "agentdesk_db_pool_connections";
 pub const WEBHOOK_DELIVERIES: &str = "agentdesk_webhook_deliveries_total";
 pub const BUILD_INFO: &str = "agentdesk_build_info";
 pub const RUNTIME_THREADS: &str = "agentdesk_runtime_threads";
+pub const SCHEDULES: &str = "agentdesk_schedules";
+pub const SCHEDULE_FIRINGS: &str = "agentdesk_schedule_firings_total";
+pub const SCHEDULER_POLLS: &str = "agentdesk_scheduler_polls_total";
 
 /// The `route` label of a request that matched no route (never the raw path: unbounded).
 pub const UNMATCHED_ROUTE: &str = "unmatched";
@@ -115,6 +118,14 @@ fn describe() {
     );
     describe_counter!(WEBHOOK_DELIVERIES, "Webhook delivery attempts, by outcome");
     describe_gauge!(BUILD_INFO, "Always 1, labelled with the version");
+    describe_counter!(
+        SCHEDULE_FIRINGS,
+        "Schedule fire times this process handled, by outcome (fired, caught_up, skipped, missed, manual)"
+    );
+    describe_counter!(
+        SCHEDULER_POLLS,
+        "Times this process's scheduler read the earliest next_run_at (it sleeps in between)"
+    );
     describe_gauge!(
         RUNTIME_THREADS,
         "Threads of the async runtime that runs this process's tasks (AGENTDESK_RUNTIME_THREADS)"
@@ -134,6 +145,23 @@ fn register_known_series() {
     for outcome in ["success", "retry", "gave_up", "gone"] {
         counter!(WEBHOOK_DELIVERIES, "outcome" => outcome).absolute(0);
     }
+    for outcome in SCHEDULE_OUTCOMES {
+        counter!(SCHEDULE_FIRINGS, "outcome" => outcome).absolute(0);
+    }
+    counter!(SCHEDULER_POLLS).absolute(0);
+}
+
+/// The outcomes `schedule_firings_total` counts under.
+pub const SCHEDULE_OUTCOMES: [&str; 6] = ["fired", "caught_up", "skipped", "missed", "already_fired", "manual"];
+
+/// The scheduler read the earliest `next_run_at`.
+pub fn scheduler_polled() {
+    counter!(SCHEDULER_POLLS).increment(1);
+}
+
+/// A schedule's fire time handled (or a "run now"), by outcome.
+pub fn schedule_firing(outcome: &'static str) {
+    counter!(SCHEDULE_FIRINGS, "outcome" => outcome).increment(1);
 }
 
 /// The `reason` of `ticket.requeued` events.

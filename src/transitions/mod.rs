@@ -3,6 +3,7 @@
 //! either both are durable or neither. New tickets arriving together are grouped by `intake`.
 
 pub mod intake;
+pub mod schedules;
 
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
@@ -202,9 +203,21 @@ pub async fn patch_in(conn: &mut PgConnection, reference: &str, patch: TicketPat
 /// stream and tools.
 pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
-    let ticket = lock(&mut tx, reference).await?;
+    let (cancelled, agent) = cancel_in(&mut tx, reference).await?;
+    tx.commit().await?;
+    if let Some(agent) = agent {
+        // Under the agent that had it, if any (`""` for a ticket cancelled before any claim).
+        crate::telemetry::metric::ticket_finished(&agent, "cancelled");
+    }
+    Ok(cancelled)
+}
+
+/// `cancel` in the caller's transaction; with the agent that had the ticket (`""` for none) when
+/// this call cancelled it (None when it already was), for the metric to count after the commit.
+pub async fn cancel_in(conn: &mut PgConnection, reference: &str) -> Result<(Ticket, Option<String>), DeskError> {
+    let ticket = lock(conn, reference).await?;
     match ticket.status {
-        Status::Cancelled => return Ok(ticket),
+        Status::Cancelled => return Ok((ticket, None)),
         Status::Done | Status::Failed => {
             return Err(DeskError::Conflict(format!(
                 "{} is {}: finished tickets cannot be cancelled",
@@ -215,20 +228,12 @@ pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError>
         Status::Todo | Status::Waiting | Status::InProgress => {}
     }
     let was_running = ticket.status == Status::InProgress;
-    let cancelled = db::tickets::set_status(&mut tx, ticket.id, Status::Cancelled).await?;
-    db::events::append(
-        &mut tx,
-        ticket.id,
-        &[NewEvent::new(None, EventData::TicketCancelled {})],
-    )
-    .await?;
+    let cancelled = db::tickets::set_status(conn, ticket.id, Status::Cancelled).await?;
+    db::events::append(conn, ticket.id, &[NewEvent::new(None, EventData::TicketCancelled {})]).await?;
     if was_running {
-        db::tickets::notify_cancel(&mut tx, ticket.id).await?;
+        db::tickets::notify_cancel(conn, ticket.id).await?;
     }
-    tx.commit().await?;
-    // Under the agent that had it, if any (`""` for a ticket cancelled before any claim).
-    crate::telemetry::metric::ticket_finished(ticket.agent.as_deref().unwrap_or_default(), "cancelled");
-    Ok(cancelled)
+    Ok((cancelled, Some(ticket.agent.unwrap_or_default())))
 }
 
 /// Re-queues a failed or cancelled ticket, keeping its transcript so the agent continues.

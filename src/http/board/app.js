@@ -1,4 +1,4 @@
-// The board's entry point: routes (#/, #/tickets/KEY, #/agents), the token prompt, the stats strip
+// The board's entry point: routes (#/, #/tickets/KEY, #/agents, #/schedules), the token prompt, the stats strip
 // and the live indicator.
 
 import { api, token, onUnauthorized, ApiError } from './api.js';
@@ -6,6 +6,7 @@ import { h, fill, number, duration, toast, throttle } from './dom.js';
 import { boardPage, COLUMNS } from './columns.js';
 import { ticketPage } from './ticket.js';
 import { agentsPage } from './agents.js';
+import { schedulesPage } from './schedules.js';
 
 const main = document.getElementById('main');
 const statsEl = document.getElementById('stats');
@@ -54,6 +55,9 @@ function route() {
   if (ticket) {
     current = 'ticket';
     page = ticketPage(main, app, decodeURIComponent(ticket[1]));
+  } else if (hash === '/schedules') {
+    current = 'schedules';
+    page = schedulesPage(main, app);
   } else if (hash === '/agents') {
     current = 'agents';
     page = agentsPage(main, app);
