@@ -13,6 +13,7 @@ pub mod mcp_servers;
 pub mod outputs;
 pub mod planner_stats;
 pub mod providers;
+pub mod retention;
 pub mod steps;
 pub mod tickets;
 pub mod webhooks;
