@@ -30,8 +30,8 @@ use uuid::Uuid;
 pub const BATCH: i64 = 100;
 /// Webhook delivery records deleted per statement.
 const DELIVERY_BATCH: i64 = 1000;
-/// The advisory lock that lets one process sweep at a time ("retentn" in ASCII).
-pub const SWEEP_LOCK: i64 = 0x7265_7465_6e74_6e;
+/// The advisory lock that lets one process sweep at a time.
+pub const SWEEP_LOCK: i64 = i64::from_be_bytes(*b"retentn!");
 /// The pause between two batches, which leaves the database to the hot path.
 const PAUSE: Duration = Duration::from_millis(20);
 /// The longest time between two sweeps.
