@@ -79,6 +79,10 @@ impl App {
             tokio::spawn(hub.clone().run(shutdown.clone())),
             tokio::spawn(db::planner_stats::run(pool.clone(), shutdown.clone())),
         ];
+        if let Some(keep) = config.retention {
+            // Every process sweeps; an advisory lock lets one at a time delete.
+            tasks.push(tokio::spawn(db::retention::run(pool.clone(), keep, shutdown.clone())));
+        }
         let mcp = crate::mcp::McpHub::start(
             pool.clone(),
             crate::mcp::McpOptions {

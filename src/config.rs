@@ -60,8 +60,8 @@ pub struct Config {
     pub webhook_retry: Vec<Duration>,
     /// Limit of one webhook delivery attempt.
     pub webhook_timeout: Duration,
-    /// How long a process holds an endpoint's deliveries without renewing its lease (at least
-    /// the timeout and 2 s more: a holder never sends with less than the timeout left).
+    /// How long a process holds an endpoint's deliveries without renewing its lease: the claims'
+    /// lease (`AGENTDESK_LEASE_SECS`), so a dead process's deliveries resume as soon as its tickets.
     pub webhook_lease: Duration,
     /// Webhook deliveries in flight at once in one process.
     pub webhook_concurrency: usize,
@@ -78,6 +78,9 @@ pub struct Config {
     /// (`AGENTDESK_OPENAI_MAX_CONCURRENT`, `AGENTDESK_ANTHROPIC_MAX_CONCURRENT`); None: no limit.
     pub openai_max_concurrent: Option<u32>,
     pub anthropic_max_concurrent: Option<u32>,
+    /// Finished tickets and webhook delivery records older than this are deleted
+    /// (`AGENTDESK_RETENTION_DAYS`); None keeps everything.
+    pub retention: Option<Duration>,
 }
 
 /// `AGENTDESK_WEBHOOK_RETRY_SECS`'s default.
@@ -133,6 +136,7 @@ impl Default for Config {
             request_timeout: Duration::from_secs(45),
             openai_max_concurrent: None,
             anthropic_max_concurrent: None,
+            retention: None,
         }
     }
 }
@@ -298,6 +302,11 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_ANTHROPIC_MAX_CONCURRENT", value_name = "N", allow_negative_numbers = true,
         value_parser = Setting(max_concurrent))]
     pub anthropic_max_concurrent: Option<MaxConcurrent>,
+    /// Delete tickets finished more than this many days ago (a decimal number, e.g. 30 or 0.5),
+    /// with their comments, events and tool outputs, and older webhook delivery records; unset:
+    /// keep everything
+    #[arg(long, env = "AGENTDESK_RETENTION_DAYS", value_name = "DAYS", value_parser = Setting(days))]
+    pub retention_days: Option<Days>,
 }
 
 /// A provider's `max_concurrent` as given; empty means no limit.
@@ -368,6 +377,12 @@ impl Config {
             config.request_timeout = Duration::from_secs_f64(server.request_timeout_secs);
             config.openai_max_concurrent = server.openai_max_concurrent.and_then(|n| n.0);
             config.anthropic_max_concurrent = server.anthropic_max_concurrent.and_then(|n| n.0);
+            config.retention = server
+                .retention_days
+                .and_then(|days| days.0)
+                .map(|days| Duration::from_secs_f64(days * 86400.0));
+            // A dead process's webhook endpoints are taken over after the same lease as its tickets.
+            config.webhook_lease = config.lease;
         }
         config
     }
@@ -463,6 +478,22 @@ fn interval(name: &str, value: &str) -> Result<f64, String> {
         ));
     }
     Ok(secs)
+}
+
+/// A number of days as given; blank means none.
+#[derive(Clone, Copy, Debug)]
+pub struct Days(Option<f64>);
+
+/// A positive decimal number of days (under about 27 000 years, so that it stays a duration).
+fn days(name: &str, value: &str) -> Result<Days, String> {
+    if value.is_empty() {
+        return Ok(Days(None));
+    }
+    let days: f64 = parsed(name, value)?;
+    if !(days > 0.0 && days < 1e7) {
+        return Err(format!("{name}: must be a positive number of days, e.g. 30 or 0.5"));
+    }
+    Ok(Days(Some(days)))
 }
 
 fn address(name: &str, value: &str) -> Result<Address, String> {
@@ -621,6 +652,30 @@ mod tests {
         assert!(err.contains("AGENTDESK_METRICS_ADDR"));
         let c = Config::from_lookup(|n| (n == "AGENTDESK_METRICS_ADDR").then(|| "0.0.0.0:9090".to_owned())).unwrap();
         assert_eq!(c.metrics_addr, Some(([0, 0, 0, 0], 9090).into()));
+    }
+
+    #[test]
+    fn retention_is_read_in_decimal_days_and_bad_values_are_refused_by_name() {
+        assert_eq!(Config::from_lookup(|_| None).unwrap().retention, None);
+        let days =
+            |v: &'static str| Config::from_lookup(move |n| (n == "AGENTDESK_RETENTION_DAYS").then(|| v.to_owned()));
+        assert_eq!(days(" ").unwrap().retention, None);
+        assert_eq!(days("30").unwrap().retention, Some(Duration::from_secs(30 * 86400)));
+        assert_eq!(days("0.5").unwrap().retention, Some(Duration::from_secs(43200)));
+        for bad in ["0", "-1", "ten", "NaN", "inf", "1e9"] {
+            let err = days(bad).unwrap_err();
+            assert!(err.contains("AGENTDESK_RETENTION_DAYS"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_webhook_lease_follows_the_lease() {
+        let c = Config::from_lookup(|n| (n == "AGENTDESK_LEASE_SECS").then(|| "5".to_owned())).unwrap();
+        assert_eq!(c.webhook_lease, Duration::from_secs(5));
+        assert_eq!(
+            Config::from_lookup(|_| None).unwrap().webhook_lease,
+            Duration::from_secs(60)
+        );
     }
 
     #[test]

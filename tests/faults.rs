@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,21 +28,7 @@ async fn kinds_of(pool: &sqlx::PgPool, key: &str) -> Vec<String> {
 
 /// Runs the real binary against `database_url`, its model server at `llm`.
 fn spawn_binary(database_url: &str, llm: &FakeLlm, port: u16, log: &str) -> Child {
-    let log = std::fs::File::create(log).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_agentdesk"))
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", database_url)
-        .env("OPENAI_BASE_URL", llm.openai_base_url())
-        .env("AGENTDESK_ADDR", format!("127.0.0.1:{port}"))
-        .env("AGENTDESK_LEASE_SECS", "2")
-        .env("AGENTDESK_WORKERS", "16")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start the agentdesk binary")
+    support::spawn_binary(database_url, &llm.openai_base_url(), port, log, &[])
 }
 
 #[tokio::test]

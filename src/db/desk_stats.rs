@@ -36,6 +36,8 @@ pub struct Stats {
     pub all: Figures,
     pub by_label: BTreeMap<String, Figures>,
     pub by_agent: BTreeMap<String, Figures>,
+    /// What the database stores now (retention keeps it from growing without end).
+    pub storage: super::retention::Storage,
 }
 
 const FIGURES: &str = "count(*) FILTER (WHERE status = 'todo') AS todo,

@@ -14,6 +14,7 @@ pub mod outputs;
 pub mod planner_stats;
 pub mod provider_slots;
 pub mod providers;
+pub mod retention;
 pub mod schedules;
 pub mod steps;
 pub mod tickets;

@@ -53,5 +53,7 @@ pub fn worker_router(pool: sqlx::PgPool) -> axum::Router {
 #[utoipa::path(get, path = "/stats", tag = "stats",
     responses((status = 200, body = Stats), (status = 401, body = ErrorBody)))]
 pub async fn stats(State(state): State<AppState>) -> ApiResult<Json<Stats>> {
-    Ok(Json(db::desk_stats::compute(&state.pool).await?))
+    let mut stats = db::desk_stats::compute(&state.pool).await?;
+    stats.storage = db::retention::storage(&state.pool).await?;
+    Ok(Json(stats))
 }

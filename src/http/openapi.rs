@@ -17,6 +17,7 @@ use utoipa::{Modify, OpenApi};
         crate::domain::Agent, crate::domain::event::TicketEventSchema, crate::domain::ProviderDef,
         crate::domain::provider::ProviderKind,
         crate::db::desk_stats::Stats, crate::db::desk_stats::Figures, crate::db::desk_stats::StatusCounts,
+        crate::db::retention::Storage,
         super::error::ErrorBody, super::error::ErrorDetail,
     )),
     modifiers(&BearerAuth),

@@ -39,8 +39,6 @@ pub(super) struct Shared {
     pub permits: Semaphore,
     pub retry: Vec<Duration>,
     pub lease: Duration,
-    /// The least lease left for a send to start: the timeout, and a second for the write after.
-    pub send_margin: Duration,
     /// This process's lease owner id.
     pub owner: Uuid,
     /// The event hub's position: moves when new events are readable.
@@ -56,6 +54,13 @@ struct Group {
     deliveries: Vec<Delivery>,
     /// When the first answer of the group came.
     started: Option<Instant>,
+}
+
+/// How a send ended.
+enum Sent {
+    Answered(Attempt),
+    Shutdown,
+    LeaseLost,
 }
 
 /// Why an endpoint's task ends.
@@ -141,7 +146,7 @@ impl Task {
     /// Answered events are recorded (log entries and the cursor past them) together, at the end of
     /// the batch or every `FLUSH_INTERVAL`: one write per group rather than per event. A crash
     /// before the write sends the group again, with the same ids: at least once.
-    async fn batch(&mut self, state: &EndpointState, lease_end: Instant) -> Result<Option<Stop>, sqlx::Error> {
+    async fn batch(&mut self, state: &EndpointState, mut lease_end: Instant) -> Result<Option<Stop>, sqlx::Error> {
         let Ok(key) = secret_key(&state.secret) else {
             // The API accepts only well-formed secrets; a bad one in the table is left alone.
             tracing::warn!(webhook = %self.id, "webhook secret is malformed; not delivering");
@@ -168,7 +173,8 @@ impl Task {
                 _ = shared.shutdown.cancelled() => return self.stop(&mut group).await,
                 permit = shared.permits.acquire() => permit,
             };
-            if Instant::now() + self.shared.send_margin > lease_end {
+            // Half the lease left at least when a send starts; the send renews it while it runs.
+            if Instant::now() + self.shared.lease / 2 > lease_end {
                 break;
             }
             let msg_id = message_id(self.id, event.cursor.id);
@@ -176,9 +182,13 @@ impl Task {
                 continue;
             };
             let body = send::body(&event.event.kind, event.event.at, &data);
-            let attempt = tokio::select! {
-                _ = shared.shutdown.cancelled() => return self.stop(&mut group).await,
-                attempt = shared.sender.send(&state.url, &key, &msg_id, body) => attempt,
+            let send = shared.sender.send(&state.url, &key, &msg_id, body);
+            let attempt = match self.send_holding_lease(send, &mut lease_end).await {
+                Sent::Answered(attempt) => attempt,
+                Sent::Shutdown => return self.stop(&mut group).await,
+                // Another process holds the endpoint now and sends from the stored cursor (this
+                // event again, with the same id: at least once).
+                Sent::LeaseLost => return Ok(Some(Stop::Lost)),
             };
             drop(permit);
             attempts += 1;
@@ -215,6 +225,33 @@ impl Task {
             return Ok(None);
         }
         Ok((!self.flush(&mut group).await?).then_some(Stop::Lost))
+    }
+
+    /// Waits for a send's answer, renewing the lease every third of it meanwhile, so that the
+    /// lease may be shorter than a send's timeout: a dead process's endpoints are taken over
+    /// after one lease (`AGENTDESK_LEASE_SECS`), whatever the timeout.
+    async fn send_holding_lease(
+        &self,
+        send: impl std::future::Future<Output = Attempt>,
+        lease_end: &mut Instant,
+    ) -> Sent {
+        tokio::pin!(send);
+        loop {
+            tokio::select! {
+                _ = self.shared.shutdown.cancelled() => return Sent::Shutdown,
+                attempt = &mut send => return Sent::Answered(attempt),
+                _ = tokio::time::sleep(self.shared.lease / 3) => {
+                    let renewed_at = Instant::now();
+                    match db::webhooks::renew(&self.shared.pool, self.id, self.shared.owner, self.shared.lease).await {
+                        Ok(Some(_)) => *lease_end = renewed_at + self.shared.lease,
+                        Ok(None) => return Sent::LeaseLost,
+                        // Tried again a third of a lease later; should the lease lapse meanwhile,
+                        // the endpoint is taken over and the event sent again (at least once).
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
     }
 
     /// Writes what a group settled (its log entries, the cursor past its events); false when the
@@ -311,7 +348,8 @@ impl Task {
                     std::future::pending::<()>().await;
                 }
             } => true,
-            _ = tokio::time::sleep(IDLE_POLL) => true,
+            // Back within a third of the lease, to renew it.
+            _ = tokio::time::sleep(IDLE_POLL.min(self.shared.lease / 3)) => true,
         }
     }
 

@@ -36,11 +36,11 @@ const MAX_ENDPOINTS: usize = 10_000;
 /// How long shutdown waits for endpoint tasks to give their leases up.
 const STOP_WAIT: Duration = Duration::from_secs(3);
 
-/// The lease a process takes on an endpoint: as configured, but always longer than an attempt.
+/// The lease a process takes on an endpoint: as configured (the claims' lease, by default), at
+/// least a second, so that the renewals (every third of it) do not spin. A send renews it while
+/// it waits for its answer, so it may be shorter than the timeout.
 fn lease(config: &Config) -> Duration {
-    config
-        .webhook_lease
-        .max(config.webhook_timeout + Duration::from_secs(2))
+    config.webhook_lease.max(Duration::from_secs(1))
 }
 
 /// Starts delivering: returns the dispatcher's task, which ends after `shutdown` once its
@@ -52,7 +52,6 @@ pub fn start(pool: PgPool, hub: &EventHub, config: &Config, shutdown: Cancellati
         permits: Semaphore::new(config.webhook_concurrency.max(1)),
         retry: config.webhook_retry.clone(),
         lease: lease(config),
-        send_margin: config.webhook_timeout + Duration::from_secs(1),
         owner: Uuid::now_v7(),
         position: hub.watch_position(),
         shutdown,

@@ -658,3 +658,34 @@ pub async fn wait_status_at(client: &reqwest::Client, base: &str, key: &str, sta
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Runs the real binary (`agentdesk serve`) against `database_url` on `port`, its model server at
+/// `llm_base_url`, with a 2 s lease, 16 workers and `env` on top; its log goes to `log`.
+pub fn spawn_binary(
+    database_url: &str,
+    llm_base_url: &str,
+    port: u16,
+    log: &str,
+    env: &[(&str, &str)],
+) -> std::process::Child {
+    let log = std::fs::File::create(log).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agentdesk"));
+    command
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", database_url)
+        .env("OPENAI_BASE_URL", llm_base_url)
+        .env("AGENTDESK_ADDR", format!("127.0.0.1:{port}"))
+        .env("AGENTDESK_LEASE_SECS", "2")
+        .env("AGENTDESK_WORKERS", "16")
+        .env("RUST_LOG", "info");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start the agentdesk binary")
+}

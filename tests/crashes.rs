@@ -1,0 +1,273 @@
+//! The real binary killed with SIGKILL at the moments that hold work outside Postgres: a webhook
+//! delivery in flight, an HTTP tool call in flight, approvals pending, an approved call running.
+//! After a restart every ticket ends once, an approved call runs at most once, no approval is
+//! lost, and a webhook event is delivered again with the same `webhook-id`, within about the lease.
+
+#[path = "webhooks/receiver.rs"]
+#[allow(dead_code)]
+mod receiver;
+mod support;
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use receiver::{verify, Answer, Receiver};
+use serde_json::{json, Value};
+use support::tool_server::ToolServer;
+use testkit::fake_llm::{FakeLlm, Reply};
+
+const WAIT: Duration = Duration::from_secs(30);
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// The lease the processes run with (`AGENTDESK_LEASE_SECS`).
+const LEASE: Duration = Duration::from_secs(2);
+
+/// One database, model server and port; processes started and killed on them in turn.
+struct Desk {
+    database_url: String,
+    pool: sqlx::PgPool,
+    llm: FakeLlm,
+    port: u16,
+    base: String,
+    client: reqwest::Client,
+}
+
+impl Desk {
+    async fn new() -> Desk {
+        let database_url = testkit::testing::fresh_database().await.unwrap();
+        let pool = agentdesk::db::connect(&database_url, 2).await.unwrap();
+        let port = support::free_port();
+        Desk {
+            database_url,
+            pool,
+            llm: FakeLlm::start().await,
+            port,
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// Starts a process (loopback allowed for the tool and webhook servers) and waits until ready.
+    async fn start(&self, log: &str) -> Child {
+        let env = [("AGENTDESK_ALLOW_PRIVATE_URLS", "true"), ("AGENTDESK_LEASE_SECS", "2")];
+        let child = support::spawn_binary(&self.database_url, &self.llm.openai_base_url(), self.port, log, &env);
+        support::wait_ready(&self.client, &self.base, Duration::from_secs(15)).await;
+        child
+    }
+
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> (reqwest::StatusCode, Value) {
+        support::send(self.client.request(method, format!("{}{path}", self.base)).json(&body)).await
+    }
+
+    /// Defines `tool` (an HTTP tool at `url`) and an agent `tooler` with it and `close_ticket`.
+    async fn tooler(&self, tool: &str, url: String, requires_approval: bool) {
+        let def = json!({"description": "a tool", "url": url, "method": "POST", "requires_approval": requires_approval,
+                         "input_schema": {"type": "object"}});
+        let (status, body) = self.send(reqwest::Method::PUT, &format!("/v1/tools/{tool}"), def).await;
+        assert!(status.is_success(), "{body}");
+        let agent = json!({"provider": "openai", "model": "m", "labels": ["tooler"], "tools": ["close_ticket", tool]});
+        let (status, body) = self.send(reqwest::Method::PUT, "/v1/agents/tooler", agent).await;
+        assert!(status.is_success(), "{body}");
+    }
+
+    async fn ticket(&self, labels: &[&str]) -> String {
+        let t = support::create_ticket_at(&self.client, &self.base, json!({"task": "work", "labels": labels})).await;
+        t["key"].as_str().unwrap().to_owned()
+    }
+
+    async fn wait_status(&self, key: &str, status: &str) -> Value {
+        support::wait_status_at(
+            &self.client,
+            &self.base,
+            key,
+            status,
+            tokio::time::Instant::now() + WAIT,
+        )
+        .await
+    }
+
+    /// The ticket's event kinds, from the database; checks its seqs have no gaps.
+    async fn kinds(&self, key: &str) -> Vec<String> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT e.seq, e.kind FROM events e JOIN tickets t ON t.id = e.ticket_id WHERE t.key = $1 ORDER BY e.seq",
+        )
+        .bind(key)
+        .fetch_all(&self.pool)
+        .await
+        .unwrap();
+        let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        assert_eq!(
+            seqs,
+            (1..=rows.len() as i64).collect::<Vec<_>>(),
+            "{key}'s events have no gaps"
+        );
+        rows.into_iter().map(|r| r.1).collect()
+    }
+
+    /// The ticket ended once, as `done`.
+    async fn ended_once(&self, key: &str) {
+        let kinds = self.kinds(key).await;
+        let ends = kinds
+            .iter()
+            .filter(|k| k.as_str() == "ticket.done" || k.as_str() == "ticket.failed")
+            .count();
+        assert_eq!(ends, 1, "{key}: {kinds:?}");
+        assert_eq!(kinds.last().map(String::as_str), Some("ticket.done"), "{kinds:?}");
+    }
+}
+
+fn kill(mut child: Child) {
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+}
+
+/// Calls `tool` until the model has its result, then closes the ticket.
+fn call_then_close(tool: &'static str) -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
+    move |request| {
+        let has_result = request["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if has_result {
+            Reply::tool_call("close_ticket", json!({"result": "finished"}))
+        } else {
+            Reply::tool_call(tool, json!({"env": "prod"}))
+        }
+    }
+}
+
+async fn wait_requests(server: &ToolServer, n: usize) {
+    let deadline = Instant::now() + WAIT;
+    while server.requests().len() < n {
+        assert!(Instant::now() < deadline, "the tool server got {:?}", server.requests());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_webhook_delivery_in_flight_at_a_kill_is_sent_again_with_its_id_within_about_the_lease() {
+    let desk = Desk::new().await;
+    // The first request never gets an answer; the next ones get 200.
+    let receiver = Receiver::start(vec![Answer::Hang]).await;
+    let first = desk.start("target/crash-webhook-first.log").await;
+    let (status, _) = desk
+        .send(
+            reqwest::Method::POST,
+            "/v1/webhooks",
+            json!({"url": receiver.url, "secret": SECRET, "events": ["ticket.created"]}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED);
+    desk.ticket(&["nobody"]).await;
+    assert_eq!(receiver.wait_for(1, WAIT).await.len(), 1);
+    let killed = Instant::now();
+    kill(first);
+
+    // The webhook timeout (15 s by default) is far longer than the lease: the dead process's
+    // endpoint is taken over once its lease lapses, not once a send could have timed out.
+    let second = desk.start("target/crash-webhook-second.log").await;
+    let got = receiver.wait_for(2, WAIT).await;
+    let resumed = killed.elapsed();
+    assert_eq!(got.len(), 2);
+    // Before, the endpoint waited for a lease of at least the timeout and 2 s more (17 s).
+    assert!(
+        resumed < LEASE + Duration::from_secs(8),
+        "resumed {resumed:?} after the kill"
+    );
+    assert_eq!(got[1].id, got[0].id, "the same webhook-id");
+    assert_eq!(got[1].body, got[0].body);
+    assert!(verify(
+        SECRET,
+        &got[1].id,
+        &got[1].timestamp,
+        &got[1].body,
+        &got[1].signature
+    ));
+    kill(second);
+}
+
+#[tokio::test]
+async fn an_http_tool_call_in_flight_at_a_kill_ends_its_ticket_once() {
+    let desk = Desk::new().await;
+    let server = ToolServer::start().await;
+    desk.llm.set_responder(call_then_close("slow"));
+    let first = desk.start("target/crash-tool-first.log").await;
+    // `/slow` answers after 3 s: the process is killed while it waits.
+    desk.tooler("slow", server.url("/slow"), false).await;
+    let key = desk.ticket(&["tooler"]).await;
+    wait_requests(&server, 1).await;
+    kill(first);
+
+    let second = desk.start("target/crash-tool-second.log").await;
+    let done = desk.wait_status(&key, "done").await;
+    assert_eq!(done["attempts"], 2, "{done}");
+    kill(second);
+    desk.ended_once(&key).await;
+    let kinds = desk.kinds(&key).await;
+    assert!(kinds.contains(&"ticket.requeued".to_owned()), "{kinds:?}");
+}
+
+#[tokio::test]
+async fn approvals_pending_at_a_kill_are_kept_and_the_approved_call_runs_once() {
+    let desk = Desk::new().await;
+    let server = ToolServer::start().await;
+    desk.llm.set_responder(call_then_close("deploy"));
+    let first = desk.start("target/crash-approvals-first.log").await;
+    desk.tooler("deploy", server.url("/deploy"), true).await;
+    let key = desk.ticket(&["tooler"]).await;
+    let waiting = desk.wait_status(&key, "waiting").await;
+    let call_id = waiting["pending_approvals"][0]["call_id"].as_str().unwrap().to_owned();
+    kill(first);
+
+    let second = desk.start("target/crash-approvals-second.log").await;
+    let (status, got) = desk
+        .send(reqwest::Method::GET, &format!("/v1/tickets/{key}"), Value::Null)
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(got["status"], "waiting", "{got}");
+    assert_eq!(
+        got["pending_approvals"][0]["call_id"],
+        call_id.as_str(),
+        "the approval survived: {got}"
+    );
+    let (status, body) = desk
+        .send(
+            reqwest::Method::POST,
+            &format!("/v1/tickets/{key}/approvals/{call_id}"),
+            json!({"approve": true}),
+        )
+        .await;
+    assert!(status.is_success(), "{body}");
+    desk.wait_status(&key, "done").await;
+    kill(second);
+    assert_eq!(server.requests().len(), 1, "the approved call ran once");
+    desk.ended_once(&key).await;
+}
+
+#[tokio::test]
+async fn an_approved_call_running_at_a_kill_is_not_run_again() {
+    let desk = Desk::new().await;
+    let server = ToolServer::start().await;
+    desk.llm.set_responder(call_then_close("deploy"));
+    let first = desk.start("target/crash-approved-first.log").await;
+    // `/slow` answers after 3 s: the process is killed while the approved call waits for it.
+    desk.tooler("deploy", server.url("/slow"), true).await;
+    let key = desk.ticket(&["tooler"]).await;
+    let waiting = desk.wait_status(&key, "waiting").await;
+    let call_id = waiting["pending_approvals"][0]["call_id"].as_str().unwrap().to_owned();
+    let (status, body) = desk
+        .send(
+            reqwest::Method::POST,
+            &format!("/v1/tickets/{key}/approvals/{call_id}"),
+            json!({"approve": true}),
+        )
+        .await;
+    assert!(status.is_success(), "{body}");
+    wait_requests(&server, 1).await;
+    kill(first);
+
+    let second = desk.start("target/crash-approved-second.log").await;
+    desk.wait_status(&key, "done").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kill(second);
+    assert_eq!(server.requests().len(), 1, "an approved call runs at most once");
+    desk.ended_once(&key).await;
+}
