@@ -1,9 +1,20 @@
-# Build:  docker build -t agentdesk .
-# Run:    docker compose up   (PostgreSQL included), or
+# Build:  docker build -t agentdesk .   (docker compose up --build builds it too, once)
+# Run:    docker compose up   (PostgreSQL and a proxy included), or
 #         docker run -e DATABASE_URL=postgres://... -e AGENTDESK_API_TOKENS=... -p 8080:8080 agentdesk
 
 FROM rust:1-bookworm AS builder
+# Names what the legacy builder leaves behind of this stage, so scripts/container-smoke.sh can
+# remove it.
+LABEL agentdesk.stage=builder
 WORKDIR /app
+
+# Extra certificate authorities, such as a TLS-intercepting proxy's between this build and
+# crates.io: the *.crt files put in docker/ca-certificates/ (none by default; see its README.md).
+# A directory of the build context works with every builder, the legacy one included, which has
+# no build secrets.
+COPY docker/ca-certificates/ /usr/local/share/ca-certificates/agentdesk/
+RUN update-ca-certificates
+ENV CARGO_HTTP_CAINFO=/etc/ssl/certs/ca-certificates.crt
 
 # Dependencies first, against stub sources, so that this layer is rebuilt
 # only when Cargo.toml or Cargo.lock change, not on every source edit.
@@ -37,9 +48,13 @@ LABEL org.opencontainers.image.title="agentdesk" \
       org.opencontainers.image.description="A self-hosted ticket desk where AI agents work tickets" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="0.1.0"
+# The same extra authorities are trusted at run time (model providers, tools, webhooks behind
+# the same proxy); SSL_CERT_FILE adds others without a rebuild (README: "Configuration").
+COPY docker/ca-certificates/ /usr/local/share/ca-certificates/agentdesk/
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
+    && update-ca-certificates \
     && useradd --uid 10001 --create-home --home-dir /home/agentdesk \
         --shell /usr/sbin/nologin agentdesk
 # Migrations are embedded in the binary: it is all the image needs.

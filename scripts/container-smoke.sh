@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The container, end to end: builds the image, starts docker-compose.yml (PostgreSQL, one api,
-# two workers) against a stand-in model server on the host, waits until every service is healthy,
-# runs a ticket to done, then stops the workers while a ticket is in flight and checks that they
-# exit 0 within the grace period (not 137: killed) and that the ticket is released, not lost.
+# The container, end to end: builds the image with compose (as `docker compose up --build` does:
+# one build, its cache reused), starts docker-compose.yml (PostgreSQL, the proxy, two api, two
+# workers) against a stand-in model server on the host with settings that only an env file
+# carries, waits until every service is healthy, checks that those settings reached the
+# containers, runs a ticket to done while an event stream through the proxy watches it, stops an
+# api replica and checks that the address still answers, then stops the workers while a ticket is
+# in flight and checks that they exit 0 within the grace period (not 137: killed) and that the
+# ticket is released, not lost. It removes what it made: containers, volume, and the images that
+# the build left dangling (the legacy builder's stage image; BuildKit's cache is kept).
 #
 #   bash scripts/container-smoke.sh        (needs a Docker engine and its compose)
 #
@@ -24,7 +29,7 @@ elif command -v docker-compose >/dev/null 2>&1; then
 else
     skip "neither docker compose nor docker-compose is installed"
 fi
-for image in rust:1-bookworm debian:bookworm-slim postgres:16; do
+for image in rust:1-bookworm debian:bookworm-slim postgres:16 caddy:2.11; do
     docker image inspect "$image" >/dev/null 2>&1 || docker pull -q "$image" >/dev/null 2>&1 \
         || skip "base image $image can be neither found nor pulled"
 done
@@ -35,10 +40,16 @@ api_port=${SMOKE_API_PORT:-18080}
 token=smoke-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
 work=$(mktemp -d)
 model_pid=
+events_pid=
+# Settings that reach the containers only through the env file (the operator's .env): each
+# changes something the test sees.
+printf '%s\n' AGENTDESK_LOG_FORMAT=json AGENTDESK_RUNTIME_THREADS=1 >"$work/agentdesk.env"
 # Everything the compose file reads from the environment is set here, so that a .env beside it
-# (a developer's provider keys, model, port) changes nothing: shell variables win over .env.
+# (a developer's provider keys, model, port) changes nothing: shell variables win over .env, and
+# the containers' env file is the test's own.
 dc() {
-    AGENTDESK_API_TOKENS=$token AGENTDESK_PORT=127.0.0.1:$api_port \
+    AGENTDESK_ENV_FILE=$work/agentdesk.env \
+        AGENTDESK_API_TOKENS=$token AGENTDESK_PORT=127.0.0.1:$api_port \
         OPENAI_BASE_URL=http://host.docker.internal:$model_port/v1 OPENAI_API_KEY=fake \
         ANTHROPIC_API_KEY= ANTHROPIC_BASE_URL= AGENTDESK_MODEL= RUST_LOG= \
         "${compose[@]}" -p "$project" -f docker-compose.yml "$@"
@@ -52,7 +63,12 @@ cleanup() {
         tail -n 20 "$work/model.log" || true
     fi
     dc down -v >/dev/null 2>&1 || true
+    [ -n "$events_pid" ] && kill "$events_pid" 2>/dev/null || true
     [ -n "$model_pid" ] && kill "$model_pid" 2>/dev/null || true
+    # Only dangling images (no tag, no container): the builder stage that the legacy builder keeps
+    # (about 2.5 GB), and an agentdesk image that this build replaced.
+    docker image prune -f --filter label=agentdesk.stage=builder >/dev/null 2>&1 || true
+    docker image prune -f --filter label=org.opencontainers.image.title=agentdesk >/dev/null 2>&1 || true
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -68,18 +84,18 @@ for _ in $(seq 1 50); do
     sleep 0.1
 done
 
-echo "== build"
+echo "== build (compose, as up --build)"
 started=$SECONDS
-docker build -q -t agentdesk:latest . >/dev/null
+dc build api >/dev/null
 echo "built in $((SECONDS - started)) s: $(docker image inspect agentdesk:latest --format '{{.Size}}' | awk '{printf "%.0f MB", $1/1e6}')"
 
-echo "== up (1 api, 2 workers)"
+echo "== up (the proxy, 2 api, 2 workers)"
 started=$SECONDS
-dc up -d --no-build --scale worker=2 >/dev/null
+dc up -d --no-build --scale api=2 --scale worker=2 >/dev/null
 healthy=
 for _ in $(seq 1 90); do
     states=$(docker ps --filter "label=com.docker.compose.project=$project" --format '{{.Names}} {{.Status}}')
-    if [ "$(echo "$states" | wc -l)" -ge 4 ] && ! echo "$states" | grep -qv '(healthy)'; then
+    if [ "$(echo "$states" | wc -l)" -ge 6 ] && ! echo "$states" | grep -qv '(healthy)'; then
         healthy=yes
         break
     fi
@@ -92,8 +108,32 @@ echo "healthy in $((SECONDS - started)) s"
 api=http://127.0.0.1:$api_port
 auth=(-H "Authorization: Bearer $token")
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$api/v1/tickets")" = 401 ] || { echo "FAIL: the API answered without a token"; exit 1; }
+containers() {
+    docker ps -a --filter "label=com.docker.compose.project=$project" --filter "label=com.docker.compose.service=$1" --format '{{.Names}}'
+}
 
-echo "== a ticket to done"
+echo "== one image"
+image=$(docker image inspect agentdesk:latest --format '{{.Id}}')
+for container in $(containers api) $(containers worker); do
+    [ "$(docker inspect -f '{{.Image}}' "$container")" = "$image" ] \
+        || { echo "FAIL: $container does not run the image that compose built"; exit 1; }
+done
+echo "api and worker run $image"
+
+echo "== the env file's settings reached the containers"
+for container in $(containers api) $(containers worker); do
+    line=$(docker logs "$container" 2>&1 | head -n1 || true)
+    [ "${line:0:1}" = "{" ] || { echo "FAIL: $container logs text, not JSON (AGENTDESK_LOG_FORMAT=json): $line"; exit 1; }
+done
+metrics=$(curl -sf "${auth[@]}" "$api/metrics" || true)
+grep -qE '^agentdesk_runtime_threads 1(\.0)?$' <<<"$metrics" \
+    || { echo "FAIL: agentdesk_runtime_threads is not 1 (AGENTDESK_RUNTIME_THREADS=1)"; exit 1; }
+echo "JSON logs, 1 runtime thread"
+
+echo "== a ticket to done, watched through the proxy"
+curl -sN "${auth[@]}" --max-time 90 "$api/v1/events" >"$work/events" 2>/dev/null &
+events_pid=$!
+sleep 1
 key=$(curl -sf "${auth[@]}" -X POST "$api/v1/tickets" -d '{"task": "say ok"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
 status=
 for _ in $(seq 1 60); do
@@ -103,6 +143,34 @@ for _ in $(seq 1 60); do
 done
 [ "$status" = done ] || { echo "FAIL: $key is $status, not done"; exit 1; }
 echo "$key done"
+# The worker's live text and the stored events, through the proxy to whichever api replica
+# holds the stream, as they happened.
+seen() {
+    local events
+    events=$(grep -F "\"$key\"" "$work/events" || true)
+    grep -qF "\"kind\":\"$1\"" <<<"$events"
+}
+for _ in $(seq 1 20); do
+    seen ticket.done && break
+    sleep 0.5
+done
+for kind in text.delta ticket.done; do
+    seen "$kind" || { echo "FAIL: the event stream through the proxy did not show $key's $kind"; cat "$work/events"; exit 1; }
+done
+kill "$events_pid" 2>/dev/null || true
+events_pid=
+echo "the stream through the proxy showed its live text and ticket.done"
+
+echo "== an api replica stopped: the address still answers"
+docker stop -t 30 "$(containers api | head -n1)" >/dev/null
+for i in $(seq 1 20); do
+    curl -sf -o /dev/null "${auth[@]}" "$api/v1/tickets/$key" || { echo "FAIL: request $i through the proxy failed with one api replica stopped"; exit 1; }
+done
+for i in $(seq 1 5); do
+    curl -sf -o /dev/null "${auth[@]}" -X POST "$api/v1/tickets" -d '{"task": "say ok"}' \
+        || { echo "FAIL: POST $i through the proxy failed with one api replica stopped"; exit 1; }
+done
+echo "20 GET and 5 POST answered"
 
 echo "== stop the workers with a ticket in flight"
 slow=$(curl -sf "${auth[@]}" -X POST "$api/v1/tickets" -d '{"task": "slow job"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')

@@ -32,7 +32,7 @@ impl Mode {
         matches!(self, Mode::Serve | Mode::Api)
     }
 
-    fn runs_workers(self) -> bool {
+    pub fn runs_workers(self) -> bool {
         matches!(self, Mode::Serve | Mode::Worker)
     }
 }
@@ -146,7 +146,9 @@ impl App {
             match listen(config.addr) {
                 Ok(listener) => {
                     health_addr = listener.local_addr().ok();
-                    tracing::info!(addr = ?health_addr, "worker listening (/healthz, /readyz, /metrics)");
+                    if let Some(addr) = health_addr {
+                        tracing::info!(%addr, "worker listening (/healthz, /readyz, /metrics)");
+                    }
                     let router = http::health::worker_router(pool.clone())
                         .merge(http::metrics::standalone(pool.clone(), config.api_tokens.clone()));
                     let stop = shutdown.clone();

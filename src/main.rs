@@ -226,12 +226,15 @@ async fn serve(mut config: Config, mode: Mode) -> anyhow::Result<()> {
     };
     let embedded = resolve_database(&mut config).await?;
     let providers = Providers::from_env();
+    // Only processes that work tickets call models: an `api` process has nothing to warn about.
     match providers.detected() {
         Some(provider) => tracing::info!(provider, "model provider configured"),
-        None => tracing::warn!(
-            "no model provider configured: set OPENAI_API_KEY / OPENAI_BASE_URL or ANTHROPIC_API_KEY; \
-             tickets will fail with provider_unconfigured until then"
+        None if mode.runs_workers() => tracing::warn!(
+            "no model provider configured: set OPENAI_API_KEY (OpenAI), OPENAI_BASE_URL (any \
+             OpenAI-compatible server, a local one needs no key) or ANTHROPIC_API_KEY; tickets will \
+             fail with provider_unconfigured until then"
         ),
+        None => {}
     }
     let token = config.api_tokens.iter().find(|t| !t.starts_with("read:")).cloned();
     let app = App::start(config, mode, providers).await?;

@@ -42,6 +42,11 @@ impl Process {
     }
 
     fn start(&mut self, database_url: &str, llm: &FakeLlm) {
+        self.start_with(database_url, &[("OPENAI_BASE_URL", &llm.openai_base_url())]);
+    }
+
+    /// Starts it with `env` besides the test's settings (a provider's, or none).
+    fn start_with(&mut self, database_url: &str, env: &[(&str, &str)]) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -52,7 +57,7 @@ impl Process {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("DATABASE_URL", database_url)
-            .env("OPENAI_BASE_URL", llm.openai_base_url())
+            .envs(env.iter().copied())
             .env("AGENTDESK_ADDR", format!("127.0.0.1:{}", self.port))
             .env("AGENTDESK_LEASE_SECS", "2")
             .env("AGENTDESK_WORKERS", "8")
@@ -323,4 +328,81 @@ async fn two_apis_and_two_workers_lose_nothing_through_a_kill_and_a_rolling_rest
     for p in apis.iter_mut().chain(workers.iter_mut()) {
         p.stop().await;
     }
+}
+
+/// What an operator reads when no model provider is set: only a process that works tickets (and
+/// so calls models) warns at start, naming OPENAI_BASE_URL for a local server; a ticket that then
+/// fails says the same in its error and in one warn line of the worker; and a worker logs the
+/// address of its health endpoints as an address.
+#[tokio::test]
+async fn without_a_provider_only_the_worker_warns_and_a_failing_ticket_says_what_to_set() {
+    let database_url = testkit::testing::fresh_database().await.unwrap();
+    let pool = agentdesk::db::connect(&database_url, 2).await.unwrap();
+    agentdesk::db::migrate(&pool).await.unwrap();
+    let client = reqwest::Client::new();
+    let mut api = Process::new("api", "unconfigured-api");
+    let mut worker = Process::new("worker", "unconfigured-worker");
+    for p in [&mut api, &mut worker] {
+        let _ = std::fs::remove_file(&p.log);
+        p.start_with(&database_url, &[]);
+    }
+    api.wait_ready(&client).await;
+    worker.wait_ready(&client).await;
+
+    let id = create(&client, &api, 0).await;
+    let mut ticket = Value::Null;
+    for _ in 0..300 {
+        ticket = client
+            .get(format!("{}/v1/tickets/{id}", api.base()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if ticket["status"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(ticket["error"]["kind"], "provider_unconfigured", "{ticket}");
+    let message = ticket["error"]["message"].as_str().unwrap();
+    for needle in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"] {
+        assert!(message.contains(needle), "{needle} missing in {message}");
+    }
+    api.stop().await;
+    worker.stop().await;
+
+    let api_log = std::fs::read_to_string(&api.log).unwrap();
+    assert!(api_log.contains("agentdesk API listening"), "{api_log}");
+    assert!(
+        !api_log.contains("provider"),
+        "an api process runs no models: {api_log}"
+    );
+    let worker_log = std::fs::read_to_string(&worker.log).unwrap();
+    let warning = worker_log
+        .lines()
+        .find(|l| l.contains("no model provider configured"))
+        .unwrap_or_else(|| panic!("no warning at start: {worker_log}"));
+    assert!(
+        warning.contains("WARN") && warning.contains("OPENAI_BASE_URL"),
+        "{warning}"
+    );
+    let key = ticket["key"].as_str().unwrap();
+    let failed: Vec<&str> = worker_log.lines().filter(|l| l.contains(key)).collect();
+    assert_eq!(failed.len(), 1, "one line for the failed ticket: {worker_log}");
+    for needle in [
+        "WARN",
+        "kind=provider_unconfigured",
+        "OPENAI_BASE_URL",
+        "the ticket fails",
+    ] {
+        assert!(failed[0].contains(needle), "{needle} missing in {}", failed[0]);
+    }
+    let listening = worker_log
+        .lines()
+        .find(|l| l.contains("worker listening"))
+        .unwrap_or_else(|| panic!("no address: {worker_log}"));
+    let addr = format!("addr=127.0.0.1:{}", worker.port);
+    assert!(listening.split_whitespace().any(|w| w == addr), "{listening}");
 }

@@ -113,7 +113,17 @@ impl Step<'_> {
         }
         let provider = match self.provider().await? {
             Ok(p) => p,
-            Err(err) => return self.fail_request(err.kind.as_str(), &err.message).await,
+            Err(err) => {
+                // No request was made, so `log_failure` never sees it: the operator's one line.
+                tracing::warn!(
+                    ticket = %self.ticket.key,
+                    agent = %self.agent.name,
+                    kind = %err.kind.as_str(),
+                    "{}; the ticket fails",
+                    err.message
+                );
+                return self.fail_request(err.kind.as_str(), &err.message).await;
+            }
         };
         let window = self.window();
         let transcript = match transcript {

@@ -459,14 +459,17 @@ impl Providers {
                 Some(n) => self.get(Some(n)),
                 None => Err(LlmError::new(
                     LlmErrorKind::ProviderUnconfigured,
-                    "no model provider is configured: set ANTHROPIC_API_KEY or OPENAI_API_KEY",
+                    "no model provider is configured: set OPENAI_API_KEY, OPENAI_BASE_URL (an \
+                     OpenAI-compatible server such as Ollama, llama.cpp or vLLM; a local one needs no \
+                     key) or ANTHROPIC_API_KEY where the workers run",
                 )),
             },
             Some("openai") => match &self.openai {
                 Some(p) => Ok(p.clone() as Arc<dyn Provider>),
                 None => Err(LlmError::new(
                     LlmErrorKind::ProviderUnconfigured,
-                    "provider 'openai' is not configured: set OPENAI_API_KEY",
+                    "provider 'openai' is not configured: set OPENAI_API_KEY, or OPENAI_BASE_URL for an \
+                     OpenAI-compatible server (a local one needs no key), where the workers run",
                 )),
             },
             Some("anthropic") => match &self.anthropic {
