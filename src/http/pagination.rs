@@ -55,11 +55,10 @@ pub struct Page {
 
 impl Page {
     pub fn parse(limit: Option<&str>, cursor: Option<&str>) -> Result<Page, ApiError> {
-        // `?limit=` (empty) is the default, as if it were absent.
-        let limit = match limit.map(str::trim).filter(|l| !l.is_empty()) {
+        // Exactly as documented: an integer; `?limit=` (empty) is not one.
+        let limit = match limit {
             None => DEFAULT_LIMIT,
             Some(l) => l
-                .trim()
                 .parse::<i64>()
                 .ok()
                 .filter(|l| (1..=MAX_LIMIT).contains(l))
@@ -103,7 +102,7 @@ mod tests {
     fn limits_outside_1_to_200_are_rejected() {
         assert_eq!(Page::parse(None, None).unwrap().limit, 50);
         assert_eq!(Page::parse(Some("200"), None).unwrap().limit, 200);
-        for bad in ["0", "201", "-1", "abc", "1.5"] {
+        for bad in ["0", "201", "-1", "abc", "1.5", "", " 5"] {
             assert!(Page::parse(Some(bad), None).is_err(), "{bad}");
         }
     }
