@@ -21,7 +21,6 @@ REAL_MODEL_CTX=2048
 # How long the server may take to load the model and answer /v1/models.
 REAL_MODEL_START_TIMEOUT=${REAL_MODEL_START_TIMEOUT:-120}
 REAL_MODEL_PID=
-REAL_MODEL_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 real_model_python() {
     local candidate
@@ -103,9 +102,10 @@ real_model_start() {
     port=$(real_model_free_port) || return 1
     url="http://127.0.0.1:$port/v1"
     echo "Starting llama_cpp.server with $gguf on port $port (log: $REAL_MODEL_LOG)"
-    # chatml is SmolLM2's chat template. With a tool named in tool_choice the server constrains the
-    # reply to that tool's arguments; llama_server.py makes that work for close_ticket's schema.
-    "$REAL_MODEL_VENV/bin/python" "$REAL_MODEL_DIR/llama_server.py" \
+    # The stock server, as users run it. chatml is SmolLM2's chat template. With a tool named in
+    # tool_choice the server constrains the reply to that tool's arguments, with a grammar built
+    # from the tool's schema (agentdesk sends schemas in the form its converter accepts).
+    "$REAL_MODEL_VENV/bin/python" -m llama_cpp.server \
         --model "$gguf" \
         --model_alias smollm2-135m \
         --host 127.0.0.1 --port "$port" \
