@@ -198,6 +198,23 @@ async fn a_ticket_gets_the_defaults_when_only_the_task_is_given_and_any_json_tas
     app.shutdown().await;
 }
 
+/// JSON (and the document's schemas) count `3.0` as an integer: it is taken as 3, while `3.5`
+/// for an integer is still 422.
+#[tokio::test]
+async fn an_integer_written_with_a_zero_fraction_is_an_integer() {
+    let app = TestApp::spawn().await;
+    let t = app
+        .create_ticket(json!({"task": "x", "priority": 3.0, "max_attempts": 2.0}))
+        .await;
+    assert_eq!(t["priority"], 3);
+    assert_eq!(t["max_attempts"], 2);
+    let answer = app.post("/v1/tickets", json!({"task": "x", "priority": 3.5})).await;
+    assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    let answer = app.post("/v1/tickets", json!({"task": "x", "priority": 1e300})).await;
+    assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn creating_a_ticket_from_malformed_json_is_400_and_creates_nothing() {
     let app = TestApp::spawn().await;

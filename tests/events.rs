@@ -278,7 +278,16 @@ async fn a_ticket_stream_with_a_bad_cursor_is_400_and_for_an_unknown_ticket_404(
     let app = TestApp::spawn().await;
     let t = app.create_ticket(json!({"task": "x"})).await;
     let path = format!("/v1/tickets/{}/events", t["key"].as_str().unwrap());
-    for after in ["abc", "-1", "1.5", "1-2", "99999999999999999999"] {
+    for after in [
+        "abc",
+        "-1",
+        "+1",
+        "1.5",
+        "1-2",
+        "99999999999999999999",
+        "1234567890123456789",
+        "null",
+    ] {
         assert_error(
             &app.get(&format!("{path}?after={after}")).await,
             StatusCode::BAD_REQUEST,
@@ -287,6 +296,20 @@ async fn a_ticket_stream_with_a_bad_cursor_is_400_and_for_an_unknown_ticket_404(
         let answer = support::send(app.request(reqwest::Method::GET, &path).header("last-event-id", after)).await;
         assert_error(&answer, StatusCode::BAD_REQUEST, "bad_request");
     }
+    // A bad `?after=` is 400 even where a good Last-Event-ID wins over it; an empty
+    // Last-Event-ID is no header, so `?after=` counts.
+    let answer = support::send(
+        app.request(reqwest::Method::GET, &format!("{path}?after=x"))
+            .header("last-event-id", "1"),
+    )
+    .await;
+    assert_error(&answer, StatusCode::BAD_REQUEST, "bad_request");
+    let answer = support::send(
+        app.request(reqwest::Method::GET, &format!("{path}?after=x"))
+            .header("last-event-id", ""),
+    )
+    .await;
+    assert_error(&answer, StatusCode::BAD_REQUEST, "bad_request");
     for reference in ["TICKET-999", "0193a0b2-0000-7000-8000-000000000000", "nonsense"] {
         let answer = app.get(&format!("/v1/tickets/{reference}/events")).await;
         assert_error(&answer, StatusCode::NOT_FOUND, "not_found");
@@ -452,7 +475,11 @@ async fn the_global_stream_refuses_a_bad_cursor_with_400() {
         "1--2",
         "x-1",
         "1-x",
+        "+1-2",
+        "1-+2",
         "99999999999999999999999-1",
+        "1234567890123456789-1",
+        "null",
     ] {
         assert_error(
             &app.get(&format!("/v1/events?after={cursor}")).await,

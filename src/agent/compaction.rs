@@ -10,6 +10,7 @@ use super::{request, Flow};
 use crate::db;
 use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent};
 use crate::llm::{Delta, Message, ModelRequest, Provider, Role};
+use sqlx::{Postgres, Transaction};
 
 /// The most a window keeps free for the reply (see `reserve`).
 pub const MAX_RESERVE: u64 = 3_000;
@@ -243,19 +244,7 @@ impl Step<'_> {
                     .map(|c| c.seq);
                 db::comments::delete_non_system(&mut tx, self.ticket.id, summarised, kept).await?;
                 let content = summary_comment(&summary);
-                let comment = db::comments::insert(&mut tx, self.ticket.id, Author::User, None, &content).await?;
-                let kept = db::comments::all(&mut *tx, self.ticket.id).await?;
-                let tokens_after = estimate_tokens(&request::build(&self.agent, &self.tools, &self.ticket, &kept));
-                let finished = EventData::CompactionFinished {
-                    reason: reason.as_str().into(),
-                    tokens_before,
-                    tokens_after,
-                };
-                let events = [
-                    NewEvent::new(Some(name), EventData::CommentCreated { comment }),
-                    NewEvent::new(Some(name), finished),
-                ];
-                db::events::append(&mut tx, self.ticket.id, &events).await?;
+                self.append_compacted(&mut tx, &content, reason, tokens_before).await?;
                 true
             }
             Err(message) => {
@@ -284,6 +273,34 @@ impl Step<'_> {
         tx.commit().await?;
         self.rt.hub.wake();
         Ok(compacted)
+    }
+
+    /// The end of every compaction, inside its fenced transaction: `content` is appended to the
+    /// transcript, and `comment.created` and `compaction.finished` (with the estimate of what
+    /// the next request holds) are written with it, so the events never describe a transcript
+    /// that was not committed.
+    pub(super) async fn append_compacted(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        content: &[ContentBlock],
+        reason: Reason,
+        tokens_before: u64,
+    ) -> Flow<()> {
+        let name = self.name();
+        let comment = db::comments::insert(tx, self.ticket.id, Author::User, None, content).await?;
+        let kept = db::comments::all(&mut **tx, self.ticket.id).await?;
+        let tokens_after = estimate_tokens(&request::build(&self.agent, &self.tools, &self.ticket, &kept));
+        let finished = EventData::CompactionFinished {
+            reason: reason.as_str().into(),
+            tokens_before,
+            tokens_after,
+        };
+        let events = [
+            NewEvent::new(Some(name), EventData::CommentCreated { comment }),
+            NewEvent::new(Some(name), finished),
+        ];
+        db::events::append(tx, self.ticket.id, &events).await?;
+        Ok(())
     }
 }
 

@@ -4,13 +4,11 @@
 //! older, with a note saying what was left out. `plan` decides without the database, so the
 //! rules are tested alone; `Step::trim_transcript` stores the plan.
 
-use super::compaction::{
-    self, block_chars, cut_middle, estimate_tokens, keeps_task, task_comment, Reason, CUT_MARKER_MAX,
-};
+use super::compaction::{block_chars, cut_middle, estimate_tokens, keeps_task, task_comment, Reason, CUT_MARKER_MAX};
 use super::step::Step;
 use super::{request, Flow};
 use crate::db;
-use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, TicketUsage};
+use crate::domain::{Author, Comment, ContentBlock, TicketUsage};
 
 /// Tokens kept for the note that says what was left out.
 const NOTE_TOKENS: u64 = 120;
@@ -247,19 +245,7 @@ impl Step<'_> {
             db::comments::rewrite(&mut tx, self.ticket.id, *seq, content).await?;
         }
         let note = [ContentBlock::text(trim.note)];
-        let comment = db::comments::insert(&mut tx, self.ticket.id, Author::User, None, &note).await?;
-        let kept = db::comments::all(&mut *tx, self.ticket.id).await?;
-        let tokens_after = compaction::estimate_tokens(&request::build(&self.agent, &self.tools, &self.ticket, &kept));
-        let finished = EventData::CompactionFinished {
-            reason: reason.as_str().into(),
-            tokens_before,
-            tokens_after,
-        };
-        let events = [
-            NewEvent::new(Some(name), EventData::CommentCreated { comment }),
-            NewEvent::new(Some(name), finished),
-        ];
-        db::events::append(&mut tx, self.ticket.id, &events).await?;
+        self.append_compacted(&mut tx, &note, reason, tokens_before).await?;
         tx.commit().await?;
         self.rt.hub.wake();
         Ok(true)

@@ -30,13 +30,17 @@ pub struct GlobalCursor {
 }
 
 impl GlobalCursor {
+    /// `TXID-ID`, each 1 to 18 digits (as the document's pattern says; each fits an i64).
     pub fn parse(s: &str) -> Option<GlobalCursor> {
         let (txid, id) = s.split_once('-')?;
-        let cursor = GlobalCursor {
+        let digits = |p: &str| (1..=18).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit());
+        if !digits(txid) || !digits(id) {
+            return None;
+        }
+        Some(GlobalCursor {
             txid: txid.parse().ok()?,
             id: id.parse().ok()?,
-        };
-        (cursor.id >= 0).then_some(cursor)
+        })
     }
 }
 

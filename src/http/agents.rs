@@ -8,8 +8,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::pagination::{Cursor, Page};
-use super::tickets::PageQuery;
+use super::pagination::{Cursor, NamePageQuery, Page};
 use super::AppState;
 use crate::db;
 use crate::domain::agent::{default_model, is_valid_agent_name};
@@ -25,24 +24,37 @@ pub struct PutAgent {
     /// omitted: the configured built-in one (Anthropic first).
     pub provider: Option<String>,
     /// Omitted: `AGENTDESK_MODEL`, else the provider's default.
+    #[schema(pattern = r"\S")]
     pub model: Option<String>,
     #[serde(default)]
+    #[schema(schema_with = super::formats::labels)]
     pub labels: Vec<String>,
     /// Default: all four built-in tools. Built-in tool names, HTTP tools by name (`/v1/tools`),
     /// `mcp:{server}` and `{server}__{tool}`; an unknown name is 422.
     pub tools: Option<Vec<String>>,
+    #[schema(minimum = 1)]
     pub context_window: Option<i32>,
+    #[schema(minimum = 1)]
     pub max_turns: Option<i32>,
+    #[schema(minimum = 1)]
     pub max_input_tokens: Option<i64>,
+    #[schema(minimum = 1)]
     pub max_output_tokens: Option<i64>,
+    #[schema(minimum = 0)]
     pub max_schema_retries: Option<i32>,
+    #[schema(minimum = 0)]
     pub max_request_retries: Option<i32>,
+    #[schema(minimum = 0)]
     pub request_retry_delay_ms: Option<i32>,
+    #[schema(minimum = 0, maximum = 2)]
     pub temperature: Option<f64>,
+    #[schema(minimum = 1)]
     pub max_tokens: Option<i32>,
     /// Extended thinking budget in tokens (Anthropic, at least 1024); null is off.
+    #[schema(minimum = 1024)]
     pub thinking_budget: Option<i32>,
     /// `auto` (default), `required`, `none`, or the name of one of the agent's tools (else 422).
+    #[schema(min_length = 1)]
     pub tool_choice: Option<String>,
     /// How many tickets this agent works on at once, across all processes; null (default) is no limit.
     #[schema(minimum = 1)]
@@ -65,7 +77,8 @@ fn positive<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T
 
 /// Create or replace an agent
 #[utoipa::path(put, path = "/agents/{name}", tag = "agents", request_body = PutAgent,
-    params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'; at most 64")),
+    params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'; at most 64",
+        pattern = "^[a-zA-Z0-9._-]{1,64}$")),
     responses((status = 201, description = "Created", body = Agent), (status = 200, description = "Replaced", body = Agent),
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn put_agent(
@@ -191,11 +204,11 @@ pub struct AgentList {
 }
 
 /// List agents
-#[utoipa::path(get, path = "/agents", tag = "agents", params(PageQuery),
+#[utoipa::path(get, path = "/agents", tag = "agents", params(NamePageQuery),
     responses((status = 200, body = AgentList), (status = 400, body = ErrorBody)))]
 pub async fn list_agents(
     State(state): State<AppState>,
-    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(q): ApiQuery<NamePageQuery>,
 ) -> ApiResult<Json<AgentList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let after = match page.cursor {

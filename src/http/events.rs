@@ -34,21 +34,36 @@ where
     response
 }
 
-/// The resume point: `Last-Event-ID` (sent by reconnecting EventSource clients) wins over `?after=`.
-fn resume_point<'a>(headers: &'a HeaderMap, after: Option<&'a str>) -> ApiResult<Option<&'a str>> {
+/// The resume point: `Last-Event-ID` (sent by reconnecting EventSource clients) wins over
+/// `?after=`; each is read with `parse`, so a malformed one is 400 even where the other wins.
+fn resume_point<T>(
+    headers: &HeaderMap,
+    after: Option<&str>,
+    parse: impl Fn(&str) -> ApiResult<T>,
+) -> ApiResult<Option<T>> {
+    let after = after.filter(|s| !s.is_empty()).map(&parse).transpose()?;
     match headers.get("last-event-id") {
-        Some(v) => v
-            .to_str()
-            .map(|s| Some(s.trim()).filter(|s| !s.is_empty()))
-            .map_err(|_| ApiError::BadRequest("Last-Event-ID is not readable".into())),
-        None => Ok(after.map(str::trim).filter(|s| !s.is_empty())),
+        // An empty header is no header.
+        Some(v) if !v.as_bytes().iter().all(u8::is_ascii_whitespace) => {
+            let text = v
+                .to_str()
+                .map_err(|_| ApiError::BadRequest("Last-Event-ID is not readable".into()))?;
+            parse(text.trim()).map(Some)
+        }
+        _ => Ok(after),
     }
+}
+
+/// An event `seq` as the document's pattern allows it: 1 to 18 digits (each fits an i64).
+fn parse_seq(s: &str) -> Option<i64> {
+    (s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok())?
 }
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct TicketEventsQuery {
     /// Replay events after this `seq` (like `Last-Event-ID`).
+    #[param(pattern = "^[0-9]{0,18}$")]
     pub after: Option<String>,
 }
 
@@ -60,7 +75,7 @@ pub struct TicketEventsQuery {
 /// event when that is `ticket.done`, `ticket.failed` or `ticket.cancelled`.
 #[utoipa::path(get, path = "/tickets/{ticket}/events", tag = "events",
     params(("ticket" = String, Path, description = "Ticket id or key"), TicketEventsQuery,
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this seq")),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this seq", pattern = "^[0-9]{0,18}$")),
     responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::event::TicketEventSchema),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn ticket_events(
@@ -69,14 +84,14 @@ pub async fn ticket_events(
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<TicketEventsQuery>,
 ) -> ApiResult<Response> {
-    let after = match resume_point(&headers, q.after.as_deref())? {
-        None => 0,
-        Some(s) => s.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+    let after = resume_point(&headers, q.after.as_deref(), |s| {
+        parse_seq(s).ok_or_else(|| {
             ApiError::BadRequest(format!(
                 "after must be an event seq (a non-negative integer), not {s:?}"
             ))
-        })?,
-    };
+        })
+    })?
+    .unwrap_or(0);
     let ticket = transitions::find(&state.pool, &reference).await?;
     let frames = stream::ticket(
         state.hub.clone(),
@@ -92,6 +107,7 @@ pub async fn ticket_events(
 #[into_params(parameter_in = Query)]
 pub struct GlobalEventsQuery {
     /// Resume after this cursor (an SSE `id:` of this stream).
+    #[param(pattern = "^([0-9]{1,18}-[0-9]{1,18})?$")]
     pub after: Option<String>,
     /// Comma-separated labels: events of tickets with any of them.
     pub label: Option<String>,
@@ -117,7 +133,8 @@ fn comma_list(s: Option<&str>) -> Vec<String> {
 /// `Last-Event-ID` or `?after=` delivers every persisted event after it exactly once, each
 /// ticket's events in `seq` order, even while many tickets write at once.
 #[utoipa::path(get, path = "/events", tag = "events",
-    params(GlobalEventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this cursor")),
+    params(GlobalEventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this cursor",
+        pattern = "^([0-9]{1,18}-[0-9]{1,18})?$")),
     responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::event::TicketEventSchema),
         (status = 400, body = ErrorBody)))]
 pub async fn global_events(
@@ -125,13 +142,9 @@ pub async fn global_events(
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<GlobalEventsQuery>,
 ) -> ApiResult<Response> {
-    let after = match resume_point(&headers, q.after.as_deref())? {
-        None => None,
-        Some(s) => Some(
-            GlobalCursor::parse(s)
-                .ok_or_else(|| ApiError::BadRequest(format!("{s:?} is not a cursor of this stream")))?,
-        ),
-    };
+    let after = resume_point(&headers, q.after.as_deref(), |s| {
+        GlobalCursor::parse(s).ok_or_else(|| ApiError::BadRequest(format!("{s:?} is not a cursor of this stream")))
+    })?;
     let filter = GlobalFilter {
         labels: comma_list(q.label.as_deref()),
         agents: comma_list(q.agent.as_deref()),

@@ -44,7 +44,54 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             "strings must not contain the NUL character (\\u0000)".into(),
         ));
     }
-    T::deserialize(value).map_err(|e| ApiError::Validation(format!("invalid request body: {e}")))
+    typed(value)
+}
+
+/// A JSON value as `T`; 422 when it has the wrong shape. JSON counts `3.0` as an integer, as
+/// the document's schemas do, and serde does not: a value holding such a number is read again
+/// with it written as `3` when the first reading fails. A value without one (the usual body)
+/// is read once, and moved, not copied.
+pub fn typed<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    if !has_integral_float(&value) {
+        return T::deserialize(value).map_err(|e| invalid_body(&e));
+    }
+    T::deserialize(&value).or_else(|e| {
+        let mut value = value;
+        integral_floats_to_integers(&mut value);
+        T::deserialize(value).map_err(|_| invalid_body(&e))
+    })
+}
+
+fn invalid_body(e: &serde_json::Error) -> ApiError {
+    ApiError::Validation(format!("invalid request body: {e}"))
+}
+
+/// A number with no fraction that fits an i64 but is written as a float (`3.0`).
+fn is_integral_float(n: &serde_json::Number) -> bool {
+    // 2^63 is not an i64; every integral f64 below it in magnitude is.
+    n.as_f64()
+        .is_some_and(|f| n.is_f64() && f.fract() == 0.0 && f.abs() < 9_223_372_036_854_775_808.0)
+}
+
+fn has_integral_float(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => is_integral_float(n),
+        Value::Array(items) => items.iter().any(has_integral_float),
+        Value::Object(map) => map.values().any(has_integral_float),
+        _ => false,
+    }
+}
+
+fn integral_floats_to_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) if is_integral_float(n) => {
+            let whole = n.as_f64().unwrap_or_default() as i64;
+            *value = Value::from(whole);
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_to_integers),
+        _ => {}
+    }
 }
 
 fn contains_nul(value: &Value) -> bool {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -20,12 +20,12 @@ use crate::domain::{McpServerDef, McpServerView, McpTransport, RequiresApproval}
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutMcpServer {
-    /// The server's streamable HTTP endpoint, http(s); may hold `${env:NAME}` templates.
-    #[schema(example = "https://mcp.example.com/mcp")]
+    #[schema(schema_with = super::formats::mcp_server_url)]
     pub url: String,
     /// Request headers; values may hold `${env:NAME}` templates, expanded only when connecting
     /// and never shown expanded.
     #[serde(default)]
+    #[schema(schema_with = super::formats::header_map)]
     pub headers: BTreeMap<String, String>,
     /// Limit of one tool call: 100 to 3600000 ms, default 60000.
     #[schema(minimum = 100, maximum = 3600000)]
@@ -33,6 +33,7 @@ pub struct PutMcpServer {
     /// `false` (default), `true` (every tool), or the server's names of the tools that need a
     /// person's approval before a call runs.
     #[serde(default)]
+    #[schema(schema_with = super::formats::requires_approval)]
     pub requires_approval: RequiresApproval,
 }
 
@@ -79,14 +80,7 @@ fn validate(name: &str, req: PutMcpServer) -> ApiResult<McpServerDef> {
             "timeout_ms must be between {MIN_MCP_TIMEOUT_MS} and {MAX_MCP_TIMEOUT_MS}"
         )));
     }
-    for (header, value) in &req.headers {
-        if HeaderName::from_bytes(header.as_bytes()).is_err() {
-            return Err(validation(format!("invalid header name {header:?}")));
-        }
-        if HeaderValue::from_str(value).is_err() {
-            return Err(validation(format!("invalid value for header {header:?}")));
-        }
-    }
+    super::formats::check(&req.headers).map_err(validation)?;
     if let RequiresApproval::Tools(tools) = &req.requires_approval {
         if tools.iter().any(|t| t.is_empty()) {
             return Err(validation("requires_approval: tool names must not be empty"));
@@ -112,7 +106,8 @@ fn validate(name: &str, req: PutMcpServer) -> ApiResult<McpServerDef> {
 /// Connects and lists its tools before answering (waiting at most 15 s; `status` says how it
 /// went). Takes effect with the next step of every agent that names it, in every process.
 #[utoipa::path(put, path = "/mcp-servers/{name}", tag = "mcp-servers", request_body = PutMcpServer,
-    params(("name" = String, Path, description = "1 to 32 letters, digits, '-' or '_'")),
+    params(("name" = String, Path, description = "1 to 32 letters, digits, '-' or '_'",
+        pattern = "^[a-zA-Z0-9_-]{1,32}$")),
     responses((status = 201, description = "Created", body = McpServerView),
         (status = 200, description = "Replaced", body = McpServerView),
         (status = 409, description = "A server from the config file", body = ErrorBody),

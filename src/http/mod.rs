@@ -7,6 +7,7 @@ pub mod board;
 pub mod error;
 pub mod events;
 pub mod extract;
+pub mod formats;
 pub mod health;
 pub mod mcp_servers;
 pub mod metrics;

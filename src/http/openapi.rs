@@ -110,6 +110,11 @@ pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_to
             if has_query {
                 add_error(responses, "400", "An invalid query parameter");
             }
+            for parameter in operation.parameters.iter_mut().flatten() {
+                if parameter.parameter_in == ParameterIn::Header {
+                    never_null(&mut parameter.schema);
+                }
+            }
             add_error(responses, "431", "The request's headers are larger than 32 KiB");
             add_error(
                 responses,
@@ -118,6 +123,25 @@ pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_to
             );
             describe_event_streams(responses);
         }
+    }
+}
+
+/// A header is sent or not; it is never null (an optional one is declared `Option<String>`,
+/// which would otherwise add null to its type, and a client would send the text "null").
+fn never_null(schema: &mut Option<utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>>) {
+    let Some(current) = schema.as_ref() else { return };
+    let Ok(mut value) = serde_json::to_value(current) else {
+        return;
+    };
+    if let Some(types) = value.get_mut("type").and_then(|t| t.as_array_mut()) {
+        types.retain(|t| t != "null");
+        if let [only] = types.as_slice() {
+            let only = only.clone();
+            value["type"] = only;
+        }
+    }
+    if let Ok(fixed) = serde_json::from_value(value) {
+        *schema = Some(fixed);
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -24,8 +24,7 @@ use crate::llm::{anthropic, openai, Providers};
 #[derive(Deserialize, ToSchema)]
 pub struct PutProvider {
     pub kind: ProviderKind,
-    /// An http(s) URL. OpenAI: with the version path (`http://127.0.0.1:8000/v1`); Anthropic: without.
-    #[schema(example = "http://127.0.0.1:8000/v1")]
+    #[schema(schema_with = super::formats::provider_base_url)]
     pub base_url: String,
     /// Usually a template, `${env:NAME}`, replaced from the service's environment when a request
     /// is sent; stored and shown as given. Null or omitted: no key is sent.
@@ -33,6 +32,7 @@ pub struct PutProvider {
     pub api_key: Option<String>,
     /// Extra request headers; values may hold `${env:NAME}` templates.
     #[serde(default)]
+    #[schema(schema_with = super::formats::header_map)]
     pub headers: BTreeMap<String, String>,
     /// Overall limit of one model request: 1000 to 3600000 ms, default 600000.
     #[schema(minimum = 1000, maximum = 3600000)]
@@ -115,14 +115,7 @@ fn validate(name: &str, req: PutProvider) -> ApiResult<ProviderDef> {
             "max_concurrent must be between 1 and {MAX_PROVIDER_CONCURRENCY}, or null for no limit, not {n}"
         )));
     }
-    for (header, value) in &req.headers {
-        if HeaderName::from_bytes(header.as_bytes()).is_err() {
-            return Err(validation(format!("invalid header name {header:?}")));
-        }
-        if HeaderValue::from_str(value).is_err() {
-            return Err(validation(format!("invalid value for header {header:?}")));
-        }
-    }
+    super::formats::check(&req.headers).map_err(validation)?;
     let api_key = req.api_key.filter(|k| !k.is_empty());
     if api_key.as_deref().is_some_and(|k| HeaderValue::from_str(k).is_err()) {
         return Err(validation("api_key must be printable text".into()));
@@ -146,7 +139,8 @@ fn validate(name: &str, req: PutProvider) -> ApiResult<ProviderDef> {
 ///
 /// Takes effect with the next model request of every agent that names it, in every process.
 #[utoipa::path(put, path = "/providers/{name}", tag = "providers", request_body = PutProvider,
-    params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'; at most 64; not openai or anthropic")),
+    params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'; at most 64; not openai or anthropic",
+        pattern = "^[a-zA-Z0-9._-]{1,64}$")),
     responses((status = 201, description = "Created", body = ProviderDef),
         (status = 200, description = "Replaced", body = ProviderDef),
         (status = 409, description = "A built-in provider's name", body = ErrorBody),

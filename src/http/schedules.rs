@@ -10,8 +10,8 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::pagination::{Cursor, Page};
-use super::tickets::{PageQuery, TicketList, DEFAULT_MAX_ATTEMPTS, MAX_DEADLINE_SECS};
+use super::pagination::{Cursor, IdPageQuery, NumberPageQuery, Page};
+use super::tickets::{TicketList, DEFAULT_MAX_ATTEMPTS, MAX_DEADLINE_SECS};
 use super::AppState;
 use crate::db;
 use crate::domain::schedule::{check_name, CatchUp, Overlap, Schedule, TicketTemplate, DEFAULT_CATCH_UP_WINDOW_SECS};
@@ -54,10 +54,10 @@ pub struct CreateSchedule {
 /// `null`) in its task's strings are replaced; its metadata gets `schedule: {id, name, scheduled_for}`.
 #[derive(Deserialize, Serialize, ToSchema)]
 pub struct TicketTemplateBody {
-    #[schema(schema_with = super::tickets::task_schema)]
+    #[schema(schema_with = super::formats::task)]
     pub task: Value,
     #[serde(default)]
-    #[schema(schema_with = super::tickets::labels_schema)]
+    #[schema(schema_with = super::formats::labels)]
     pub labels: Vec<String>,
     #[serde(default)]
     pub priority: i32,
@@ -237,20 +237,16 @@ pub async fn create_schedule(
 }
 
 /// List schedules, oldest first
-#[utoipa::path(get, path = "/schedules", tag = "schedules", params(PageQuery),
+#[utoipa::path(get, path = "/schedules", tag = "schedules", params(IdPageQuery),
     responses((status = 200, body = ScheduleList), (status = 400, body = ErrorBody)))]
 pub async fn list_schedules(
     State(state): State<AppState>,
-    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(q): ApiQuery<IdPageQuery>,
 ) -> ApiResult<Json<ScheduleList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let after = match page.cursor {
         None => None,
-        Some(c) => Some(
-            c.into_name()
-                .and_then(|n| uuid::Uuid::parse_str(&n).ok())
-                .ok_or_else(Page::bad_cursor)?,
-        ),
+        Some(c) => Some(c.into_id().ok_or_else(Page::bad_cursor)?),
     };
     let (items, more) = db::schedules::list(&state.pool, after, page.limit).await?;
     let next_cursor = more
@@ -377,12 +373,12 @@ pub async fn run_schedule(
 
 /// The tickets a schedule created, newest first
 #[utoipa::path(get, path = "/schedules/{schedule}/tickets", tag = "schedules",
-    params(("schedule" = String, Path), PageQuery),
+    params(("schedule" = String, Path), NumberPageQuery),
     responses((status = 200, body = TicketList), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn list_schedule_tickets(
     State(state): State<AppState>,
     ApiPath(reference): ApiPath<String>,
-    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(q): ApiQuery<NumberPageQuery>,
 ) -> ApiResult<Json<TicketList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let before = match page.cursor {

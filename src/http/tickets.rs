@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::pagination::{Cursor, Page};
+use super::pagination::{Cursor, NumberPageQuery, Page};
 use super::AppState;
 use crate::db;
 use crate::db::tickets::{ListFilter, NewTicket, TicketPatch};
@@ -31,36 +31,13 @@ impl From<DeskError> for ApiError {
     }
 }
 
-/// A label: 1 to 100 characters, not all blank, without control characters.
-const LABEL_PATTERN: &str =
-    r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$";
-
-/// The schema of a task: any JSON but null or a blank string.
-pub fn task_schema() -> utoipa::openapi::schema::Schema {
-    let schema = serde_json::json!({
-        "description": "Any JSON but null or a blank string; usually a string.",
-        "not": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": "^\\s*$"}]}
-    });
-    serde_json::from_value(schema).unwrap_or_default()
-}
-
-/// The schema of labels: at most 50, each 1 to 100 characters without control characters.
-pub fn labels_schema() -> utoipa::openapi::schema::Schema {
-    let schema = serde_json::json!({
-        "type": "array", "maxItems": crate::transitions::MAX_LABELS,
-        "items": {"type": "string", "minLength": 1, "maxLength": crate::transitions::MAX_LABEL_LEN,
-                  "pattern": LABEL_PATTERN}
-    });
-    serde_json::from_value(schema).unwrap_or_default()
-}
-
 #[derive(Deserialize, ToSchema)]
 pub struct CreateTicket {
-    #[schema(schema_with = task_schema)]
+    #[schema(schema_with = super::formats::task)]
     pub task: Value,
     /// Duplicates are dropped.
     #[serde(default)]
-    #[schema(schema_with = labels_schema)]
+    #[schema(schema_with = super::formats::labels)]
     pub labels: Vec<String>,
     /// Higher is claimed first.
     #[serde(default)]
@@ -163,8 +140,7 @@ pub async fn create_ticket(
         }
     };
     let hash = canonical_hash(&body);
-    let req: CreateTicket =
-        serde_json::from_value(body).map_err(|e| ApiError::Validation(format!("invalid request body: {e}")))?;
+    let req: CreateTicket = super::extract::typed(body)?;
     transitions::check_task(&req.task).map_err(ApiError::Validation)?;
     let labels = transitions::normalize_labels(req.labels).map_err(ApiError::Validation)?;
     if let Some(schema) = &req.schema {
@@ -222,18 +198,27 @@ pub async fn create_ticket(
 #[into_params(parameter_in = Query)]
 pub struct ListTicketsQuery {
     /// Comma-separated statuses.
+    #[param(
+        pattern = r"^(\s*(todo|in_progress|waiting|done|failed|cancelled)\s*(,\s*(todo|in_progress|waiting|done|failed|cancelled)\s*)*|\s*)$"
+    )]
     pub status: Option<String>,
     pub label: Option<String>,
     pub agent: Option<String>,
-    /// Parent ticket id or key.
+    /// Parent ticket id (UUID) or key (`TICKET-42`).
+    #[param(
+        pattern = "^((TICKET|ticket)-[0-9]{1,18}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
     pub parent: Option<String>,
     /// Case-insensitive search in the task.
     pub q: Option<String>,
     /// `asc` (creation order, default) or `desc`.
+    #[param(pattern = "^(asc|desc)?$")]
     pub order: Option<String>,
-    /// 1 to 200, default 50 (also when empty).
+    /// 1 to 200, default 50.
     #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
     pub limit: Option<String>,
+    /// A `next_cursor` of this list (the same form as `NumberPageQuery`'s).
+    #[param(pattern = "^(6e(3[0-9]){1,18})?$")]
     pub cursor: Option<String>,
 }
 
@@ -329,9 +314,9 @@ fn double_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Value>
 pub struct PatchTicket {
     /// Any JSON but null or a blank string.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(schema_with = task_schema)]
+    #[schema(schema_with = super::formats::task)]
     pub task: Option<Option<Value>>,
-    #[schema(schema_with = labels_schema)]
+    #[schema(schema_with = super::formats::labels)]
     pub labels: Option<Vec<String>>,
     #[schema(minimum = -2147483648, maximum = 2147483647)]
     pub priority: Option<i32>,
@@ -414,15 +399,6 @@ pub async fn retry_ticket(
     Ok(Json(ticket))
 }
 
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct PageQuery {
-    /// 1 to 200, default 50 (also when empty).
-    #[param(value_type = Option<i64>, minimum = 1, maximum = 200)]
-    pub limit: Option<String>,
-    pub cursor: Option<String>,
-}
-
 #[derive(Serialize, ToSchema)]
 pub struct CommentList {
     pub items: Vec<Comment>,
@@ -431,12 +407,12 @@ pub struct CommentList {
 
 /// The transcript
 #[utoipa::path(get, path = "/tickets/{ticket}/comments", tag = "comments",
-    params(("ticket" = String, Path, description = "Ticket id or key"), PageQuery),
+    params(("ticket" = String, Path, description = "Ticket id or key"), NumberPageQuery),
     responses((status = 200, body = CommentList), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn list_comments(
     State(state): State<AppState>,
     ApiPath(reference): ApiPath<String>,
-    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(q): ApiQuery<NumberPageQuery>,
 ) -> ApiResult<Json<CommentList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let ticket = transitions::find(&state.pool, &reference).await?;

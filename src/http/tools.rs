@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -11,8 +11,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::pagination::{Cursor, Page};
-use super::tickets::PageQuery;
+use super::pagination::{Cursor, NamePageQuery, Page};
 use super::AppState;
 use crate::db;
 use crate::domain::tool::{
@@ -28,17 +27,16 @@ pub struct PutTool {
     #[serde(default)]
     pub description: String,
     /// A JSON Schema (draft 2020-12) of `"type": "object"`; default `{"type": "object"}`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = super::formats::tool_input_schema)]
     pub input_schema: Option<Value>,
-    /// An http(s) URL; may hold `{field}` placeholders filled from the input (URL-encoded) and
-    /// `${env:NAME}` templates expanded at call time.
-    #[schema(example = "https://api.example.com/weather/{city}")]
+    #[schema(schema_with = super::formats::tool_url)]
     pub url: String,
     /// Default POST. POST, PUT and PATCH send the input as a JSON body; GET and DELETE as query
     /// parameters (less the fields used by placeholders).
     pub method: Option<HttpMethod>,
     /// Request headers; values may hold `${env:NAME}` templates, expanded only at call time.
     #[serde(default)]
+    #[schema(schema_with = super::formats::header_map)]
     pub headers: BTreeMap<String, String>,
     /// 100 to 600000 ms, default 30000.
     #[schema(minimum = 100, maximum = 600000)]
@@ -105,17 +103,12 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
             "timeout_ms must be between {MIN_HTTP_TOOL_TIMEOUT_MS} and {MAX_HTTP_TOOL_TIMEOUT_MS}"
         )));
     }
-    for (header, value) in &req.headers {
-        if HeaderName::from_bytes(header.as_bytes()).is_err() {
-            return Err(invalid(format!("invalid header name {header:?}")));
-        }
+    super::formats::check(&req.headers).map_err(invalid)?;
+    for header in req.headers.keys() {
         if header.eq_ignore_ascii_case("idempotency-key") {
             return Err(invalid(
                 "the Idempotency-Key header is set by the desk (the call's id)".into(),
             ));
-        }
-        if HeaderValue::from_str(value).is_err() {
-            return Err(invalid(format!("invalid value for header {header:?}")));
         }
     }
     let input_schema = req.input_schema.unwrap_or_else(|| json!({"type": "object"}));
@@ -144,7 +137,8 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
 /// Takes effect with the next step of every agent that names it, in every process. Header values
 /// are stored and shown as written: `${env:NAME}` is expanded only when a call is sent.
 #[utoipa::path(put, path = "/tools/{name}", tag = "tools", request_body = PutTool,
-    params(("name" = String, Path, description = "1 to 64 letters, digits, '_' or '-'; not a built-in tool's name")),
+    params(("name" = String, Path, description = "1 to 64 letters, digits, '_' or '-'; not a built-in tool's name",
+        pattern = "^[a-zA-Z0-9_-]{1,64}$")),
     responses((status = 201, description = "Created", body = HttpToolDef),
         (status = 200, description = "Replaced", body = HttpToolDef),
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
@@ -170,9 +164,12 @@ pub async fn get_tool(State(state): State<AppState>, ApiPath(name): ApiPath<Stri
 }
 
 /// List HTTP tools, by name
-#[utoipa::path(get, path = "/tools", tag = "tools", params(PageQuery),
+#[utoipa::path(get, path = "/tools", tag = "tools", params(NamePageQuery),
     responses((status = 200, body = ToolList), (status = 400, body = ErrorBody)))]
-pub async fn list_tools(State(state): State<AppState>, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Json<ToolList>> {
+pub async fn list_tools(
+    State(state): State<AppState>,
+    ApiQuery(q): ApiQuery<NamePageQuery>,
+) -> ApiResult<Json<ToolList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let after = match page.cursor {
         None => None,

@@ -10,8 +10,7 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::pagination::{Cursor, Page};
-use super::tickets::PageQuery;
+use super::pagination::{Cursor, IdPageQuery, NumberPageQuery, Page};
 use super::AppState;
 use crate::db;
 use crate::db::webhooks::{NewWebhook, WebhookPatch};
@@ -23,17 +22,15 @@ use crate::transitions;
 
 #[derive(Deserialize, ToSchema)]
 pub struct CreateWebhook {
-    /// Where events are POSTed: an http or https URL.
-    #[schema(example = "https://example.com/hook")]
+    #[schema(schema_with = super::formats::webhook_url)]
     pub url: String,
-    /// Event kinds to deliver (`ticket.done`), or prefixes ending in `*` (`tool.*`); empty or
-    /// omitted: every kind.
     #[serde(default)]
+    #[schema(schema_with = super::formats::event_patterns)]
     pub events: Vec<String>,
-    /// Only events of tickets with one of these labels; empty or omitted: every ticket.
     #[serde(default)]
+    #[schema(schema_with = super::formats::webhook_labels)]
     pub labels: Vec<String>,
-    /// `whsec_` and the base64 of 24 to 64 bytes; omitted: one is generated (32 random bytes).
+    #[schema(schema_with = super::formats::webhook_secret)]
     pub secret: Option<String>,
     pub description: Option<String>,
 }
@@ -49,8 +46,11 @@ pub struct CreatedWebhook {
 
 #[derive(Deserialize, ToSchema)]
 pub struct PatchWebhook {
+    #[schema(schema_with = super::formats::optional_webhook_url)]
     pub url: Option<String>,
+    #[schema(schema_with = super::formats::optional_event_patterns)]
     pub events: Option<Vec<String>>,
+    #[schema(schema_with = super::formats::optional_webhook_labels)]
     pub labels: Option<Vec<String>>,
     /// A string sets it, null clears it, omitted leaves it.
     #[serde(default, deserialize_with = "present")]
@@ -173,20 +173,16 @@ pub async fn create_webhook(
 }
 
 /// List webhook endpoints, oldest first
-#[utoipa::path(get, path = "/webhooks", tag = "webhooks", params(PageQuery),
+#[utoipa::path(get, path = "/webhooks", tag = "webhooks", params(IdPageQuery),
     responses((status = 200, body = WebhookList), (status = 400, body = ErrorBody)))]
 pub async fn list_webhooks(
     State(state): State<AppState>,
-    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(q): ApiQuery<IdPageQuery>,
 ) -> ApiResult<Json<WebhookList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let after = match page.cursor {
         None => None,
-        Some(c) => Some(
-            c.into_name()
-                .and_then(|n| Uuid::parse_str(&n).ok())
-                .ok_or_else(Page::bad_cursor)?,
-        ),
+        Some(c) => Some(c.into_id().ok_or_else(Page::bad_cursor)?),
     };
     let (items, more) = db::webhooks::list(&state.pool, after, page.limit).await?;
     let next_cursor = more
@@ -251,12 +247,12 @@ pub async fn delete_webhook(State(state): State<AppState>, ApiPath(id): ApiPath<
 ///
 /// Every attempt: the `webhook-id` sent (`event_id`), the attempt's number, the receiver's status
 /// and the error (null when answered 2xx). The newest 1000 attempts are kept.
-#[utoipa::path(get, path = "/webhooks/{id}/deliveries", tag = "webhooks", params(("id" = String, Path), PageQuery),
+#[utoipa::path(get, path = "/webhooks/{id}/deliveries", tag = "webhooks", params(("id" = String, Path), NumberPageQuery),
     responses((status = 200, body = DeliveryList), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn list_deliveries(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
-    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(q): ApiQuery<NumberPageQuery>,
 ) -> ApiResult<Json<DeliveryList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let webhook_id = parse_id(&id)?;
