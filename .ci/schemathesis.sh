@@ -8,7 +8,7 @@ set -euo pipefail
 SCHEMATHESIS_VERSION=4.32.5
 CACHE=${AGENTDESK_CI_CACHE:-$HOME/.cache/agentdesk-ci}
 VENV=$CACHE/schemathesis-$SCHEMATHESIS_VERSION
-MAX_EXAMPLES=${SCHEMATHESIS_MAX_EXAMPLES:-10}
+MAX_EXAMPLES=${SCHEMATHESIS_MAX_EXAMPLES:-20}
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -55,6 +55,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403",
 # `cron` must be a cron expression, `timezone` an IANA zone, `end_at` after `start_at`.
 [[operations]]
 include-name = ["POST /v1/schedules", "PATCH /v1/schedules/{schedule}"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
+
+# A webhook URL naming a loopback, private, link-local, multicast or metadata address is refused
+# (the address guard; AGENTDESK_ALLOW_PRIVATE_URLS lifts it).
+[[operations]]
+include-name = ["POST /v1/webhooks", "PATCH /v1/webhooks/{id}"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
 
 # The other way round: an HTTP tool's or an MCP server's URL may hold `{placeholders}` and

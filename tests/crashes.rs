@@ -1,5 +1,6 @@
 //! The real binary killed with SIGKILL at the moments that hold work outside Postgres: a webhook
-//! delivery in flight, an HTTP tool call in flight, approvals pending, an approved call running.
+//! delivery in flight, an HTTP tool call in flight, approvals pending, an approved call running,
+//! a compaction waiting for its summary.
 //! After a restart every ticket ends once, an approved call runs at most once, no approval is
 //! lost, and a webhook event is delivered again with the same `webhook-id`, within about the lease.
 
@@ -270,4 +271,70 @@ async fn an_approved_call_running_at_a_kill_is_not_run_again() {
     kill(second);
     assert_eq!(server.requests().len(), 1, "an approved call runs at most once");
     desk.ended_once(&key).await;
+}
+
+/// What every summariser request ends with.
+const SUMMARISER_KEY: &str = "Write the summary now.";
+
+#[tokio::test]
+async fn a_kill_during_a_compaction_leaves_the_transcript_whole_and_the_ticket_ends_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let desk = Desk::new().await;
+    // The first summariser request outlives the process; the next one, after the restart, answers.
+    let summarisers = Arc::new(AtomicUsize::new(0));
+    let seen = summarisers.clone();
+    desk.llm.set_responder(move |request| {
+        if request.to_string().contains(SUMMARISER_KEY) {
+            let reply = Reply::text("SUMMARY-MARKER: review INC-1 and close the ticket.");
+            if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                return reply.first_byte_delay(Duration::from_secs(60));
+            }
+            return reply;
+        }
+        Reply::tool_call("close_ticket", json!({"result": "reviewed"}))
+    });
+    let first = desk.start("target/crash-compaction-first.log").await;
+    let agent = json!({"provider": "openai", "model": "m", "labels": ["compact"], "tools": ["close_ticket"],
+                       "context_window": 4096});
+    let (status, body) = desk.send(reqwest::Method::PUT, "/v1/agents/compactor", agent).await;
+    assert!(status.is_success(), "{body}");
+    // A task far over the window: a blocking compaction runs before the first request.
+    let task = "Incident INC-1: the checkout service returned 502s after the deploy; review it.\n".repeat(180);
+    let ticket = support::create_ticket_at(&desk.client, &desk.base, json!({"task": task, "labels": ["compact"]})).await;
+    let key = ticket["key"].as_str().unwrap().to_owned();
+    assert!(desk.llm.wait_for_requests(1, WAIT).await, "the summariser was asked");
+    kill(first);
+
+    // Killed mid-compaction: nothing of it was stored but its start.
+    let kinds = desk.kinds(&key).await;
+    assert!(kinds.contains(&"compaction.started".to_owned()), "{kinds:?}");
+    assert!(!kinds.contains(&"compaction.finished".to_owned()), "{kinds:?}");
+    let summaries = |desk: &Desk| {
+        let pool = desk.pool.clone();
+        let key = key.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM comments c JOIN tickets t ON t.id = c.ticket_id \
+                 WHERE t.key = $1 AND c.content::text LIKE '%SUMMARY-MARKER%'",
+            )
+            .bind(&key)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            n
+        }
+    };
+    assert_eq!(summaries(&desk).await, 0);
+
+    let second = desk.start("target/crash-compaction-second.log").await;
+    let done = desk.wait_status(&key, "done").await;
+    kill(second);
+    assert_eq!(done["attempts"], 2, "{done}");
+    desk.ended_once(&key).await;
+    let kinds = desk.kinds(&key).await;
+    let finished = kinds.iter().filter(|k| k.as_str() == "compaction.finished").count();
+    assert_eq!(finished, 1, "one compaction was stored: {kinds:?}");
+    assert_eq!(summaries(&desk).await, 1, "one summary in the transcript");
+    assert_eq!(summarisers.load(Ordering::SeqCst), 2);
 }
