@@ -301,7 +301,8 @@ async fn a_kill_during_a_compaction_leaves_the_transcript_whole_and_the_ticket_e
     assert!(status.is_success(), "{body}");
     // A task far over the window: a blocking compaction runs before the first request.
     let task = "Incident INC-1: the checkout service returned 502s after the deploy; review it.\n".repeat(180);
-    let ticket = support::create_ticket_at(&desk.client, &desk.base, json!({"task": task, "labels": ["compact"]})).await;
+    let ticket =
+        support::create_ticket_at(&desk.client, &desk.base, json!({"task": task, "labels": ["compact"]})).await;
     let key = ticket["key"].as_str().unwrap().to_owned();
     assert!(desk.llm.wait_for_requests(1, WAIT).await, "the summariser was asked");
     kill(first);
