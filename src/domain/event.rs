@@ -9,49 +9,158 @@ use uuid::Uuid;
 
 use super::{Comment, Ticket, TicketError};
 
-/// Event kinds that are stored and replayable.
-pub mod kind {
-    pub const TICKET_CREATED: &str = "ticket.created";
-    pub const TICKET_STARTED: &str = "ticket.started";
-    pub const TICKET_DONE: &str = "ticket.done";
-    pub const TICKET_FAILED: &str = "ticket.failed";
-    pub const TICKET_CANCELLED: &str = "ticket.cancelled";
-    pub const TICKET_WAITING: &str = "ticket.waiting";
-    pub const TICKET_REQUEUED: &str = "ticket.requeued";
-    pub const TICKET_UPDATED: &str = "ticket.updated";
-    pub const COMMENT_CREATED: &str = "comment.created";
-    pub const REQUEST_STARTED: &str = "request.started";
-    pub const REQUEST_FINISHED: &str = "request.finished";
-    pub const REQUEST_RETRIED: &str = "request.retried";
-    pub const REQUEST_QUEUED: &str = "request.queued";
-    pub const REQUEST_FAILED: &str = "request.failed";
-    pub const TOOL_STARTED: &str = "tool.started";
-    pub const TOOL_FINISHED: &str = "tool.finished";
-    pub const TOOL_FAILED: &str = "tool.failed";
-    pub const TOOL_APPROVAL_REQUESTED: &str = "tool.approval_requested";
-    pub const TOOL_APPROVED: &str = "tool.approved";
-    pub const TOOL_DENIED: &str = "tool.denied";
-    pub const SCHEMA_RETRIED: &str = "schema.retried";
-    pub const POLICY_VIOLATED: &str = "policy.violated";
-    pub const COMPACTION_STARTED: &str = "compaction.started";
-    pub const COMPACTION_FINISHED: &str = "compaction.finished";
-    pub const COMPACTION_FAILED: &str = "compaction.failed";
-    pub const CONTEXT_LIMIT_EXCEEDED: &str = "context.limit_exceeded";
-    pub const SCHEDULE_SKIPPED: &str = "schedule.skipped";
+/// Declares every event kind once: its constant in `kind`, its variant of `EventData` (the
+/// serde tag), and `EventData::kind`. The kind is taken as a token tree, not a `literal`
+/// fragment: utoipa's derive does not read a `literal` fragment in `#[serde(rename = ...)]` and
+/// would document the variant's name instead (tests/openapi.rs catches that).
+macro_rules! event_kinds {
+    ($($(#[$attr:meta])* $constant:ident = $kind:tt => $variant:ident { $($fields:tt)* },)*) => {
+        /// Event kinds: the stored, replayable ones and the live-only deltas.
+        pub mod kind {
+            $(pub const $constant: &str = $kind;)*
+
+            /// The live-only kinds: never stored, no `seq`, no SSE id.
+            pub fn is_delta(kind: &str) -> bool {
+                matches!(kind, TEXT_DELTA | THINKING_DELTA | TOOL_CALL_DELTA)
+            }
+
+            /// The kinds after which a ticket's stream ends (when it is the ticket's latest event).
+            pub fn is_final(kind: &str) -> bool {
+                matches!(kind, TICKET_DONE | TICKET_FAILED | TICKET_CANCELLED)
+            }
+        }
+
+        /// Every kind of event with its payload: `kind` names the variant, `data` holds its fields. This
+        /// is where an event's shape is defined, and the OpenAPI document describes it from here (the
+        /// live deltas, built per token, are written in the same shape by `events::hub::delta_data`).
+        #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+        #[serde(tag = "kind", content = "data")]
+        pub enum EventData {
+            $($(#[$attr])* #[serde(rename = $kind)] $variant { $($fields)* },)*
+        }
+
+        impl EventData {
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(EventData::$variant { .. } => kind::$constant,)*
+                }
+            }
+        }
+    };
+}
+
+event_kinds! {
+    TICKET_CREATED = "ticket.created" => TicketCreated { ticket: Ticket },
+    TICKET_STARTED = "ticket.started" => TicketStarted {
+        agent: String,
+        /// The ticket's `attempts` after this claim: 1 on the first.
+        attempt: i32,
+    },
+    TICKET_DONE = "ticket.done" => TicketDone {
+        #[schema(value_type = Value)]
+        result: Value,
+    },
+    TICKET_FAILED = "ticket.failed" => TicketFailed { error: TicketError },
+    TICKET_CANCELLED = "ticket.cancelled" => TicketCancelled {},
+    TICKET_WAITING = "ticket.waiting" => TicketWaiting {},
+    TICKET_REQUEUED = "ticket.requeued" => TicketRequeued { reason: RequeueReason },
+    TICKET_UPDATED = "ticket.updated" => TicketUpdated { ticket: Ticket },
+    COMMENT_CREATED = "comment.created" => CommentCreated { comment: Comment },
+    REQUEST_STARTED = "request.started" => RequestStarted { model: String },
+    REQUEST_FINISHED = "request.finished" => RequestFinished {
+        model: String,
+        usage: TokenUsage,
+        /// `end_turn`, `tool_use`, `max_tokens`, …
+        stop_reason: String,
+    },
+    /// Sent before the wait.
+    REQUEST_RETRIED = "request.retried" => RequestRetried {
+        attempt: u32,
+        max_attempts: u32,
+        kind: String,
+        message: String,
+        delay_ms: u64,
+    },
+    REQUEST_FAILED = "request.failed" => RequestFailed { kind: String, message: String },
+    /// The request waits for a slot of its provider (`max_concurrent` requests are in flight):
+    /// sent when the wait begins, so a ticket that waits is seen to.
+    REQUEST_QUEUED = "request.queued" => RequestQueued {
+        provider: String,
+        max_concurrent: u32,
+        /// Requests holding a slot or waiting ahead of this one.
+        ahead: i64,
+    },
+    TOOL_STARTED = "tool.started" => ToolStarted {
+        tool_name: String,
+        call_id: String,
+        #[schema(value_type = Value)]
+        input: Value,
+    },
+    TOOL_FINISHED = "tool.finished" => ToolFinished {
+        tool_name: String,
+        call_id: String,
+        output: String,
+    },
+    TOOL_FAILED = "tool.failed" => ToolFailed {
+        tool_name: String,
+        call_id: String,
+        kind: String,
+        message: String,
+    },
+    /// A call of a tool that needs a person's approval: it waits instead of running.
+    TOOL_APPROVAL_REQUESTED = "tool.approval_requested" => ToolApprovalRequested {
+        tool_name: String,
+        call_id: String,
+        #[schema(value_type = Value)]
+        input: Value,
+    },
+    /// The call runs with the ticket's next claim.
+    TOOL_APPROVED = "tool.approved" => ToolApproved {
+        tool_name: String,
+        call_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The call does not run; the model gets an error result holding the reason.
+    TOOL_DENIED = "tool.denied" => ToolDenied {
+        tool_name: String,
+        call_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    SCHEMA_RETRIED = "schema.retried" => SchemaRetried {
+        attempt: i32,
+        max_attempts: i32,
+        message: String,
+    },
+    POLICY_VIOLATED = "policy.violated" => PolicyViolated { kind: String, limit: i64 },
+    COMPACTION_STARTED = "compaction.started" => CompactionStarted { reason: String },
+    COMPACTION_FINISHED = "compaction.finished" => CompactionFinished {
+        reason: String,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
+    COMPACTION_FAILED = "compaction.failed" => CompactionFailed { reason: String, message: String },
+    CONTEXT_LIMIT_EXCEEDED = "context.limit_exceeded" => ContextLimitExceeded {
+        estimated_tokens: u64,
+        threshold_tokens: u64,
+    },
+    /// A schedule's fire time passed without a ticket because this ticket (its previous one) was
+    /// still unfinished (`overlap: skip`).
+    SCHEDULE_SKIPPED = "schedule.skipped" => ScheduleSkipped {
+        schedule_id: Uuid,
+        scheduled_for: chrono::DateTime<chrono::Utc>,
+    },
     /// Live-only: never stored, no `seq`, no SSE id.
-    pub const TEXT_DELTA: &str = "text.delta";
-    pub const THINKING_DELTA: &str = "thinking.delta";
-    pub const TOOL_CALL_DELTA: &str = "tool_call.delta";
-
-    /// The live-only kinds.
-    pub fn is_delta(kind: &str) -> bool {
-        matches!(kind, TEXT_DELTA | THINKING_DELTA | TOOL_CALL_DELTA)
-    }
-
-    /// The kinds after which a ticket's stream ends (when it is the ticket's latest event).
-    pub fn is_final(kind: &str) -> bool {
-        matches!(kind, TICKET_DONE | TICKET_FAILED | TICKET_CANCELLED)
-    }
+    TEXT_DELTA = "text.delta" => TextDelta { delta: String },
+    /// Live-only, like `text.delta`.
+    THINKING_DELTA = "thinking.delta" => ThinkingDelta { delta: String },
+    /// Live-only: a fragment of a tool call's arguments as the model writes them.
+    TOOL_CALL_DELTA = "tool_call.delta" => ToolCallDelta {
+        call_id: String,
+        tool_name: String,
+        delta: String,
+    },
 }
 
 /// An event as clients receive it in an SSE `data:` line. Its OpenAPI description is
@@ -135,191 +244,7 @@ pub struct TokenUsage {
     pub estimated: bool,
 }
 
-/// Every kind of event with its payload: `kind` names the variant, `data` holds its fields. This
-/// is where an event's shape is defined, and the OpenAPI document describes it from here (the
-/// live deltas, built per token, are written in the same shape by `events::hub::delta_data`).
-#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
-#[serde(tag = "kind", content = "data")]
-pub enum EventData {
-    #[serde(rename = "ticket.created")]
-    TicketCreated { ticket: Ticket },
-    #[serde(rename = "ticket.started")]
-    TicketStarted {
-        agent: String,
-        /// The ticket's `attempts` after this claim: 1 on the first.
-        attempt: i32,
-    },
-    #[serde(rename = "ticket.done")]
-    TicketDone {
-        #[schema(value_type = Value)]
-        result: Value,
-    },
-    #[serde(rename = "ticket.failed")]
-    TicketFailed { error: TicketError },
-    #[serde(rename = "ticket.cancelled")]
-    TicketCancelled {},
-    #[serde(rename = "ticket.waiting")]
-    TicketWaiting {},
-    #[serde(rename = "ticket.requeued")]
-    TicketRequeued { reason: RequeueReason },
-    #[serde(rename = "ticket.updated")]
-    TicketUpdated { ticket: Ticket },
-    #[serde(rename = "comment.created")]
-    CommentCreated { comment: Comment },
-    #[serde(rename = "request.started")]
-    RequestStarted { model: String },
-    #[serde(rename = "request.finished")]
-    RequestFinished {
-        model: String,
-        usage: TokenUsage,
-        /// `end_turn`, `tool_use`, `max_tokens`, …
-        stop_reason: String,
-    },
-    /// Sent before the wait.
-    #[serde(rename = "request.retried")]
-    RequestRetried {
-        attempt: u32,
-        max_attempts: u32,
-        kind: String,
-        message: String,
-        delay_ms: u64,
-    },
-    #[serde(rename = "request.failed")]
-    RequestFailed { kind: String, message: String },
-    /// The request waits for a slot of its provider (`max_concurrent` requests are in flight):
-    /// sent when the wait begins, so a ticket that waits is seen to.
-    #[serde(rename = "request.queued")]
-    RequestQueued {
-        provider: String,
-        max_concurrent: u32,
-        /// Requests holding a slot or waiting ahead of this one.
-        ahead: i64,
-    },
-    #[serde(rename = "tool.started")]
-    ToolStarted {
-        tool_name: String,
-        call_id: String,
-        #[schema(value_type = Value)]
-        input: Value,
-    },
-    #[serde(rename = "tool.finished")]
-    ToolFinished {
-        tool_name: String,
-        call_id: String,
-        output: String,
-    },
-    #[serde(rename = "tool.failed")]
-    ToolFailed {
-        tool_name: String,
-        call_id: String,
-        kind: String,
-        message: String,
-    },
-    /// A call of a tool that needs a person's approval: it waits instead of running.
-    #[serde(rename = "tool.approval_requested")]
-    ToolApprovalRequested {
-        tool_name: String,
-        call_id: String,
-        #[schema(value_type = Value)]
-        input: Value,
-    },
-    /// The call runs with the ticket's next claim.
-    #[serde(rename = "tool.approved")]
-    ToolApproved {
-        tool_name: String,
-        call_id: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-    },
-    /// The call does not run; the model gets an error result holding the reason.
-    #[serde(rename = "tool.denied")]
-    ToolDenied {
-        tool_name: String,
-        call_id: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-    },
-    #[serde(rename = "schema.retried")]
-    SchemaRetried {
-        attempt: i32,
-        max_attempts: i32,
-        message: String,
-    },
-    #[serde(rename = "policy.violated")]
-    PolicyViolated { kind: String, limit: i64 },
-    #[serde(rename = "compaction.started")]
-    CompactionStarted { reason: String },
-    #[serde(rename = "compaction.finished")]
-    CompactionFinished {
-        reason: String,
-        tokens_before: u64,
-        tokens_after: u64,
-    },
-    #[serde(rename = "compaction.failed")]
-    CompactionFailed { reason: String, message: String },
-    #[serde(rename = "context.limit_exceeded")]
-    ContextLimitExceeded {
-        estimated_tokens: u64,
-        threshold_tokens: u64,
-    },
-    /// A schedule's fire time passed without a ticket because this ticket (its previous one) was
-    /// still unfinished (`overlap: skip`).
-    #[serde(rename = "schedule.skipped")]
-    ScheduleSkipped {
-        schedule_id: Uuid,
-        scheduled_for: chrono::DateTime<chrono::Utc>,
-    },
-    /// Live-only: never stored, no `seq`, no SSE id.
-    #[serde(rename = "text.delta")]
-    TextDelta { delta: String },
-    /// Live-only, like `text.delta`.
-    #[serde(rename = "thinking.delta")]
-    ThinkingDelta { delta: String },
-    /// Live-only: a fragment of a tool call's arguments as the model writes them.
-    #[serde(rename = "tool_call.delta")]
-    ToolCallDelta {
-        call_id: String,
-        tool_name: String,
-        delta: String,
-    },
-}
-
 impl EventData {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            EventData::TicketCreated { .. } => kind::TICKET_CREATED,
-            EventData::TicketStarted { .. } => kind::TICKET_STARTED,
-            EventData::TicketDone { .. } => kind::TICKET_DONE,
-            EventData::TicketFailed { .. } => kind::TICKET_FAILED,
-            EventData::TicketCancelled {} => kind::TICKET_CANCELLED,
-            EventData::TicketWaiting {} => kind::TICKET_WAITING,
-            EventData::TicketRequeued { .. } => kind::TICKET_REQUEUED,
-            EventData::TicketUpdated { .. } => kind::TICKET_UPDATED,
-            EventData::CommentCreated { .. } => kind::COMMENT_CREATED,
-            EventData::RequestStarted { .. } => kind::REQUEST_STARTED,
-            EventData::RequestFinished { .. } => kind::REQUEST_FINISHED,
-            EventData::RequestRetried { .. } => kind::REQUEST_RETRIED,
-            EventData::RequestFailed { .. } => kind::REQUEST_FAILED,
-            EventData::RequestQueued { .. } => kind::REQUEST_QUEUED,
-            EventData::ToolStarted { .. } => kind::TOOL_STARTED,
-            EventData::ToolFinished { .. } => kind::TOOL_FINISHED,
-            EventData::ToolFailed { .. } => kind::TOOL_FAILED,
-            EventData::ToolApprovalRequested { .. } => kind::TOOL_APPROVAL_REQUESTED,
-            EventData::ToolApproved { .. } => kind::TOOL_APPROVED,
-            EventData::ToolDenied { .. } => kind::TOOL_DENIED,
-            EventData::SchemaRetried { .. } => kind::SCHEMA_RETRIED,
-            EventData::PolicyViolated { .. } => kind::POLICY_VIOLATED,
-            EventData::CompactionStarted { .. } => kind::COMPACTION_STARTED,
-            EventData::CompactionFinished { .. } => kind::COMPACTION_FINISHED,
-            EventData::CompactionFailed { .. } => kind::COMPACTION_FAILED,
-            EventData::ContextLimitExceeded { .. } => kind::CONTEXT_LIMIT_EXCEEDED,
-            EventData::ScheduleSkipped { .. } => kind::SCHEDULE_SKIPPED,
-            EventData::TextDelta { .. } => kind::TEXT_DELTA,
-            EventData::ThinkingDelta { .. } => kind::THINKING_DELTA,
-            EventData::ToolCallDelta { .. } => kind::TOOL_CALL_DELTA,
-        }
-    }
-
     /// The payload alone (the event's `data`) as JSON text.
     pub fn data_json(&self) -> String {
         // Serialised whole, the enum is `{"kind":"<kind>","data":<payload>}` (serde writes the tag

@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{anthropic, openai, Provider};
-use crate::domain::provider::{ProviderDef, DEFAULT_PROVIDER_TIMEOUT_MS};
+use crate::domain::provider::{ProviderDef, ProviderKind, DEFAULT_PROVIDER_TIMEOUT_MS};
 
 /// What a named provider is built from. `api_key` and header values are templates: `${env:NAME}`
 /// is replaced from the environment each time a request is sent, never before.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProviderConfig {
-    /// `openai` or `anthropic`.
-    pub kind: String,
+    /// The wire format.
+    pub kind: ProviderKind,
     pub base_url: String,
     pub api_key: Option<String>,
     pub headers: Vec<(String, String)>,
@@ -25,7 +25,7 @@ impl From<&ProviderDef> for ProviderConfig {
     /// What the model client of a provider defined over the API is built from.
     fn from(def: &ProviderDef) -> Self {
         ProviderConfig {
-            kind: def.kind.as_str().to_owned(),
+            kind: def.kind,
             base_url: def.base_url.clone(),
             api_key: def.api_key.clone(),
             headers: def.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
@@ -40,12 +40,15 @@ impl ProviderConfig {
         let timeout = Some(Duration::from_millis(self.timeout_ms));
         let (key, headers) = (self.api_key.clone(), self.headers.clone());
         let limit = self.max_concurrent;
-        if self.kind == "anthropic" {
-            let provider = anthropic::Anthropic::new(self.base_url.clone(), key).with_extras(headers, timeout);
-            Arc::new(provider.with_max_concurrent(limit))
-        } else {
-            let provider = openai::OpenAi::new(self.base_url.clone(), key).with_extras(headers, timeout);
-            Arc::new(provider.with_max_concurrent(limit))
+        match self.kind {
+            ProviderKind::Anthropic => {
+                let provider = anthropic::Anthropic::new(self.base_url.clone(), key).with_extras(headers, timeout);
+                Arc::new(provider.with_max_concurrent(limit))
+            }
+            ProviderKind::Openai => {
+                let provider = openai::OpenAi::new(self.base_url.clone(), key).with_extras(headers, timeout);
+                Arc::new(provider.with_max_concurrent(limit))
+            }
         }
     }
 }
