@@ -1,6 +1,8 @@
-//! What the document says of strings that the desk checks beyond their type: the header maps
-//! it sends on a client's behalf (HTTP tools, providers, MCP servers) and http(s) URLs. A value
-//! that matches the schema passes the check.
+//! The document's schemas for values the desk checks beyond their type, written by hand where
+//! the derive cannot say it: header maps sent on a client's behalf (HTTP tools, providers, MCP
+//! servers), http(s) URLs, labels, tasks, webhook event patterns and secrets, a tool's input
+//! schema. A value that matches its schema passes the check (the tests hold each pattern
+//! against its check).
 
 use std::collections::BTreeMap;
 
