@@ -86,9 +86,9 @@ impl App {
         let mcp = crate::mcp::McpHub::start(
             pool.clone(),
             crate::mcp::McpOptions {
-                guard: Some(crate::net::AddressGuard {
+                guard: crate::net::AddressGuard {
                     allow_private: config.mcp_allow_private.unwrap_or(config.allow_private_urls),
-                }),
+                },
                 config_file: config.mcp_config.clone(),
             },
             shutdown.clone(),

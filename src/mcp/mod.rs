@@ -39,10 +39,10 @@ const RETRY_PAUSE: Duration = Duration::from_secs(5);
 const LIST_WAIT: Duration = Duration::from_secs(15);
 
 /// How a hub is set up.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct McpOptions {
-    /// The address guard for HTTP servers. None: from `AGENTDESK_ALLOW_PRIVATE_URLS`.
-    pub guard: Option<AddressGuard>,
+    /// The address guard for HTTP servers (from the config).
+    pub guard: AddressGuard,
     /// `AGENTDESK_MCP_CONFIG`: the `{"mcpServers": …}` file read at start-up.
     pub config_file: Option<PathBuf>,
 }
@@ -82,7 +82,7 @@ impl McpHub {
     /// Reads the config file (a bad one is an error), loads the API's server names, and starts
     /// the stdio servers and the background tasks, which end with `shutdown`.
     pub async fn start(pool: PgPool, options: McpOptions, shutdown: CancellationToken) -> anyhow::Result<McpHub> {
-        let guard = options.guard.unwrap_or_else(AddressGuard::from_env);
+        let guard = options.guard;
         // Connections stay open (SSE streams): no overall timeout here; each call has its own.
         let http = guard.client_builder().build()?;
         let defs = match &options.config_file {

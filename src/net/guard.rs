@@ -48,14 +48,6 @@ pub struct AddressGuard {
 }
 
 impl AddressGuard {
-    /// From `AGENTDESK_ALLOW_PRIVATE_URLS` (`true`/`1`/`yes` allow; anything else guards).
-    pub fn from_env() -> Self {
-        let allow_private = std::env::var("AGENTDESK_ALLOW_PRIVATE_URLS")
-            .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes"))
-            .unwrap_or(false);
-        AddressGuard { allow_private }
-    }
-
     /// Refuses a URL whose host is an address literal the guard forbids. Hostnames pass here and
     /// are checked by the client's resolver when the connection is made.
     pub fn check_url(&self, url: &Url) -> Result<(), ForbiddenAddress> {

@@ -83,7 +83,7 @@ async fn a_stdio_server_is_started_restarted_after_dying_and_stopped_on_shutdown
     let hub = McpHub::start(
         pool.clone(),
         McpOptions {
-            guard: None,
+            guard: agentdesk::net::AddressGuard { allow_private: false },
             config_file: Some(file),
         },
         CancellationToken::new(),
