@@ -4,13 +4,14 @@
 //! When the summariser fails, answers empty or its summary does not fit, `trim` makes room
 //! without it.
 
+use sqlx::{Postgres, Transaction};
+
 use super::step::Step;
 use super::trim::Target;
 use super::{request, Flow};
 use crate::db;
 use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent};
 use crate::llm::{Delta, Message, ModelRequest, Provider, Role};
-use sqlx::{Postgres, Transaction};
 
 /// The most a window keeps free for the reply (see `reserve`).
 pub const MAX_RESERVE: u64 = 3_000;

@@ -69,8 +69,9 @@ fn invalid_body(e: &serde_json::Error) -> ApiError {
 /// A number with no fraction that fits an i64 but is written as a float (`3.0`).
 fn is_integral_float(n: &serde_json::Number) -> bool {
     // 2^63 is not an i64; every integral f64 below it in magnitude is.
-    n.as_f64()
-        .is_some_and(|f| n.is_f64() && f.fract() == 0.0 && f.abs() < 9_223_372_036_854_775_808.0)
+    n.is_f64()
+        && n.as_f64()
+            .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9_223_372_036_854_775_808.0)
 }
 
 fn has_integral_float(value: &Value) -> bool {

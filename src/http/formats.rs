@@ -171,11 +171,14 @@ pub fn tool_input_schema() -> Schema {
     from_json(tool_input_schema_json())
 }
 
+/// An event kind, or a prefix ending in `*`: at most 100 characters.
+const EVENT_PATTERN: &str = r"^([a-z0-9._]{1,100}|[a-z0-9._]{0,99}\*)$";
+
 fn event_patterns_json(types: Value) -> Value {
     json!({
         "type": types, "maxItems": crate::domain::webhook::MAX_PATTERNS,
         "description": "Event kinds to deliver (`ticket.done`), or prefixes ending in `*` (`tool.*`); empty or omitted: every kind.",
-        "items": {"type": "string", "pattern": "^([a-z0-9._]{1,100}|[a-z0-9._]{0,99}\\*)$"},
+        "items": {"type": "string", "pattern": EVENT_PATTERN},
     })
 }
 
@@ -259,6 +262,34 @@ mod tests {
         for secret in &samples {
             let checked = crate::domain::webhook::secret_key(secret).is_ok();
             assert_eq!(pattern.is_match(secret), checked, "{secret}");
+        }
+    }
+
+    /// An event pattern matches exactly when the webhook check takes it.
+    #[test]
+    fn the_event_pattern_is_what_the_check_takes() {
+        let pattern = regex::Regex::new(EVENT_PATTERN).unwrap();
+        let long = "a".repeat(100);
+        let too_long = "a".repeat(101);
+        let star = format!("{}*", "a".repeat(99));
+        let long_star = format!("{}*", "a".repeat(100));
+        for p in [
+            "ticket.done",
+            "tool.*",
+            "*",
+            "tool_call.delta",
+            "",
+            "Ticket.done",
+            "a*b",
+            "**",
+            "a-b",
+            "é",
+        ]
+        .into_iter()
+        .chain([&long, &too_long, &star, &long_star].map(String::as_str))
+        {
+            let checked = crate::domain::webhook::check_pattern(p).is_ok();
+            assert_eq!(pattern.is_match(p), checked, "{p}");
         }
     }
 

@@ -229,6 +229,9 @@ mod tests {
             let as_id = Cursor::decode(s).and_then(Cursor::into_id);
             assert_eq!(id_pattern.is_match(s), as_id.is_some(), "id cursor {s}");
         }
+        // The ticket list spells its number cursor out again (a pattern must be a literal).
+        let tickets = documented::<super::super::tickets::ListTicketsQuery>();
+        assert_eq!(tickets.as_str(), number.as_str());
         for pattern in [number, name, id_pattern] {
             assert!(pattern.is_match(""), "an empty cursor is no cursor");
         }
