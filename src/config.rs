@@ -72,6 +72,9 @@ pub struct Config {
     pub mcp_allow_private: Option<bool>,
     /// Also serve `GET /metrics` here (for worker processes, which serve no API).
     pub metrics_addr: Option<SocketAddr>,
+    /// The address clients reach the desk at (`AGENTDESK_PUBLIC_URL`), without a trailing `/`:
+    /// the base of the A2A card's endpoints. None: each request's own scheme and host.
+    pub public_url: Option<String>,
     /// How long a request to a non-streaming endpoint may take before it is answered 503.
     pub request_timeout: Duration,
     /// Model requests in flight to the built-in providers at most, across every process
@@ -129,6 +132,7 @@ impl Default for Config {
             webhook_lease: Duration::from_secs(60),
             webhook_concurrency: 64,
             mcp_config: None,
+            public_url: None,
             mcp_allow_private: None,
             metrics_addr: None,
             // Above the longest call-out an endpoint makes (an MCP server's handshake, 30 s), so
@@ -288,6 +292,10 @@ pub struct ServerArgs {
     /// API, and so no metrics without it)
     #[arg(long, env = "AGENTDESK_METRICS_ADDR", value_name = "ADDR", value_parser = Setting(optional_address))]
     pub metrics_addr: Option<String>,
+    /// The http(s) address clients reach the desk at (e.g. https://desk.example.com): the base of
+    /// the URLs in the A2A agent card; unset: each request's scheme and host
+    #[arg(long, env = "AGENTDESK_PUBLIC_URL", value_name = "URL", value_parser = Setting(public_url))]
+    pub public_url: Option<String>,
     /// How long (seconds) a request to a non-streaming endpoint may take before it is answered 503
     #[arg(long, env = "AGENTDESK_REQUEST_TIMEOUT_SECS", value_name = "SECS", allow_negative_numbers = true,
         default_value_t = Config::default().request_timeout.as_secs_f64(), value_parser = Setting(interval))]
@@ -374,6 +382,7 @@ impl Config {
                 .filter(|f| !f.is_empty())
                 .map(PathBuf::from);
             config.metrics_addr = server.metrics_addr.as_deref().and_then(|a| a.parse().ok());
+            config.public_url = server.public_url.clone().filter(|u| !u.is_empty());
             config.request_timeout = Duration::from_secs_f64(server.request_timeout_secs);
             config.openai_max_concurrent = server.openai_max_concurrent.and_then(|n| n.0);
             config.anthropic_max_concurrent = server.anthropic_max_concurrent.and_then(|n| n.0);
@@ -576,6 +585,26 @@ fn optional_address(name: &str, value: &str) -> Result<String, String> {
         parsed::<SocketAddr>(name, value)?;
     }
     Ok(value.to_owned())
+}
+
+/// An http(s) URL without query or fragment, kept without its trailing `/`; empty is unset.
+fn public_url(name: &str, value: &str) -> Result<String, String> {
+    if value.is_empty() {
+        return Ok(String::new());
+    }
+    match url::Url::parse(value) {
+        Ok(url)
+            if matches!(url.scheme(), "http" | "https")
+                && url.host_str().is_some()
+                && url.query().is_none()
+                && url.fragment().is_none() =>
+        {
+            Ok(value.trim_end_matches('/').to_owned())
+        }
+        _ => Err(format!(
+            "{name} must be an http or https URL such as https://desk.example.com, not {value:?}"
+        )),
+    }
 }
 
 fn text(_: &str, value: &str) -> Result<String, String> {

@@ -102,6 +102,21 @@ pub async fn all<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Result<Vec<Com
     Ok(rows.into_iter().map(Comment::from).collect())
 }
 
+/// The last `limit` comments of a transcript, oldest first: what a glance at a ticket shows.
+pub async fn latest<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid, limit: i64) -> Result<Vec<Comment>, sqlx::Error> {
+    let rows: Vec<CommentRow> = sqlx::query_as(
+        "SELECT * FROM (
+             SELECT id, ticket_id, seq, author, agent, content, created_at FROM comments
+             WHERE ticket_id = $1 ORDER BY seq DESC LIMIT $2
+         ) last ORDER BY seq",
+    )
+    .bind(ticket_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(Comment::from).collect())
+}
+
 /// Compaction: removes the comments the summary replaces (all but the system ones, up to and
 /// including `up_to_seq`, and but the one at `keep_seq`); comments written while the summariser
 /// ran are kept.

@@ -381,6 +381,9 @@ pub struct ListFilter {
     pub agent: Option<String>,
     pub parent_id: Option<Uuid>,
     pub query: Option<String>,
+    /// An A2A context: tickets whose metadata names it (`a2a_context_id`), or the ticket with
+    /// this id when its metadata names none (a ticket is its own context by default).
+    pub context_id: Option<String>,
     pub descending: bool,
     /// Ticket number to continue after (exclusive), in the list's order.
     pub after_number: Option<i64>,
@@ -399,6 +402,7 @@ pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ti
            AND ($4::uuid IS NULL OR t.parent_id = $4)
            AND ($5::text IS NULL OR t.task::text ILIKE '%' || $5 || '%')
            AND ($6::bigint IS NULL OR t.number {cmp} $6)
+           AND ($8::text IS NULL OR coalesce(t.metadata->>'a2a_context_id', t.id::text) = $8)
          ORDER BY t.number {order}
          LIMIT $7"
     );
@@ -410,6 +414,7 @@ pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ti
         .bind(f.query.as_deref().map(escape_like))
         .bind(f.after_number)
         .bind(f.limit + 1)
+        .bind(&f.context_id)
         .fetch_all(db)
         .await?;
     use sqlx::{FromRow, Row};
@@ -439,13 +444,15 @@ pub async fn count<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<i64, s
            AND ($2::text IS NULL OR $2 = ANY(t.labels))
            AND ($3::text IS NULL OR t.agent = $3)
            AND ($4::uuid IS NULL OR t.parent_id = $4)
-           AND ($5::text IS NULL OR t.task::text ILIKE '%' || $5 || '%')",
+           AND ($5::text IS NULL OR t.task::text ILIKE '%' || $5 || '%')
+           AND ($6::text IS NULL OR coalesce(t.metadata->>'a2a_context_id', t.id::text) = $6)",
     )
     .bind(&statuses)
     .bind(&f.label)
     .bind(&f.agent)
     .bind(f.parent_id)
     .bind(f.query.as_deref().map(escape_like))
+    .bind(&f.context_id)
     .fetch_one(db)
     .await
 }

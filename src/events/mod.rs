@@ -3,6 +3,7 @@
 //! subscriber in the process. Token deltas travel the same hub, in memory only.
 
 pub mod hub;
+pub mod settle;
 pub mod stream;
 
 pub use hub::{EventBatch, EventHub, HubMessage, StreamItem};

@@ -62,23 +62,30 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
 /// Whether the request may pass: no tokens are configured, or it presents one whose scope allows
 /// its method. The same rule for `/v1/*` and every `/metrics` listener.
 pub(super) fn check(req: &Request, tokens: &[String]) -> Result<(), ApiError> {
-    if tokens.is_empty() {
-        return Ok(());
+    match caller_scope(req.headers(), tokens)? {
+        Scope::Full => Ok(()),
+        Scope::Read if reads_only(req.method()) => Ok(()),
+        Scope::Read => Err(ApiError::Forbidden(
+            "this token may only read (GET requests and event streams)".into(),
+        )),
     }
-    let presented = req
-        .headers()
+}
+
+/// The scope of the request's bearer token: `Full` when no tokens are configured, 401 when it
+/// presents none of them. For endpoints whose reads are POSTs (`/mcp`, A2A's JSON-RPC), which
+/// decide per operation what a read token may do.
+pub fn caller_scope(headers: &axum::http::HeaderMap, tokens: &[String]) -> Result<Scope, ApiError> {
+    if tokens.is_empty() {
+        return Ok(Scope::Full);
+    }
+    let presented = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
-    match presented.and_then(|token| token_scope(token, tokens)) {
-        Some(Scope::Full) => Ok(()),
-        Some(Scope::Read) if reads_only(req.method()) => Ok(()),
-        Some(Scope::Read) => Err(ApiError::Forbidden(
-            "this token may only read (GET requests and event streams)".into(),
-        )),
-        None => Err(ApiError::Unauthorized),
-    }
+    presented
+        .and_then(|token| token_scope(token, tokens))
+        .ok_or(ApiError::Unauthorized)
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use crate::db::events::GlobalCursor;
 use crate::events::stream::{self, GlobalFilter};
 use crate::transitions;
 
-fn sse_response<S>(frames: S) -> Response
+/// A `text/event-stream` response of `frames`; also A2A's streams.
+pub(crate) fn sse_response<S>(frames: S) -> Response
 where
     S: futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send + 'static,
 {

@@ -146,6 +146,8 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi_json))
         .merge(Scalar::with_url("/docs", api))
         .merge(board::routes())
+        .merge(crate::interop::mcp::routes(state.clone()))
+        .merge(crate::interop::a2a::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Inside the metrics, so that a request cut off shows there as a 503.
@@ -178,16 +180,21 @@ async fn limit_headers(request: axum::extract::Request, next: axum::middleware::
 /// held forever. Dropping the handler is safe: an open transaction rolls back, and a write that
 /// already committed (or one queued for the group commit, which goes on without it) stays; a
 /// create retried with the same Idempotency-Key is not repeated. Event streams are exempt: they
-/// are meant to stay open.
+/// are meant to stay open; `/mcp` and `/a2a` calls that wait for a ticket get that wait on top.
 async fn time_limit(
     axum::extract::State(state): axum::extract::State<AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if request.uri().path().ends_with("/events") {
+    let path = request.uri().path();
+    if path.ends_with("/events") {
         return next.run(request).await;
     }
-    let limit = state.config.request_timeout;
+    let mut limit = state.config.request_timeout;
+    if path.starts_with("/mcp") || path.starts_with("/a2a") {
+        // Their calls may wait for a ticket to settle.
+        limit += crate::interop::LONGEST_WAIT;
+    }
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
         Err(_) => {

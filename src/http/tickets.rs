@@ -139,6 +139,22 @@ pub async fn create_ticket(
             Some(key.to_owned())
         }
     };
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    match create(&state, body, idempotency_key, traceparent).await? {
+        Created::New(ticket) => Ok((StatusCode::CREATED, Json(ticket)).into_response()),
+        Created::Repeat(ticket) => Ok((StatusCode::OK, Json(ticket)).into_response()),
+    }
+}
+
+/// Creates a ticket from a `CreateTicket` body: the one way in for `POST /v1/tickets`, the MCP
+/// server's `create_ticket` and A2A's messages, so each checks the same rules and keeps the same
+/// guarantees (idempotency, durable before acknowledged).
+pub async fn create(
+    state: &AppState,
+    body: Value,
+    idempotency_key: Option<String>,
+    traceparent: Option<&str>,
+) -> ApiResult<Created> {
     let hash = canonical_hash(&body);
     let req: CreateTicket = super::extract::typed(body)?;
     transitions::check_task(&req.task).map_err(ApiError::Validation)?;
@@ -164,7 +180,7 @@ pub async fn create_ticket(
     }
 
     // Its spans continue the caller's trace (through this request's span when tracing is on).
-    let trace_context = trace::ticket_trace_context(headers.get("traceparent").and_then(|v| v.to_str().ok()));
+    let trace_context = trace::ticket_trace_context(traceparent);
     let plain = idempotency_key.is_none() && req.parent.is_none();
     let new = NewTicket {
         task: req.task,
@@ -181,20 +197,17 @@ pub async fn create_ticket(
     };
     if plain {
         // One statement on a writer's connection, shared with the creates arriving alongside it.
-        let ticket = state.intake.create(new).await?;
-        return Ok((StatusCode::CREATED, Json(ticket)).into_response());
+        return Ok(Created::New(state.intake.create(new).await?));
     }
-    match transitions::create_requested(&state.pool, new, req.parent.as_deref()).await? {
-        Created::New(ticket) => {
-            state.hub.wake();
-            state.hub.work_available();
-            Ok((StatusCode::CREATED, Json(ticket)).into_response())
-        }
-        Created::Repeat(ticket) => Ok((StatusCode::OK, Json(ticket)).into_response()),
+    let created = transitions::create_requested(&state.pool, new, req.parent.as_deref()).await?;
+    if let Created::New(_) = created {
+        state.hub.wake();
+        state.hub.work_available();
     }
+    Ok(created)
 }
 
-#[derive(Deserialize, IntoParams)]
+#[derive(Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListTicketsQuery {
     /// Comma-separated statuses.
@@ -235,6 +248,11 @@ pub async fn list_tickets(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<ListTicketsQuery>,
 ) -> ApiResult<Json<TicketList>> {
+    Ok(Json(list(&state, q).await?))
+}
+
+/// One page of tickets: `GET /v1/tickets`, and the MCP server's `list_tickets`.
+pub async fn list(state: &AppState, q: ListTicketsQuery) -> ApiResult<TicketList> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let statuses = match q.status.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => vec![],
@@ -264,10 +282,10 @@ pub async fn list_tickets(
             Some(r) => match db::tickets::find(&state.pool, &r).await? {
                 Some(parent) => Some(parent.id),
                 None => {
-                    return Ok(Json(TicketList {
+                    return Ok(TicketList {
                         items: vec![],
                         next_cursor: None,
-                    }))
+                    })
                 }
             },
             None => {
@@ -287,15 +305,16 @@ pub async fn list_tickets(
         agent: q.agent,
         parent_id,
         query: q.q.filter(|s| !s.is_empty()),
+        context_id: None,
         descending,
         after_number,
         limit: page.limit,
     };
     let (items, next) = db::tickets::list(&state.pool, &filter).await?;
-    Ok(Json(TicketList {
+    Ok(TicketList {
         items,
         next_cursor: next.map(|n| Cursor::number(n).encode()),
-    }))
+    })
 }
 
 /// Get a ticket
@@ -455,12 +474,6 @@ pub async fn create_comment(
     ApiPath(reference): ApiPath<String>,
     ApiJson(req): ApiJson<CreateComment>,
 ) -> ApiResult<(StatusCode, Json<Comment>)> {
-    if req.text.trim().is_empty() {
-        return Err(ApiError::Validation("text must not be empty".into()));
-    }
-    if req.text.len() > MAX_COMMENT_LEN {
-        return Err(ApiError::Validation("text is longer than 512 KiB".into()));
-    }
     let author = match req.author.as_deref() {
         None | Some("user") => Author::User,
         Some("system") => Author::System,
@@ -470,9 +483,24 @@ pub async fn create_comment(
             )))
         }
     };
-    let (comment, _) = transitions::add_comment(&state.pool, &reference, author, req.text).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(comment(&state, &reference, author, req.text).await?),
+    ))
+}
+
+/// Adds a comment from outside the desk: the endpoint above, MCP's `comment_ticket` and A2A's
+/// follow-up messages.
+pub async fn comment(state: &AppState, reference: &str, author: Author, text: String) -> ApiResult<Comment> {
+    if text.trim().is_empty() {
+        return Err(ApiError::Validation("text must not be empty".into()));
+    }
+    if text.len() > MAX_COMMENT_LEN {
+        return Err(ApiError::Validation("text is longer than 512 KiB".into()));
+    }
+    let (comment, _) = transitions::add_comment(&state.pool, reference, author, text).await?;
     state.hub.wake();
-    Ok((StatusCode::CREATED, Json(comment)))
+    Ok(comment)
 }
 
 /// The whole output of a tool call that was too large to show the model

@@ -1,0 +1,162 @@
+//! A2A's HTTP+JSON binding under `/a2a`: `message:send`, `message:stream`, `tasks`,
+//! `tasks/{id}`, `tasks/{id}:cancel` and `tasks/{id}:subscribe` (GET or POST).
+
+use std::convert::Infallible;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{Map, Value};
+
+use super::wire::{ListTasksRequest, SendMessageRequest, SendMessageResponse, TaskIdRequest};
+use super::{A2aError, StreamItem};
+use crate::http::AppState;
+
+/// A request body: JSON of `T` (any content type: clients send `application/json` or
+/// `application/a2a+json`).
+fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, A2aError> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|err| A2aError::Parse(format!("the body is not JSON: {err}")))?;
+    serde_json::from_value(value).map_err(|err| A2aError::InvalidParams(err.to_string()))
+}
+
+/// The query string as a JSON object of strings, read as `T`.
+fn query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> Result<T, A2aError> {
+    let map: Map<String, Value> = url::form_urlencoded::parse(raw.unwrap_or("").as_bytes())
+        .filter(|(name, _)| !name.eq_ignore_ascii_case("A2A-Version"))
+        .map(|(name, value)| (name.into_owned(), Value::String(value.into_owned())))
+        .collect();
+    serde_json::from_value(Value::Object(map)).map_err(|err| A2aError::InvalidParams(err.to_string()))
+}
+
+fn sse<S>(items: S) -> Response
+where
+    S: futures::Stream<Item = StreamItem> + Send + 'static,
+{
+    let frames = items.map(|item| {
+        Ok::<_, Infallible>(match item {
+            StreamItem::Event(event) => {
+                let json = serde_json::to_string(&*event).unwrap_or_default();
+                Bytes::from(format!("data: {json}\n\n"))
+            }
+            StreamItem::KeepAlive => Bytes::from_static(b": ping\n\n"),
+        })
+    });
+    crate::http::events::sse_response(frames)
+}
+
+fn answer<T: serde::Serialize>(result: Result<T, A2aError>) -> Response {
+    match result {
+        Ok(value) => Json(value).into_response(),
+        Err(err) => err.into_response(),
+    }
+}
+
+/// `POST /a2a/message:send`
+pub async fn send(State(state): State<AppState>, headers: HeaderMap, RawQuery(q): RawQuery, bytes: Bytes) -> Response {
+    answer(
+        async {
+            super::require(&headers, &state, true)?;
+            super::check_version(&headers, q.as_deref())?;
+            let request: SendMessageRequest = body(&bytes)?;
+            let task = super::send_message(&state, request).await?;
+            Ok(SendMessageResponse { task })
+        }
+        .await,
+    )
+}
+
+/// `POST /a2a/message:stream`
+pub async fn stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(q): RawQuery,
+    bytes: Bytes,
+) -> Response {
+    let started = async {
+        super::require(&headers, &state, true)?;
+        super::check_version(&headers, q.as_deref())?;
+        let request: SendMessageRequest = body(&bytes)?;
+        super::stream_message(&state, request).await
+    }
+    .await;
+    match started {
+        Ok(items) => sse(items),
+        Err(err) => err.into_response(),
+    }
+}
+
+/// `GET /a2a/tasks`
+pub async fn list(State(state): State<AppState>, headers: HeaderMap, RawQuery(q): RawQuery) -> Response {
+    answer(
+        async {
+            super::require(&headers, &state, false)?;
+            super::check_version(&headers, q.as_deref())?;
+            let request: ListTasksRequest = query(q.as_deref())?;
+            super::list_tasks(&state, request).await
+        }
+        .await,
+    )
+}
+
+/// `GET /a2a/tasks/{id}` and `GET /a2a/tasks/{id}:subscribe`
+pub async fn get_task_or_subscribe(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(task): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Response {
+    if let Some(id) = task.strip_suffix(":subscribe") {
+        return subscribe(&state, &headers, q.as_deref(), id).await;
+    }
+    answer(
+        async {
+            super::require(&headers, &state, false)?;
+            super::check_version(&headers, q.as_deref())?;
+            let request: TaskIdRequest = query(q.as_deref())?;
+            super::get_task(&state, &task, request.history_length).await
+        }
+        .await,
+    )
+}
+
+/// `POST /a2a/tasks/{id}:cancel` and `POST /a2a/tasks/{id}:subscribe`
+pub async fn task_action(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(task): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Response {
+    if let Some(id) = task.strip_suffix(":subscribe") {
+        return subscribe(&state, &headers, q.as_deref(), id).await;
+    }
+    answer(
+        async {
+            let Some(id) = task.strip_suffix(":cancel") else {
+                return Err(A2aError::MethodNotFound(format!(
+                    "POST /a2a/tasks/{task} is not an operation: use {task}:cancel or {task}:subscribe"
+                )));
+            };
+            super::require(&headers, &state, true)?;
+            super::check_version(&headers, q.as_deref())?;
+            super::cancel_task(&state, id).await
+        }
+        .await,
+    )
+}
+
+async fn subscribe(state: &AppState, headers: &HeaderMap, q: Option<&str>, id: &str) -> Response {
+    let started = async {
+        super::require(headers, state, false)?;
+        super::check_version(headers, q)?;
+        super::subscribe(state, id).await
+    }
+    .await;
+    match started {
+        Ok(items) => sse(items),
+        Err(err) => err.into_response(),
+    }
+}

@@ -1,0 +1,362 @@
+//! `/mcp`: the desk as an MCP server, driven by the official Rust SDK's client (rmcp) over
+//! streamable HTTP, in each revision it serves: 2025-06-18 and 2025-11-25 (initialize and a
+//! session) and the stateless 2026-07-28.
+
+mod support;
+
+use std::time::Duration;
+
+use agentdesk::mcp::http_client::GuardedHttp;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientConfig, Implementation, ProtocolVersion, ReadResourceRequestParams,
+    ResourceContents,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
+use serde_json::{json, Map, Value};
+use support::{StatusCode, TestApp};
+use testkit::fake_llm::{FakeLlm, Reply};
+
+const TOKEN: &str = "mcp-full";
+const READ_TOKEN: &str = "mcp-reader";
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+fn transport(app: &TestApp, token: Option<&str>) -> StreamableHttpClientTransport<GuardedHttp> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", app.url));
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    StreamableHttpClientTransport::with_client(GuardedHttp(reqwest::Client::new()), config)
+}
+
+/// A client of `revision`: the `initialize` handshake for the 2025 ones, `server/discover` for
+/// 2026-07-28.
+async fn connect(app: &TestApp, token: Option<&str>, revision: ProtocolVersion) -> Result<Client, String> {
+    let mut info = ClientConfig::default();
+    info.protocol_version = revision.clone();
+    info.client_info = Implementation::new("agentdesk-tests", "1");
+    let lifecycle = if revision.has_initialize() {
+        ClientLifecycleMode::Initialize
+    } else {
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![revision],
+        }
+    };
+    info.serve_with_lifecycle(transport(app, token), lifecycle)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn args(value: Value) -> Map<String, Value> {
+    value.as_object().cloned().expect("arguments are an object")
+}
+
+async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResult {
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args(arguments)))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+/// A successful result's JSON, checked to be the same as structured content and as text.
+fn ok(result: CallToolResult) -> Value {
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let structured = result.structured_content.clone().expect("structuredContent");
+    let text = result.content[0].as_text().expect("a text block").text.clone();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
+    structured
+}
+
+/// An error result's `{code, message}`.
+fn error(result: CallToolResult) -> Value {
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    result.structured_content.expect("structuredContent")["error"].clone()
+}
+
+/// A desk whose agent closes a ticket with `echo: <task>`, or asks a question when the task
+/// says `QUESTION`; tickets labelled `nobody` are never claimed.
+async fn desk() -> (FakeLlm, TestApp) {
+    let llm = FakeLlm::start().await;
+    llm.set_responder(|body| {
+        let text = body["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        if text.contains("QUESTION") {
+            Reply::text("Which colour should it be?")
+        } else {
+            Reply::tool_call("close_ticket", json!({"result": format!("echo: {text}")}))
+        }
+    });
+    let app = TestApp::spawn_with_llm(&llm, |c| {
+        c.api_tokens = vec![TOKEN.into(), format!("read:{READ_TOKEN}")];
+    })
+    .await;
+    let (code, body) = app
+        .put(
+            "/v1/agents/echo",
+            json!({"provider": "openai", "model": "m", "tools": ["close_ticket"]}),
+        )
+        .await;
+    assert!(code.is_success(), "{body}");
+    (llm, app)
+}
+
+const ALL_TOOLS: [&str; 7] = [
+    "create_ticket",
+    "get_ticket",
+    "list_tickets",
+    "comment_ticket",
+    "cancel_ticket",
+    "retry_ticket",
+    "answer_approval",
+];
+
+#[tokio::test]
+async fn every_tool_works_in_every_revision() {
+    let (_llm, app) = desk().await;
+    for revision in [
+        ProtocolVersion::V_2025_06_18,
+        ProtocolVersion::V_2025_11_25,
+        ProtocolVersion::V_2026_07_28,
+    ] {
+        let client = connect(&app, Some(TOKEN), revision.clone()).await.unwrap();
+        let tools = client.list_all_tools().await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names, ALL_TOOLS, "{revision:?}");
+        // The schemas are the REST API's: `CreateTicket` (plus wait_secs) for create_ticket.
+        let create = &tools[0].input_schema;
+        assert_eq!(create["type"], "object");
+        assert!(create["properties"]["task"].is_object(), "{create:?}");
+        assert!(create["properties"]["wait_secs"].is_object());
+        assert_eq!(create["required"], json!(["task"]));
+        assert_eq!(tools[1].input_schema["required"], json!(["ticket"]));
+
+        // create_ticket waits (on the event hub) until the agent closed the ticket.
+        let done = ok(call(&client, "create_ticket", json!({"task": "hello", "wait_secs": 30})).await);
+        assert_eq!(done["status"], "done", "{done}");
+        assert_eq!(done["result"], "echo: hello");
+        let key = done["key"].as_str().unwrap().to_owned();
+
+        // Without wait_secs it answers at once, with the ticket as created.
+        let todo = ok(call(&client, "create_ticket", json!({"task": "later", "labels": ["nobody"]})).await);
+        assert_eq!(todo["status"], "todo");
+        let todo_key = todo["key"].as_str().unwrap().to_owned();
+
+        let got = ok(call(&client, "get_ticket", json!({"ticket": key})).await);
+        assert_eq!(got["id"], done["id"]);
+        let comments = got["comments"].as_array().unwrap();
+        assert!(!comments.is_empty() && comments.len() <= 20, "{got}");
+
+        let list = ok(call(&client, "list_tickets", json!({"label": "nobody", "limit": 10})).await);
+        assert_eq!(list["items"][0]["key"], todo_key.as_str(), "{list}");
+        assert!(list.get("next_cursor").is_some());
+
+        let cancelled = ok(call(&client, "cancel_ticket", json!({"ticket": todo_key})).await);
+        assert_eq!(cancelled["status"], "cancelled");
+        let retried = ok(call(&client, "retry_ticket", json!({"ticket": todo_key})).await);
+        assert_eq!(retried["status"], "todo");
+
+        // A question: the wait ends when the ticket waits; the answer is a comment.
+        let waiting = ok(call(
+            &client,
+            "create_ticket",
+            json!({"task": "QUESTION: paint it", "wait_secs": 30}),
+        )
+        .await);
+        assert_eq!(waiting["status"], "waiting", "{waiting}");
+        let question_key = waiting["key"].as_str().unwrap().to_owned();
+        let comment = ok(call(
+            &client,
+            "comment_ticket",
+            json!({"ticket": question_key, "text": "blue"}),
+        )
+        .await);
+        assert_eq!(comment["author"], "user");
+        let answered = support::wait_status(&app, &question_key, "done").await;
+        assert_eq!(answered["result"], "echo: blue");
+
+        // API errors are results the model can read.
+        let missing = error(call(&client, "get_ticket", json!({"ticket": "TICKET-999999"})).await);
+        assert_eq!(missing["code"], "not_found");
+        let no_call = error(
+            call(
+                &client,
+                "answer_approval",
+                json!({"ticket": key, "call_id": "nope", "approve": true}),
+            )
+            .await,
+        );
+        assert_eq!(no_call["code"], "not_found", "{no_call}");
+        let blank = error(call(&client, "create_ticket", json!({"task": "  "})).await);
+        assert_eq!(blank["code"], "validation_failed");
+        let stray = error(call(&client, "get_ticket", json!({"ticket": key, "extra": 1})).await);
+        assert_eq!(stray["code"], "validation_failed");
+        let too_long = error(call(&client, "create_ticket", json!({"task": "x", "wait_secs": 301})).await);
+        assert_eq!(too_long["code"], "validation_failed");
+
+        // An unknown tool is a protocol error, not a result.
+        let unknown = client
+            .call_tool(CallToolRequestParams::new("drop_tables").with_arguments(Map::new()))
+            .await;
+        assert!(unknown.is_err(), "{unknown:?}");
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_ticket_reads_as_a_resource_with_its_transcript() {
+    let (_llm, app) = desk().await;
+    let client = connect(&app, Some(READ_TOKEN), ProtocolVersion::V_2025_11_25)
+        .await
+        .unwrap();
+    let templates = client.list_resource_templates(None).await.unwrap().resource_templates;
+    assert_eq!(templates.len(), 1);
+    assert_eq!(templates[0].uri_template, "agentdesk://tickets/{ticket}");
+
+    let ticket = app.create_ticket(json!({"task": "read me"})).await;
+    let key = support::wait_status(&app, ticket["key"].as_str().unwrap(), "done").await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let uri = format!("agentdesk://tickets/{key}");
+    let read = client
+        .read_resource(ReadResourceRequestParams::new(uri.clone()))
+        .await
+        .unwrap();
+    let ResourceContents::TextResourceContents {
+        text,
+        uri: got,
+        mime_type,
+        ..
+    } = &read.contents[0]
+    else {
+        panic!("{read:?}");
+    };
+    assert_eq!(got, &uri);
+    assert_eq!(mime_type.as_deref(), Some("application/json"));
+    let body: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(body["key"], key.as_str());
+    assert_eq!(body["result"], "echo: read me");
+    assert_eq!(body["comments"][0]["author"], "user");
+
+    let missing = client
+        .read_resource(ReadResourceRequestParams::new(
+            "agentdesk://tickets/TICKET-424242".to_owned(),
+        ))
+        .await;
+    assert!(missing.is_err());
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_read_token_sees_and_calls_only_the_reading_tools() {
+    let (_llm, app) = desk().await;
+    let before = app.counts().await;
+    for revision in [ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28] {
+        let client = connect(&app, Some(READ_TOKEN), revision).await.unwrap();
+        let tools = client.list_all_tools().await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names, ["get_ticket", "list_tickets"]);
+        assert!(tools
+            .iter()
+            .all(|t| t.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true)));
+        let refused = error(call(&client, "create_ticket", json!({"task": "no"})).await);
+        assert_eq!(refused["code"], "forbidden");
+        let refused = error(call(&client, "cancel_ticket", json!({"ticket": "TICKET-1"})).await);
+        assert_eq!(refused["code"], "forbidden");
+        ok(call(&client, "list_tickets", json!({})).await);
+        client.cancel().await.unwrap();
+    }
+    assert_eq!(app.counts().await, before, "a read token changed nothing");
+}
+
+#[tokio::test]
+async fn without_a_valid_token_there_is_no_session() {
+    let (_llm, app) = desk().await;
+    for token in [None, Some("wrong")] {
+        let refused = connect(&app, token, ProtocolVersion::V_2025_11_25).await;
+        assert!(refused.unwrap_err().contains("401"), "{token:?}");
+    }
+    let (code, body) = support::send(app.client.post(app.endpoint("/mcp")).json(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/list"
+    })))
+    .await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["error"]["code"], "unauthorized");
+}
+
+#[tokio::test]
+async fn the_stateless_revision_checks_its_headers() {
+    let (_llm, app) = desk().await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}});
+    let post = |method: &str, name: Option<&str>, params: Value| {
+        let mut request = app
+            .client
+            .post(app.endpoint("/mcp"))
+            .bearer_auth(TOKEN)
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", method)
+            .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}));
+        if let Some(name) = name {
+            request = request.header("Mcp-Name", name);
+        }
+        request
+    };
+    let discover = post("server/discover", None, json!({"_meta": meta}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(discover.status(), 200);
+    let text = discover.text().await.unwrap();
+    assert!(text.contains("2026-07-28") && text.contains("agentdesk"), "{text}");
+
+    let listed = post(
+        "tools/call",
+        Some("list_tickets"),
+        json!({"_meta": meta, "name": "list_tickets", "arguments": {}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(listed.status(), 200);
+    assert!(listed.text().await.unwrap().contains("structuredContent"));
+
+    // A header that names another tool than the body is refused before anything runs.
+    let mismatch = post(
+        "tools/call",
+        Some("get_ticket"),
+        json!({"_meta": meta, "name": "list_tickets", "arguments": {}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(mismatch.status(), 400);
+}
+
+#[tokio::test]
+async fn create_ticket_waits_no_longer_than_asked() {
+    let (_llm, app) = desk().await;
+    let client = connect(&app, Some(TOKEN), ProtocolVersion::V_2025_11_25).await.unwrap();
+    let started = std::time::Instant::now();
+    let todo = ok(call(
+        &client,
+        "create_ticket",
+        json!({"task": "idle", "labels": ["nobody"], "wait_secs": 1}),
+    )
+    .await);
+    assert_eq!(todo["status"], "todo");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    client.cancel().await.unwrap();
+}
