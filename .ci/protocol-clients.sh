@@ -13,7 +13,7 @@ PROTOCOL_CLIENTS_PINS="mcp==2.3.0 a2a-sdk==1.3.0 httpx==0.28.1"
 PROTOCOL_CLIENTS_CACHE=${AGENTDESK_CI_CACHE:-${HOME:-/root}/.cache/agentdesk-ci}
 
 protocol_clients_setup() {
-    local hash venv python
+    local hash venv python candidate
     hash=$(printf '%s' "$PROTOCOL_CLIENTS_PINS" | sha256sum | cut -c1-12)
     venv=$PROTOCOL_CLIENTS_CACHE/venv-clients-$hash
     if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.agentdesk-pins" 2>/dev/null)" != "$PROTOCOL_CLIENTS_PINS" ]; then

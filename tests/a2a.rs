@@ -407,6 +407,8 @@ async fn tasks_are_listed_got_and_cancelled() {
     assert_eq!(body["result"]["status"]["state"], "TASK_STATE_CANCELED", "{body}");
     let body = rpc(&app, TOKEN, "CancelTask", json!({"id": ids[0]})).await;
     assert_eq!(body["error"]["code"], -32002, "{body}");
+    let body = rpc(&app, READ_TOKEN, "SubscribeToTask", json!({"id": ids[0]})).await;
+    assert_eq!(body["error"]["code"], -32004, "a cancelled task has nothing to stream: {body}");
     let (code, body) = rest(
         &app,
         TOKEN,

@@ -20,6 +20,12 @@ use utoipa::{Modify, OpenApi};
         crate::db::retention::Storage,
         super::error::ErrorBody, super::error::ErrorDetail,
     )),
+    paths(
+        crate::interop::document::mcp, crate::interop::document::mcp_stream, crate::interop::document::mcp_end,
+        crate::interop::document::agent_card, crate::interop::document::send_message,
+        crate::interop::document::stream_message, crate::interop::document::list_tasks,
+        crate::interop::document::get_task, crate::interop::document::task_action, crate::interop::document::jsonrpc,
+    ),
     modifiers(&BearerAuth),
     tags(
         (name = "tickets", description = "Work for agents"),
@@ -31,6 +37,7 @@ use utoipa::{Modify, OpenApi};
         (name = "providers", description = "Model providers by name: the built-in openai and anthropic, and local servers or gateways defined here"),
         (name = "webhooks", description = "Events POSTed to your endpoints as signed Standard Webhooks, with a delivery log"),
         (name = "schedules", description = "Recurring tickets: a cron expression in a time zone, one ticket per fire time"),
+        (name = "agent-protocols", description = "The desk for other agents: an MCP server at /mcp and an A2A v1.0 agent (card, HTTP+JSON under /a2a, JSON-RPC at /a2a/jsonrpc)"),
         (name = "health", description = "Liveness and readiness (no token)"),
         (name = "stats", description = "Figures"),
     )
@@ -73,6 +80,19 @@ pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_to
     use utoipa::openapi::path::{HttpMethod, ParameterIn};
     use utoipa::openapi::security::SecurityRequirement;
     for (path, item) in document.paths.paths.iter_mut() {
+        if path == "/mcp" || path.starts_with("/a2a/") {
+            // The agent protocols: the same tokens, their own error bodies otherwise.
+            for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+                if with_tokens {
+                    operation.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
+                } else {
+                    operation.security = None;
+                    operation.responses.responses.remove("401");
+                    operation.responses.responses.remove("403");
+                }
+            }
+            continue;
+        }
         if !path.starts_with("/v1/") {
             continue;
         }

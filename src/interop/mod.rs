@@ -5,6 +5,7 @@
 //! acknowledgements, fencing and exactly-once streams hold through them as they do over REST.
 
 pub mod a2a;
+pub mod document;
 pub mod mcp;
 
 use std::time::Duration;
@@ -26,8 +27,10 @@ async fn settled_ticket(
         return Ok(ticket);
     }
     let id = ticket.id;
-    match crate::events::settle::settled(&state.hub, id, limit).await? {
-        Some(settled) => Ok(settled),
-        None => Err(ApiError::ticket_not_found(&id.to_string())),
-    }
+    let settled = tokio::select! {
+        settled = crate::events::settle::settled(&state.hub, id, limit) => settled?,
+        // Shutting down: answer with the ticket as it is rather than hold the shutdown up.
+        _ = state.shutdown.cancelled() => crate::db::tickets::find(&state.pool, &crate::domain::TicketRef::Id(id)).await?,
+    };
+    settled.ok_or_else(|| ApiError::ticket_not_found(&id.to_string()))
 }

@@ -622,7 +622,12 @@ pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item
                     Ok(None) | Err(_) => ticket,
                 },
                 None => {
-                    match wait_for_change(&mut f.live, f.ticket_id, f.state.config.sse_ping).await {
+                    let wake = tokio::select! {
+                        wake = wait_for_change(&mut f.live, f.ticket_id, f.state.config.sse_ping) => wake,
+                        // Shutting down: end the stream, as the desk's own streams do.
+                        _ = f.state.shutdown.cancelled() => Wake::Closed,
+                    };
+                    match wake {
                         Wake::Closed => return None,
                         Wake::Ping => return Some((StreamItem::KeepAlive, f)),
                         Wake::Changed => {}
