@@ -408,7 +408,10 @@ async fn tasks_are_listed_got_and_cancelled() {
     let body = rpc(&app, TOKEN, "CancelTask", json!({"id": ids[0]})).await;
     assert_eq!(body["error"]["code"], -32002, "{body}");
     let body = rpc(&app, READ_TOKEN, "SubscribeToTask", json!({"id": ids[0]})).await;
-    assert_eq!(body["error"]["code"], -32004, "a cancelled task has nothing to stream: {body}");
+    assert_eq!(
+        body["error"]["code"], -32004,
+        "a cancelled task has nothing to stream: {body}"
+    );
     let (code, body) = rest(
         &app,
         TOKEN,

@@ -75,6 +75,34 @@ impl Fixture {
         self.server.shutdown().await;
     }
 
+    /// Stops the service and starts it again with `spec`, on the same database and model server;
+    /// its log is `bench-results/<log>.agentdesk.log`.
+    pub async fn restart(self, log: &str, spec: &ServerSpec) -> Result<Fixture> {
+        let Fixture {
+            fake,
+            db_url,
+            server,
+            http,
+            ..
+        } = self;
+        server.shutdown().await;
+        let log = results_dir().join(format!("{log}.agentdesk.log"));
+        let server = Server::start(spec, &db_url, &fake.openai_base_url(), &log).await?;
+        let url = server.url();
+        let addr: SocketAddr = url
+            .trim_start_matches("http://")
+            .parse()
+            .context("the service's address")?;
+        Ok(Fixture {
+            fake,
+            db_url,
+            server,
+            url,
+            addr,
+            http,
+        })
+    }
+
     pub async fn create_ticket(&self, body: &Value) -> Result<()> {
         let r = self
             .http

@@ -10,6 +10,7 @@ mod floor;
 mod harness;
 mod pgbench;
 mod report;
+mod retention;
 mod scaling;
 mod scenarios;
 mod server;
@@ -24,7 +25,8 @@ use crate::scenarios::{Opts, ALL};
 
 const USAGE: &str = "usage: agentdesk-bench <scenario|all> [--quick] [--child] [OPTIONS]
 
-scenarios: api_latency, throughput, quiet_desk, scale_out, concurrency, step_overhead, sse_fanout
+scenarios: api_latency, throughput, retention_sweep, quiet_desk, scale_out, concurrency, step_overhead,
+           sse_fanout
 
   --quick               shrink every scenario to a smoke run of seconds
   --child               run agentdesk as a child process in every scenario (concurrency, sse_fanout,

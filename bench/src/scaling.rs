@@ -51,6 +51,7 @@ impl Fleet {
             workers: opts.workers.unwrap_or(WORKERS_PER_PROCESS),
             db_max_connections: opts.db_connections.unwrap_or(16),
             child: true,
+            retention: None,
         };
         let dir = harness::results_dir();
         let mut fleet = Fleet {
@@ -224,6 +225,7 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
         workers: opts.workers.unwrap_or(64),
         db_max_connections: opts.db_connections.unwrap_or(16),
         child: true,
+        retention: None,
     };
     let fx = harness::Fixture::start("quiet_desk", &spec).await?;
     fx.fake.set_reply(close_ticket());

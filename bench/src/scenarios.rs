@@ -19,9 +19,10 @@ use crate::sse::{self, SseConn};
 
 /// Latency first, on a quiet machine; the 10 000-connection fan-out last, as tearing down its
 /// connections disturbs whatever runs right after it.
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 8] = [
     "api_latency",
     "throughput",
+    "retention_sweep",
     "quiet_desk",
     "scale_out",
     "concurrency",
@@ -66,6 +67,7 @@ pub async fn run(name: &str, opts: Opts, report: &mut Report) -> Result<()> {
         "step_overhead" => step_overhead(opts, report).await,
         "scale_out" => crate::scaling::scale_out(opts, report).await,
         "quiet_desk" => crate::scaling::quiet_desk(opts, report).await,
+        "retention_sweep" => crate::retention::retention_sweep(opts, report).await,
         other => bail!("unknown scenario {other:?}"),
     }
 }
@@ -88,7 +90,7 @@ const DEFAULT_WORKERS: usize = 64;
 
 /// One throughput round: `tickets` one-step tickets created over HTTP by `clients` until all are
 /// done. Returns tickets/s and the creation rate.
-async fn throughput_round(
+pub async fn throughput_round(
     fx: &Fixture,
     watcher: &mut DoneWatcher,
     done_before: usize,
@@ -128,6 +130,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         workers,
         db_max_connections: db_connections,
         child: opts.child,
+        retention: None,
     };
     let pgbench = pgbench::find_pgbench().context("pgbench not found (install postgresql-contrib or the client)")?;
 
@@ -378,6 +381,7 @@ async fn concurrency(opts: Opts, report: &mut Report) -> Result<()> {
         workers: tickets,
         db_max_connections: 16,
         child: true,
+        retention: None,
     };
     let fx = Fixture::start("concurrency", &spec).await?;
     fx.fake.set_reply(close_ticket().tokens_per_second(20, 40));
@@ -451,6 +455,7 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
         workers: 64,
         db_max_connections: 16,
         child: true,
+        retention: None,
     };
     let progress = Progress::new();
     let fx = Fixture::start("sse_fanout", &spec).await?;
@@ -746,6 +751,7 @@ async fn api_latency(opts: Opts, report: &mut Report) -> Result<()> {
         workers: 0,
         db_max_connections: 16,
         child: opts.child,
+        retention: None,
     };
     let fx = Fixture::start("api_latency", &spec).await?;
     let body = json!({"task": "triage this", "labels": ["nobody"], "metadata": {"source": "bench"}});
@@ -848,6 +854,7 @@ async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
         workers: 64,
         db_max_connections: 16,
         child: true,
+        retention: None,
     };
     let fx = Fixture::start("step_overhead", &spec).await?;
     fx.fake.set_responder(move |req| {

@@ -19,6 +19,8 @@ pub struct ServerSpec {
     pub db_max_connections: u32,
     /// Run the `agentdesk` binary as a child process instead of in this process.
     pub child: bool,
+    /// `AGENTDESK_RETENTION_DAYS`: finished tickets older than this are deleted; None keeps all.
+    pub retention: Option<Duration>,
 }
 
 pub enum Server {
@@ -54,6 +56,7 @@ impl Server {
                 db_max_connections: spec.db_max_connections,
                 // The bench's webhook receiver listens on loopback.
                 allow_private_urls: true,
+                retention: spec.retention,
                 ..Config::default()
             };
             let providers = Providers::new(Some(OpenAi::new(openai_base_url.to_string(), None)), None);
@@ -210,6 +213,9 @@ async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &st
     // The only setting taken from the bench's environment: the child's runtime size, to compare.
     if let Some(threads) = std::env::var_os("AGENTDESK_RUNTIME_THREADS") {
         command.env("AGENTDESK_RUNTIME_THREADS", threads);
+    }
+    if let Some(keep) = spec.retention {
+        command.env("AGENTDESK_RETENTION_DAYS", (keep.as_secs_f64() / 86_400.0).to_string());
     }
     let child = command
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())

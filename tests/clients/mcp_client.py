@@ -20,7 +20,6 @@ import httpx2
 import mcp.client.session
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 REVISIONS = ["2025-06-18", "2025-11-25", "2026-07-28"]
 HANDSHAKE = {"2025-06-18", "2025-11-25"}
@@ -41,7 +40,7 @@ async def connect(base_url: str, token: str | None, revision: str, statuses: lis
     (2025-11-25) and has no setting for another, so an older one is pinned by setting the
     module's default; 2026-07-28 is what `mode="auto"` finds with `server/discover`."""
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    http = create_mcp_http_client(headers=headers, timeout=httpx2.Timeout(60.0, read=300.0))
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0, read=300.0))
     if statuses is not None:
         async def record(response):
             statuses.append(response.status_code)
