@@ -1,0 +1,142 @@
+//! A task's stream: the task as it is, then its changes until it is terminal or needs input.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::sync::broadcast::error::RecvError;
+use uuid::Uuid;
+
+use super::task::{state_of, task_of, HistoryLength};
+use super::wire::{StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent};
+use crate::db;
+use crate::domain::{Ticket, TicketRef};
+use crate::events::HubMessage;
+use crate::http::AppState;
+
+/// An item of a task's stream: an event, or a keep-alive when nothing happened for a while.
+pub enum StreamItem {
+    Event(Box<StreamResponse>),
+    KeepAlive,
+}
+
+/// The task's stream: the task as it is, then its status changes (and its artifact, when it is
+/// done) until it is terminal or needs input. Changes are read from the ticket itself whenever
+/// the hub carries one of its events, so the last state is never missed even if several changes
+/// arrive together.
+pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item = StreamItem> + Send {
+    struct Follow {
+        state: AppState,
+        live: tokio::sync::broadcast::Receiver<HubMessage>,
+        ticket_id: Uuid,
+        last: Option<TaskState>,
+        pending: VecDeque<StreamItem>,
+        ended: bool,
+        start: Option<Ticket>,
+    }
+    let live = state.hub.subscribe();
+    let follow = Follow {
+        ticket_id: ticket.id,
+        state,
+        live,
+        last: None,
+        pending: VecDeque::new(),
+        ended: false,
+        start: Some(ticket),
+    };
+    futures::stream::unfold(follow, |mut f| async move {
+        loop {
+            if let Some(item) = f.pending.pop_front() {
+                return Some((item, f));
+            }
+            if f.ended {
+                return None;
+            }
+            // The first snapshot is read after subscribing (above), so nothing falls between.
+            let ticket = match f.start.take() {
+                Some(ticket) => match db::tickets::find(&f.state.pool, &TicketRef::Id(ticket.id)).await {
+                    Ok(Some(fresh)) => fresh,
+                    Ok(None) | Err(_) => ticket,
+                },
+                None => {
+                    let wake = tokio::select! {
+                        wake = wait_for_change(&mut f.live, f.ticket_id, f.state.config.sse_ping) => wake,
+                        // Shutting down: end the stream, as the desk's own streams do.
+                        _ = f.state.shutdown.cancelled() => Wake::Closed,
+                    };
+                    match wake {
+                        Wake::Closed => return None,
+                        Wake::Ping => return Some((StreamItem::KeepAlive, f)),
+                        Wake::Changed => {}
+                    }
+                    match db::tickets::find(&f.state.pool, &TicketRef::Id(f.ticket_id)).await {
+                        Ok(Some(ticket)) => ticket,
+                        // Deleted (retention), or the database is away: the client resubscribes.
+                        Ok(None) | Err(_) => return None,
+                    }
+                }
+            };
+            let now = state_of(&ticket);
+            if f.last == Some(now) {
+                continue;
+            }
+            let first = f.last.is_none();
+            f.last = Some(now);
+            let task = match task_of(&f.state, &ticket, HistoryLength(if first { None } else { Some(0) })).await {
+                Ok(task) => task,
+                Err(_) => return None,
+            };
+            if first {
+                f.pending
+                    .push_back(StreamItem::Event(Box::new(StreamResponse::Task(task))));
+            } else {
+                if let Some(artifact) = task.artifacts.first() {
+                    f.pending
+                        .push_back(StreamItem::Event(Box::new(StreamResponse::ArtifactUpdate(
+                            TaskArtifactUpdateEvent {
+                                task_id: task.id.clone(),
+                                context_id: task.context_id.clone(),
+                                artifact: artifact.clone(),
+                                last_chunk: true,
+                            },
+                        ))));
+                }
+                f.pending
+                    .push_back(StreamItem::Event(Box::new(StreamResponse::StatusUpdate(
+                        TaskStatusUpdateEvent {
+                            task_id: task.id,
+                            context_id: task.context_id,
+                            status: task.status,
+                        },
+                    ))));
+            }
+            f.ended = now.ends_stream();
+        }
+    })
+}
+
+enum Wake {
+    Changed,
+    Ping,
+    Closed,
+}
+
+/// Until the hub carries one of the ticket's persisted events (or lagged, and may have dropped
+/// one), or `ping` passes.
+async fn wait_for_change(
+    live: &mut tokio::sync::broadcast::Receiver<HubMessage>,
+    ticket_id: Uuid,
+    ping: Duration,
+) -> Wake {
+    let deadline = tokio::time::Instant::now() + ping;
+    loop {
+        match tokio::time::timeout_at(deadline, live.recv()).await {
+            Err(_) => return Wake::Ping,
+            Ok(Ok(HubMessage::Events(batch))) if batch.items.iter().any(|i| i.event.ticket_id == ticket_id) => {
+                return Wake::Changed
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(RecvError::Lagged(_))) => return Wake::Changed,
+            Ok(Err(RecvError::Closed)) => return Wake::Closed,
+        }
+    }
+}
