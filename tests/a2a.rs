@@ -8,38 +8,16 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::{SseClient, StatusCode, TestApp};
-use testkit::fake_llm::{FakeLlm, Reply};
+use testkit::fake_llm::FakeLlm;
 
 const TOKEN: &str = "a2a-full";
 const READ_TOKEN: &str = "a2a-reader";
 
-/// A desk whose agent `echo` closes a ticket with `echo: <last user message>`, or asks a
-/// question when it says `QUESTION`; tickets labelled `nobody` are never claimed.
+/// The desk of `support::echo_desk`, its agent `echo` labelled `echoes`: `QUESTION` tasks wait,
+/// `nobody` tickets are never claimed.
 async fn desk(configure: impl FnOnce(&mut agentdesk::config::Config)) -> (FakeLlm, TestApp) {
-    let llm = FakeLlm::start().await;
-    llm.set_responder(|body| {
-        let text = body["messages"]
-            .as_array()
-            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or_default()
-            .to_owned();
-        if text.contains("QUESTION") {
-            Reply::text("Which colour should it be?")
-        } else {
-            Reply::tool_call("close_ticket", json!({"result": format!("echo: {text}")}))
-        }
-    });
-    let app = TestApp::spawn_with_llm(&llm, |c| {
-        c.api_tokens = vec![TOKEN.into(), format!("read:{READ_TOKEN}")];
-        configure(c);
-    })
-    .await;
-    let agent = json!({"provider": "openai", "model": "m", "role": "Echoes what it is told.",
-                       "labels": ["echoes"], "tools": ["close_ticket"]});
-    let (code, body) = app.put("/v1/agents/echo", agent).await;
-    assert!(code.is_success(), "{body}");
-    (llm, app)
+    let agent = json!({"role": "Echoes what it is told.", "labels": ["echoes"]});
+    support::echo_desk::start(TOKEN, READ_TOKEN, agent, configure).await
 }
 
 fn message(text: &str) -> Value {

@@ -17,7 +17,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde_json::{json, Map, Value};
 use support::{StatusCode, TestApp};
-use testkit::fake_llm::{FakeLlm, Reply};
+use testkit::fake_llm::FakeLlm;
 
 const TOKEN: &str = "mcp-full";
 const READ_TOKEN: &str = "mcp-reader";
@@ -76,35 +76,9 @@ fn error(result: CallToolResult) -> Value {
     result.structured_content.expect("structuredContent")["error"].clone()
 }
 
-/// A desk whose agent closes a ticket with `echo: <task>`, or asks a question when the task
-/// says `QUESTION`; tickets labelled `nobody` are never claimed.
+/// The desk of `support::echo_desk`: `QUESTION` tasks wait, `nobody` tickets are never claimed.
 async fn desk() -> (FakeLlm, TestApp) {
-    let llm = FakeLlm::start().await;
-    llm.set_responder(|body| {
-        let text = body["messages"]
-            .as_array()
-            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or_default()
-            .to_owned();
-        if text.contains("QUESTION") {
-            Reply::text("Which colour should it be?")
-        } else {
-            Reply::tool_call("close_ticket", json!({"result": format!("echo: {text}")}))
-        }
-    });
-    let app = TestApp::spawn_with_llm(&llm, |c| {
-        c.api_tokens = vec![TOKEN.into(), format!("read:{READ_TOKEN}")];
-    })
-    .await;
-    let (code, body) = app
-        .put(
-            "/v1/agents/echo",
-            json!({"provider": "openai", "model": "m", "tools": ["close_ticket"]}),
-        )
-        .await;
-    assert!(code.is_success(), "{body}");
-    (llm, app)
+    support::echo_desk::start(TOKEN, READ_TOKEN, json!({}), |_| {}).await
 }
 
 const ALL_TOOLS: [&str; 7] = [

@@ -10,47 +10,17 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::TestApp;
-use testkit::fake_llm::{FakeLlm, Reply};
+use testkit::fake_llm::FakeLlm;
 
 const PYTHON_VAR: &str = "AGENTDESK_CLIENTS_PYTHON";
 const TOKEN: &str = "clients-token";
 const READ_TOKEN: &str = "clients-reader";
 
-/// The last user message's text in an OpenAI chat request.
-fn last_user_text(body: &Value) -> String {
-    body["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .map(|m| match &m["content"] {
-            Value::String(text) => text.clone(),
-            other => other.to_string(),
-        })
-        .unwrap_or_default()
-}
-
-/// The model of these tests: a task containing `QUESTION` gets a question back (the ticket
-/// waits); anything else is closed with `echo: <the last user message>`.
+/// The desk of `support::echo_desk`: `QUESTION` tasks wait, `nobody` tickets are never claimed.
 async fn desk() -> (FakeLlm, TestApp) {
-    let llm = FakeLlm::start().await;
-    llm.set_responder(|body| {
-        let text = last_user_text(body);
-        if text.contains("QUESTION") {
-            Reply::text("Which colour should it be?")
-        } else {
-            Reply::tool_call("close_ticket", json!({"result": format!("echo: {text}")}))
-        }
-    });
-    let app = TestApp::spawn_with_llm(&llm, |c| {
-        c.api_tokens = vec![TOKEN.into(), format!("read:{READ_TOKEN}")];
-    })
-    .await;
-    let agent = json!({"provider": "openai", "model": "m", "role": "Answers anything.",
-                       "tools": ["close_ticket"]});
-    let (code, body) = app.put("/v1/agents/echo", agent).await;
-    assert!(code.is_success(), "{body}");
-    (llm, app)
+    support::echo_desk::start(TOKEN, READ_TOKEN, json!({"role": "Answers anything."}), |_| {}).await
 }
 
 /// Runs `tests/clients/<script>` with the desk's URL and tokens; None when no interpreter is set.

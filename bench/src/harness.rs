@@ -50,17 +50,28 @@ impl Fixture {
         let fake = FakeLlm::start().await;
         // Thousands of requests: the fake counts them but keeps no copies.
         fake.keep_requests(false);
-        let log = results_dir().join(format!("{scenario}.agentdesk.log"));
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        Fixture::serve(fake, db_url, http, scenario, spec).await
+    }
+
+    /// Starts the service on `db_url` and `fake`; its log is `bench-results/<log>.agentdesk.log`.
+    async fn serve(
+        fake: FakeLlm,
+        db_url: String,
+        http: reqwest::Client,
+        log: &str,
+        spec: &ServerSpec,
+    ) -> Result<Fixture> {
+        let log = results_dir().join(format!("{log}.agentdesk.log"));
         let server = Server::start(spec, &db_url, &fake.openai_base_url(), &log).await?;
         let url = server.url();
         let addr: SocketAddr = url
             .trim_start_matches("http://")
             .parse()
             .context("the service's address")?;
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .timeout(Duration::from_secs(30))
-            .build()?;
         Ok(Fixture {
             fake,
             db_url,
@@ -86,21 +97,7 @@ impl Fixture {
             ..
         } = self;
         server.shutdown().await;
-        let log = results_dir().join(format!("{log}.agentdesk.log"));
-        let server = Server::start(spec, &db_url, &fake.openai_base_url(), &log).await?;
-        let url = server.url();
-        let addr: SocketAddr = url
-            .trim_start_matches("http://")
-            .parse()
-            .context("the service's address")?;
-        Ok(Fixture {
-            fake,
-            db_url,
-            server,
-            url,
-            addr,
-            http,
-        })
+        Fixture::serve(fake, db_url, http, log, spec).await
     }
 
     pub async fn create_ticket(&self, body: &Value) -> Result<()> {

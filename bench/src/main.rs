@@ -14,6 +14,7 @@ mod retention;
 mod scaling;
 mod scenarios;
 mod server;
+mod soak;
 mod sse;
 
 use std::fmt::Write as _;
@@ -40,6 +41,10 @@ scenarios: api_latency, throughput, retention_sweep, quiet_desk, scale_out, conc
   --rate R              tickets per second in quiet_desk (default 200)
   --webhook             throughput with one webhook subscribed to every event (a receiver in the
                         bench answers 200 at once)
+  --minutes M           how long soak runs (default 60; --quick: 4)
+
+soak (not part of `all`): an hour of mixed load on one desk, sampled every minute, to see that
+nothing grows: tools, approvals, a webhook, SSE readers coming and going, retention on.
 
 Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do). A child process
 gets AGENTDESK_RUNTIME_THREADS from the bench's environment when it is set.";
@@ -86,7 +91,7 @@ fn main() -> ExitCode {
     }
     let selected: Vec<&str> = match names[0].as_str() {
         "all" => ALL.to_vec(),
-        name if ALL.contains(&name) => vec![name],
+        name if ALL.contains(&name) || name == "soak" => vec![name],
         other => {
             eprintln!("unknown scenario {other:?}\n\n{USAGE}");
             return ExitCode::from(2);
@@ -137,6 +142,7 @@ fn parse_args(args: &[String]) -> Result<(Opts, Vec<String>), String> {
             "--db-connections" => opts.db_connections = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
             "--clients" => opts.clients = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
             "--rate" => opts.rate = Some(number::<f64>(arg, value(arg)?)?).filter(|r| *r > 0.0),
+            "--minutes" => opts.minutes = Some(number::<f64>(arg, value(arg)?)?).filter(|m| *m > 0.0),
             other if other.starts_with('-') => return Err(format!("unknown option {other}")),
             name => names.push(name.to_string()),
         }
@@ -164,10 +170,15 @@ async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> boo
         println!("running {name}{}…", if opts.quick { " (quick)" } else { "" });
         let mut report = Report::new(name, opts.quick);
         let started = Instant::now();
-        match tokio::time::timeout(SCENARIO_TIMEOUT, scenarios::run(name, opts, &mut report)).await {
+        // The soak runs as long as it is told to, and a few minutes more.
+        let limit = match name {
+            "soak" => Duration::from_secs_f64(opts.minutes.unwrap_or(60.0) * 60.0) + SCENARIO_TIMEOUT,
+            _ => SCENARIO_TIMEOUT,
+        };
+        match tokio::time::timeout(limit, scenarios::run(name, opts, &mut report)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => report.error = Some(format!("{e:#}")),
-            Err(_) => report.error = Some(format!("did not finish within {} s", SCENARIO_TIMEOUT.as_secs())),
+            Err(_) => report.error = Some(format!("did not finish within {} s", limit.as_secs())),
         }
         report.elapsed_s = started.elapsed().as_secs_f64();
         println!("{}", report.table());

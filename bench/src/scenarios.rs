@@ -46,6 +46,8 @@ pub struct Opts {
     pub rate: Option<f64>,
     /// Throughput with one webhook subscribed to every event.
     pub webhook: bool,
+    /// `--minutes`: how long the soak runs.
+    pub minutes: Option<f64>,
 }
 
 impl Opts {
@@ -68,6 +70,7 @@ pub async fn run(name: &str, opts: Opts, report: &mut Report) -> Result<()> {
         "scale_out" => crate::scaling::scale_out(opts, report).await,
         "quiet_desk" => crate::scaling::quiet_desk(opts, report).await,
         "retention_sweep" => crate::retention::retention_sweep(opts, report).await,
+        "soak" => crate::soak::soak(opts, report).await,
         other => bail!("unknown scenario {other:?}"),
     }
 }

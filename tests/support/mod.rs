@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
+pub mod echo_desk;
 pub mod logs;
 pub mod postgres;
 pub mod tool_server;

@@ -85,6 +85,7 @@ fn check_version(headers: &HeaderMap, query: Option<&str>) -> Result<(), A2aErro
         ))),
     }
 }
+
 // ---- Operations ----
 
 /// What a message asks for as a ticket's task: its text parts joined; else a single data part's
