@@ -10,7 +10,6 @@ pub mod domain;
 pub mod embedded_pg;
 pub mod events;
 pub mod http;
-pub mod interop;
 pub mod llm;
 pub mod mcp;
 pub mod net;

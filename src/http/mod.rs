@@ -1,5 +1,6 @@
 //! The HTTP API: routers per resource, the error type, extractors, SSE and OpenAPI.
 
+pub mod agent_protocols;
 pub mod agents;
 pub mod approvals;
 pub mod auth;
@@ -146,8 +147,8 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi_json))
         .merge(Scalar::with_url("/docs", api))
         .merge(board::routes())
-        .merge(crate::interop::mcp::routes(state.clone()))
-        .merge(crate::interop::a2a::routes())
+        .merge(agent_protocols::mcp::routes(state.clone()))
+        .merge(agent_protocols::a2a::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Inside the metrics, so that a request cut off shows there as a 503.
@@ -193,7 +194,7 @@ async fn time_limit(
     let mut limit = state.config.request_timeout;
     if path.starts_with("/mcp") || path.starts_with("/a2a") {
         // Their calls may wait for a ticket to settle.
-        limit += crate::interop::LONGEST_WAIT;
+        limit += agent_protocols::LONGEST_WAIT;
     }
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,

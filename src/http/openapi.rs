@@ -21,10 +21,10 @@ use utoipa::{Modify, OpenApi};
         super::error::ErrorBody, super::error::ErrorDetail,
     )),
     paths(
-        crate::interop::document::mcp, crate::interop::document::mcp_stream, crate::interop::document::mcp_end,
-        crate::interop::document::agent_card, crate::interop::document::send_message,
-        crate::interop::document::stream_message, crate::interop::document::list_tasks,
-        crate::interop::document::get_task, crate::interop::document::task_action, crate::interop::document::jsonrpc,
+        super::agent_protocols::document::mcp, super::agent_protocols::document::mcp_stream, super::agent_protocols::document::mcp_end,
+        super::agent_protocols::document::agent_card, super::agent_protocols::document::send_message,
+        super::agent_protocols::document::stream_message, super::agent_protocols::document::list_tasks,
+        super::agent_protocols::document::get_task, super::agent_protocols::document::task_action, super::agent_protocols::document::jsonrpc,
     ),
     modifiers(&BearerAuth),
     tags(
