@@ -72,6 +72,10 @@ pub struct Config {
     pub mcp_allow_private: Option<bool>,
     /// Also serve `GET /metrics` here (for worker processes, which serve no API).
     pub metrics_addr: Option<SocketAddr>,
+    /// The built-in providers (`OPENAI_API_KEY`/`OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`/
+    /// `ANTHROPIC_BASE_URL`); each is configured when its key or its base URL is set.
+    pub openai: BuiltInProvider,
+    pub anthropic: BuiltInProvider,
     /// The address clients reach the desk at (`AGENTDESK_PUBLIC_URL`), without a trailing `/`:
     /// the base of the A2A card's endpoints. None: each request's own scheme and host.
     pub public_url: Option<String>,
@@ -132,6 +136,8 @@ impl Default for Config {
             webhook_lease: Duration::from_secs(60),
             webhook_concurrency: 64,
             mcp_config: None,
+            openai: BuiltInProvider::default(),
+            anthropic: BuiltInProvider::default(),
             public_url: None,
             mcp_allow_private: None,
             metrics_addr: None,
@@ -292,6 +298,19 @@ pub struct ServerArgs {
     /// API, and so no metrics without it)
     #[arg(long, env = "AGENTDESK_METRICS_ADDR", value_name = "ADDR", value_parser = Setting(optional_address))]
     pub metrics_addr: Option<String>,
+    /// API key of the built-in `openai` provider (OpenAI, or any OpenAI-compatible server)
+    #[arg(long, env = "OPENAI_API_KEY", value_name = "KEY", hide_env_values = true, value_parser = Setting(text))]
+    pub openai_api_key: Option<String>,
+    /// Base URL of the built-in `openai` provider (default https://api.openai.com/v1); a local
+    /// server needs no key
+    #[arg(long, env = "OPENAI_BASE_URL", value_name = "URL", value_parser = Setting(text))]
+    pub openai_base_url: Option<String>,
+    /// API key of the built-in `anthropic` provider
+    #[arg(long, env = "ANTHROPIC_API_KEY", value_name = "KEY", hide_env_values = true, value_parser = Setting(text))]
+    pub anthropic_api_key: Option<String>,
+    /// Base URL of the built-in `anthropic` provider (default https://api.anthropic.com)
+    #[arg(long, env = "ANTHROPIC_BASE_URL", value_name = "URL", value_parser = Setting(text))]
+    pub anthropic_base_url: Option<String>,
     /// The http(s) address clients reach the desk at (e.g. https://desk.example.com): the base of
     /// the URLs in the A2A agent card; unset: each request's scheme and host
     #[arg(long, env = "AGENTDESK_PUBLIC_URL", value_name = "URL", value_parser = Setting(public_url))]
@@ -315,6 +334,29 @@ pub struct ServerArgs {
     /// keep everything
     #[arg(long, env = "AGENTDESK_RETENTION_DAYS", value_name = "DAYS", value_parser = Setting(days))]
     pub retention_days: Option<Days>,
+}
+
+/// A built-in provider's key and base URL, as configured (blank is unset). Not `Debug`: it holds
+/// a secret.
+#[derive(Clone, Default)]
+pub struct BuiltInProvider {
+    pub api_key: Option<String>,
+    pub base_url: Option<String>,
+}
+
+impl BuiltInProvider {
+    fn new(api_key: &Option<String>, base_url: &Option<String>) -> BuiltInProvider {
+        let set = |v: &Option<String>| v.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
+        BuiltInProvider {
+            api_key: set(api_key),
+            base_url: set(base_url),
+        }
+    }
+
+    /// A key or a base URL is set (a local server needs no key).
+    pub fn is_configured(&self) -> bool {
+        self.api_key.is_some() || self.base_url.is_some()
+    }
 }
 
 /// A provider's `max_concurrent` as given; empty means no limit.
@@ -382,6 +424,8 @@ impl Config {
                 .filter(|f| !f.is_empty())
                 .map(PathBuf::from);
             config.metrics_addr = server.metrics_addr.as_deref().and_then(|a| a.parse().ok());
+            config.openai = BuiltInProvider::new(&server.openai_api_key, &server.openai_base_url);
+            config.anthropic = BuiltInProvider::new(&server.anthropic_api_key, &server.anthropic_base_url);
             config.public_url = server.public_url.clone().filter(|u| !u.is_empty());
             config.request_timeout = Duration::from_secs_f64(server.request_timeout_secs);
             config.openai_max_concurrent = server.openai_max_concurrent.and_then(|n| n.0);
@@ -618,6 +662,33 @@ fn path(_: &str, value: &str) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_built_in_providers_are_read_with_the_rest_of_the_configuration() {
+        let c = Config::from_lookup(|n| match n {
+            "OPENAI_BASE_URL" => Some(" http://127.0.0.1:8081/v1 ".to_owned()),
+            "ANTHROPIC_API_KEY" => Some(String::new()),
+            _ => None,
+        })
+        .unwrap();
+        assert!(c.openai.is_configured());
+        assert_eq!(c.openai.base_url.as_deref(), Some("http://127.0.0.1:8081/v1"));
+        assert_eq!(c.openai.api_key, None);
+        assert!(!c.anthropic.is_configured(), "a blank key is no key");
+        let c = Config::from_lookup(|n| (n == "ANTHROPIC_API_KEY").then(|| "sk-ant".to_owned())).unwrap();
+        assert!(c.anthropic.is_configured() && !c.openai.is_configured());
+    }
+
+    #[test]
+    fn the_public_url_is_an_http_address() {
+        let c = Config::from_lookup(|n| (n == "AGENTDESK_PUBLIC_URL").then(|| "https://desk.example.com/".to_owned()))
+            .unwrap();
+        assert_eq!(c.public_url.as_deref(), Some("https://desk.example.com"));
+        for bad in ["desk.example.com", "ftp://desk", "https://desk/?a=1"] {
+            let err = Config::from_lookup(|n| (n == "AGENTDESK_PUBLIC_URL").then(|| bad.to_owned())).unwrap_err();
+            assert!(err.contains("AGENTDESK_PUBLIC_URL"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn config_reads_the_contract_variables() {

@@ -225,7 +225,7 @@ async fn serve(mut config: Config, mode: Mode) -> anyhow::Result<()> {
         None => None,
     };
     let embedded = resolve_database(&mut config).await?;
-    let providers = Providers::from_env();
+    let providers = Providers::from_config(&config);
     // Only processes that work tickets call models: an `api` process has nothing to warn about.
     match providers.detected() {
         Some(provider) => tracing::info!(provider, "model provider configured"),

@@ -183,7 +183,8 @@ pub fn serve_role(mode: &str) -> Result<()> {
     let config = Config::from_env().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let app = App::start(config, mode, Providers::from_env()).await?;
+        let providers = Providers::from_config(&config);
+        let app = App::start(config, mode, providers).await?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = term.recv() => {}

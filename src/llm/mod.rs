@@ -377,32 +377,25 @@ impl fmt::Debug for Providers {
     }
 }
 
-fn env_nonempty(name: &str) -> Option<String> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-}
-
 impl Providers {
-    /// Reads OPENAI_API_KEY/OPENAI_BASE_URL (default https://api.openai.com/v1) and
-    /// ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL (default https://api.anthropic.com). A provider is
-    /// configured when its key is set OR its base URL is set explicitly (local servers such as
-    /// vLLM/Ollama need no key).
-    pub fn from_env() -> Self {
-        let openai = {
-            let key = env_nonempty("OPENAI_API_KEY");
-            let base = env_nonempty("OPENAI_BASE_URL");
-            (key.is_some() || base.is_some())
-                .then(|| openai::OpenAi::new(base.unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()), key))
-        };
-        let anthropic = {
-            let key = env_nonempty("ANTHROPIC_API_KEY");
-            let base = env_nonempty("ANTHROPIC_BASE_URL");
-            (key.is_some() || base.is_some()).then(|| {
-                anthropic::Anthropic::new(base.unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string()), key)
-            })
-        };
+    /// The built-in providers the configuration sets up: `openai` (base URL default
+    /// https://api.openai.com/v1) and `anthropic` (https://api.anthropic.com), each when its key
+    /// or its base URL is set (local servers such as vLLM or Ollama need no key).
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        let openai = config.openai.is_configured().then(|| {
+            let base = config.openai.base_url.clone();
+            openai::OpenAi::new(
+                base.unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
+                config.openai.api_key.clone(),
+            )
+        });
+        let anthropic = config.anthropic.is_configured().then(|| {
+            let base = config.anthropic.base_url.clone();
+            anthropic::Anthropic::new(
+                base.unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string()),
+                config.anthropic.api_key.clone(),
+            )
+        });
         Providers::new(openai, anthropic)
     }
 

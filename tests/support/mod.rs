@@ -74,7 +74,8 @@ impl TestApp {
 
     /// Defaults: listens on 127.0.0.1:0, a fresh database, `: ping` every second, 8 connections.
     pub async fn spawn_mode(mode: Mode, configure: impl FnOnce(&mut Config)) -> TestApp {
-        TestApp::spawn_full(mode, Providers::from_env(), configure).await
+        let providers = Providers::from_config(&Config::from_env().expect("the environment's configuration"));
+        TestApp::spawn_full(mode, providers, configure).await
     }
 
     /// API and workers with the OpenAI-compatible provider pointed at a fake model server.
