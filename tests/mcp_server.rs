@@ -117,6 +117,18 @@ async fn every_tool_works_in_every_revision() {
         assert_eq!(done["result"], "echo: hello");
         let key = done["key"].as_str().unwrap().to_owned();
 
+        // A retried call with the same idempotency_key is the same ticket; other arguments with
+        // that key are a conflict.
+        let key_args =
+            json!({"task": "once", "labels": ["nobody"], "idempotency_key": format!("mcp-{}", revision.as_str())});
+        let first = ok(call(&client, "create_ticket", key_args.clone()).await);
+        let again = ok(call(&client, "create_ticket", key_args).await);
+        assert_eq!(again["id"], first["id"]);
+        let other = json!({"task": "twice", "idempotency_key": format!("mcp-{}", revision.as_str())});
+        assert_eq!(error(call(&client, "create_ticket", other).await)["code"], "conflict");
+        let bad_key = error(call(&client, "create_ticket", json!({"task": "x", "idempotency_key": ""})).await);
+        assert_eq!(bad_key["code"], "validation_failed");
+
         // Without wait_secs it answers at once, with the ticket as created.
         let todo = ok(call(&client, "create_ticket", json!({"task": "later", "labels": ["nobody"]})).await);
         assert_eq!(todo["status"], "todo");

@@ -108,7 +108,7 @@ fn canonical_hash(value: &Value) -> String {
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
 /// 1 to 255 visible ASCII characters (`^[!-~]{1,255}$`, as the document says).
-fn is_idempotency_key(key: &str) -> bool {
+pub(crate) fn is_idempotency_key(key: &str) -> bool {
     (1..=MAX_IDEMPOTENCY_KEY_LEN).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
 }
 

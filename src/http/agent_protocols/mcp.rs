@@ -234,7 +234,7 @@ fn object_schema<T: PartialSchema>() -> Map<String, Value> {
     }
 }
 
-/// `CreateTicket` (the body of `POST /v1/tickets`) with `wait_secs`.
+/// `CreateTicket` (the body of `POST /v1/tickets`) with `wait_secs` and `idempotency_key`.
 fn create_ticket_schema() -> Map<String, Value> {
     let mut schema = object_schema::<CreateTicket>();
     if let Some(Value::Object(properties)) = schema.get_mut("properties") {
@@ -243,6 +243,13 @@ fn create_ticket_schema() -> Map<String, Value> {
             json!({
                 "type": "integer", "minimum": 0, "maximum": super::LONGEST_WAIT.as_secs(), "default": 0,
                 "description": "Seconds to wait for the ticket to be done, failed, cancelled or waiting (0: answer at once)."
+            }),
+        );
+        properties.insert(
+            "idempotency_key".into(),
+            json!({
+                "type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$",
+                "description": "As the Idempotency-Key header of POST /v1/tickets: a repeat with the same key and arguments returns the first ticket; the same key with other arguments is a conflict."
             }),
         );
     }
@@ -287,7 +294,16 @@ impl DeskServer {
                         .filter(|secs| *secs <= super::LONGEST_WAIT.as_secs())
                         .ok_or_else(|| ApiError::Validation("wait_secs must be an integer from 0 to 300".into()))?,
                 };
-                let ticket = match crate::http::tickets::create(state, Value::Object(args), None, None).await? {
+                let key = match args.remove("idempotency_key") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(key)) if crate::http::tickets::is_idempotency_key(&key) => Some(key),
+                    Some(_) => {
+                        return Err(ApiError::Validation(
+                            "idempotency_key must be 1 to 255 visible ASCII characters".into(),
+                        ))
+                    }
+                };
+                let ticket = match crate::http::tickets::create(state, Value::Object(args), key, None).await? {
                     Created::New(ticket) | Created::Repeat(ticket) => ticket,
                 };
                 to_json(&super::settled_ticket(state, ticket, Duration::from_secs(wait)).await?)
