@@ -19,7 +19,7 @@ pub enum StreamItem {
     KeepAlive,
 }
 
-/// The task's stream: the task as it is, then its status changes (and its artifact, when it is
+/// The task's stream: the task as the caller last saw it, then its status changes (and its artifact, when it is
 /// done) until it is terminal or needs input. Changes are read from the ticket itself whenever
 /// the hub carries one of its events, so the last state is never missed even if several changes
 /// arrive together.
@@ -32,6 +32,9 @@ pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item
         pending: VecDeque<StreamItem>,
         ended: bool,
         start: Option<Ticket>,
+        /// Read the ticket again before waiting: right after the first snapshot, which was
+        /// taken before the subscription.
+        recheck: bool,
     }
     let live = state.hub.subscribe();
     let follow = Follow {
@@ -42,6 +45,7 @@ pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item
         pending: VecDeque::new(),
         ended: false,
         start: Some(ticket),
+        recheck: false,
     };
     futures::stream::unfold(follow, |mut f| async move {
         loop {
@@ -51,12 +55,18 @@ pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item
             if f.ended {
                 return None;
             }
-            // The first snapshot is read after subscribing (above), so nothing falls between.
+            // The task as the caller saw it (as its message left it: submitted) comes first, so
+            // a client always sees its changes, however fast the agent is; the read right after
+            // it is made after subscribing, so nothing falls between.
             let ticket = match f.start.take() {
-                Some(ticket) => match db::tickets::find(&f.state.pool, &TicketRef::Id(ticket.id)).await {
-                    Ok(Some(fresh)) => fresh,
-                    Ok(None) | Err(_) => ticket,
-                },
+                Some(ticket) => ticket,
+                None if f.recheck => {
+                    f.recheck = false;
+                    match db::tickets::find(&f.state.pool, &TicketRef::Id(f.ticket_id)).await {
+                        Ok(Some(ticket)) => ticket,
+                        Ok(None) | Err(_) => return None,
+                    }
+                }
                 None => {
                     let wake = tokio::select! {
                         wake = wait_for_change(&mut f.live, f.ticket_id, f.state.config.sse_ping) => wake,
@@ -88,6 +98,7 @@ pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item
             if first {
                 f.pending
                     .push_back(StreamItem::Event(Box::new(StreamResponse::Task(task))));
+                f.recheck = true;
             } else {
                 if let Some(artifact) = task.artifacts.first() {
                     f.pending
