@@ -123,12 +123,15 @@ pub async fn get_task_or_subscribe(
     )
 }
 
-/// `POST /a2a/tasks/{id}:cancel` and `POST /a2a/tasks/{id}:subscribe`
+/// `POST /a2a/tasks/{id}:cancel` and `POST /a2a/tasks/{id}:subscribe`. The body (a cancel's
+/// `{"id"}`, or nothing) is read, though the path says all: a response sent before the body is
+/// read closes the connection, which a client may already be reusing for its next request.
 pub async fn task_action(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(task): Path<String>,
     RawQuery(q): RawQuery,
+    _body: Bytes,
 ) -> Response {
     if let Some(id) = task.strip_suffix(":subscribe") {
         return subscribe(&state, &headers, q.as_deref(), id).await;
