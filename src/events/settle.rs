@@ -31,19 +31,39 @@ pub async fn settled(hub: &EventHub, ticket_id: Uuid, limit: Duration) -> Result
             Some(t) if !is_settled(t.status) => {}
             _ => return Ok(ticket),
         }
-        // Until one of the ticket's own persisted events arrives (or the broadcast lagged, and
-        // with it perhaps such an event), nothing about the ticket can have changed.
-        loop {
-            let message = match tokio::time::timeout_at(deadline, live.recv()).await {
-                Err(_) => return Ok(ticket),
-                Ok(message) => message,
-            };
-            match message {
-                Ok(HubMessage::Events(batch)) if batch.items.iter().any(|i| i.event.ticket_id == ticket_id) => break,
-                Ok(_) => {}
-                Err(RecvError::Lagged(_)) => break,
-                Err(RecvError::Closed) => return Ok(ticket),
+        match next_change(&mut live, ticket_id, deadline).await {
+            Change::Changed => {}
+            Change::TimedOut | Change::Closed => return Ok(ticket),
+        }
+    }
+}
+
+/// What ended a wait for a ticket's next change.
+pub enum Change {
+    /// The hub carried one of the ticket's persisted events, or lagged (and may have dropped
+    /// one): read the ticket again.
+    Changed,
+    TimedOut,
+    /// The hub is gone (the process is stopping).
+    Closed,
+}
+
+/// Waits until the hub carries one of the ticket's persisted events (until then nothing about
+/// the ticket can have changed) or `deadline` passes.
+pub async fn next_change(
+    live: &mut tokio::sync::broadcast::Receiver<HubMessage>,
+    ticket_id: Uuid,
+    deadline: tokio::time::Instant,
+) -> Change {
+    loop {
+        match tokio::time::timeout_at(deadline, live.recv()).await {
+            Err(_) => return Change::TimedOut,
+            Ok(Ok(HubMessage::Events(batch))) if batch.items.iter().any(|i| i.event.ticket_id == ticket_id) => {
+                return Change::Changed
             }
+            Ok(Ok(_)) => {}
+            Ok(Err(RecvError::Lagged(_))) => return Change::Changed,
+            Ok(Err(RecvError::Closed)) => return Change::Closed,
         }
     }
 }

@@ -1,15 +1,14 @@
 //! A task's stream: the task as it is, then its changes until it is terminal or needs input.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
-use tokio::sync::broadcast::error::RecvError;
 use uuid::Uuid;
 
 use super::task::{state_of, task_of, HistoryLength};
 use super::wire::{StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent};
 use crate::db;
 use crate::domain::{Ticket, TicketRef};
+use crate::events::settle::{next_change, Change};
 use crate::events::HubMessage;
 use crate::http::AppState;
 
@@ -68,15 +67,16 @@ pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item
                     }
                 }
                 None => {
-                    let wake = tokio::select! {
-                        wake = wait_for_change(&mut f.live, f.ticket_id, f.state.config.sse_ping) => wake,
+                    let ping = tokio::time::Instant::now() + f.state.config.sse_ping;
+                    let change = tokio::select! {
+                        change = next_change(&mut f.live, f.ticket_id, ping) => change,
                         // Shutting down: end the stream, as the desk's own streams do.
-                        _ = f.state.shutdown.cancelled() => Wake::Closed,
+                        _ = f.state.shutdown.cancelled() => Change::Closed,
                     };
-                    match wake {
-                        Wake::Closed => return None,
-                        Wake::Ping => return Some((StreamItem::KeepAlive, f)),
-                        Wake::Changed => {}
+                    match change {
+                        Change::Closed => return None,
+                        Change::TimedOut => return Some((StreamItem::KeepAlive, f)),
+                        Change::Changed => {}
                     }
                     match db::tickets::find(&f.state.pool, &TicketRef::Id(f.ticket_id)).await {
                         Ok(Some(ticket)) => ticket,
@@ -123,31 +123,4 @@ pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item
             f.ended = now.ends_stream();
         }
     })
-}
-
-enum Wake {
-    Changed,
-    Ping,
-    Closed,
-}
-
-/// Until the hub carries one of the ticket's persisted events (or lagged, and may have dropped
-/// one), or `ping` passes.
-async fn wait_for_change(
-    live: &mut tokio::sync::broadcast::Receiver<HubMessage>,
-    ticket_id: Uuid,
-    ping: Duration,
-) -> Wake {
-    let deadline = tokio::time::Instant::now() + ping;
-    loop {
-        match tokio::time::timeout_at(deadline, live.recv()).await {
-            Err(_) => return Wake::Ping,
-            Ok(Ok(HubMessage::Events(batch))) if batch.items.iter().any(|i| i.event.ticket_id == ticket_id) => {
-                return Wake::Changed
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(RecvError::Lagged(_))) => return Wake::Changed,
-            Ok(Err(RecvError::Closed)) => return Wake::Closed,
-        }
-    }
 }
