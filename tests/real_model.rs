@@ -1,9 +1,9 @@
 //! End to end against a real OpenAI-compatible model server with a real (tiny) model: SmolLM2-135M
-//! on llama-cpp-python, as `.ci/real-model.sh` starts it. The server's base URL (ending in `/v1`)
-//! comes from `AGENTDESK_REAL_MODEL_URL`; without it every test here is skipped with a note, so
-//! `cargo test` stays fast on a machine without the server.
+//! on llama-cpp-python's stock server, as `.ci/real-model.sh` starts it. The server's base URL
+//! (ending in `/v1`) comes from `AGENTDESK_REAL_MODEL_URL`; without it every test here is skipped
+//! with a note, so `cargo test` stays fast on a machine without the server.
 //!
-//! A 135M model follows instructions poorly, so the tests lean on what the server guarantees: with
+//! A 135M model follows instructions poorly, so the agents lean on what the server guarantees: with
 //! `tool_choice` naming a tool, llama-cpp-python constrains the reply to a call of that tool.
 
 mod support;
@@ -19,34 +19,62 @@ use support::{event_data, event_kinds, StatusCode, TestApp};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-const URL_VAR: &str = "AGENTDESK_REAL_MODEL_URL";
-/// The model name sent; llama-cpp-python serves its one model whatever the name.
-const MODEL: &str = "smollm2-135m";
-/// The context length the server runs with (`--n_ctx`).
-const WINDOW: u64 = 2048;
+/// A real model server and the settings the README gives for it.
+struct RealServer {
+    /// For messages.
+    name: &'static str,
+    /// The variable holding its base URL.
+    url_var: &'static str,
+    /// The model name sent (the server serves its one model whatever the name).
+    model: &'static str,
+    /// The context length the server runs with (`--n_ctx`).
+    window: u64,
+    /// The agent's `tool_choice` that makes the server constrain a reply to a tool call.
+    tool_choice: &'static str,
+    /// The provider's `max_concurrent`: llama-cpp-python serves one request at a time and
+    /// interrupts it for the next.
+    max_concurrent: u32,
+}
+
+const LLAMA_CPP_PYTHON: RealServer = RealServer {
+    name: "llama-cpp-python",
+    url_var: "AGENTDESK_REAL_MODEL_URL",
+    model: "smollm2-135m",
+    window: 2048,
+    tool_choice: "close_ticket",
+    max_concurrent: 1,
+};
+
 /// The model runs on CPU, next to the service and Postgres.
 const TICKET_TIMEOUT: Duration = Duration::from_secs(300);
+/// Twelve tickets through one request at a time: a few seconds each on an idle 2-core machine,
+/// up to a minute each while a build shares its cores.
+const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(1200);
 
 /// One model server: the tests take turns.
-static SERVER: Mutex<()> = Mutex::const_new(());
+static TURN: Mutex<()> = Mutex::const_new(());
 
-/// The server's base URL, or None (with a note in the output) when the tests are to be skipped.
-fn server_url(test: &str) -> Option<String> {
-    match std::env::var(URL_VAR) {
-        Ok(url) if !url.trim().is_empty() => Some(url.trim().trim_end_matches('/').to_owned()),
-        _ => {
-            // Written past the test harness's capture, so a skip shows in a passing run's output.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED real_model::{test}: {URL_VAR} is not set (bash .ci/real-model.sh starts a server and \
-                 prints it)"
-            );
-            None
+impl RealServer {
+    /// The server's base URL, or None (with a note in the output) when the test is to be skipped.
+    fn url(&self, test: &str) -> Option<String> {
+        match std::env::var(self.url_var) {
+            Ok(url) if !url.trim().is_empty() => Some(url.trim().trim_end_matches('/').to_owned()),
+            _ => {
+                // Written past the test harness's capture, so a skip shows in a passing run's output.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED real_model::{test} on {}: {} is not set (bash .ci/real-model.sh starts a \
+                     server and prints it)",
+                    self.name,
+                    self.url_var
+                );
+                None
+            }
         }
     }
 }
 
-/// API and workers with the OpenAI provider pointed at the real server.
+/// API and workers with the built-in OpenAI provider pointed at the server.
 async fn start(url: &str) -> TestApp {
     let providers = Providers::new(Some(OpenAi::new(url.to_owned(), None)), None);
     TestApp::spawn_full(Mode::Serve, providers, |config| {
@@ -57,13 +85,13 @@ async fn start(url: &str) -> TestApp {
 }
 
 /// An agent that must answer with a call of `close_ticket`, taking only tickets labelled `name`.
-async fn put_closer(app: &TestApp, name: &str, extra: Value) {
+async fn put_closer(app: &TestApp, server: &RealServer, name: &str, extra: Value) {
     let mut body = json!({
         "role": "You work tickets. Read the task and call close_ticket with a short answer as the result.",
         "provider": "openai",
-        "model": MODEL,
+        "model": server.model,
         "tools": ["close_ticket"],
-        "tool_choice": "close_ticket",
+        "tool_choice": server.tool_choice,
         "temperature": 0,
         "max_tokens": 128,
         "max_request_retries": 2,
@@ -75,15 +103,18 @@ async fn put_closer(app: &TestApp, name: &str, extra: Value) {
     let (status, agent) = app.put(&format!("/v1/agents/{name}"), body).await;
     assert!(status.is_success(), "PUT /v1/agents/{name}: {status} {agent}");
     assert_eq!(
-        agent["tool_choice"], "close_ticket",
+        agent["tool_choice"], server.tool_choice,
         "the agent keeps its tool_choice: {agent}"
     );
 }
-
 /// Polls until the ticket stops working (done, failed, cancelled or waiting), or panics with its
 /// events and transcript after `TICKET_TIMEOUT`.
 async fn wait_settled(app: &TestApp, key: &str) -> Value {
-    let deadline = Instant::now() + TICKET_TIMEOUT;
+    wait_settled_by(app, key, Instant::now() + TICKET_TIMEOUT).await
+}
+
+/// Like `wait_settled`, with a deadline of the caller's.
+async fn wait_settled_by(app: &TestApp, key: &str, deadline: Instant) -> Value {
     loop {
         let (code, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
         assert_eq!(code, StatusCode::OK, "GET /v1/tickets/{key}: {ticket}");
@@ -92,7 +123,7 @@ async fn wait_settled(app: &TestApp, key: &str) -> Value {
         }
         if Instant::now() >= deadline {
             panic!(
-                "{key} did not settle within {TICKET_TIMEOUT:?}: {ticket}\n{}",
+                "{key} did not settle in time: {ticket}\n{}",
                 diagnosis(app, &ticket).await
             );
         }
@@ -119,12 +150,12 @@ fn assert_done(ticket: &Value, diagnosis: &str) {
 }
 
 /// Whether the server reports usage on a streamed chat completion asked for it.
-async fn server_reports_streaming_usage(url: &str) -> bool {
+async fn server_reports_streaming_usage(server: &RealServer, url: &str) -> bool {
     let response = reqwest::Client::new()
         .post(format!("{url}/chat/completions"))
         .timeout(Duration::from_secs(120))
         .json(&json!({
-            "model": MODEL,
+            "model": server.model,
             "messages": [{ "role": "user", "content": "Say hi." }],
             "max_tokens": 4,
             "stream": true,
@@ -147,12 +178,13 @@ async fn server_reports_streaming_usage(url: &str) -> bool {
 
 #[tokio::test]
 async fn an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket() {
-    let Some(url) = server_url("an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket") else {
+    let server = &LLAMA_CPP_PYTHON;
+    let Some(url) = server.url("an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket") else {
         return;
     };
-    let _turn = SERVER.lock().await;
+    let _turn = TURN.lock().await;
     let app = start(&url).await;
-    put_closer(&app, "closer", json!({})).await;
+    put_closer(&app, server, "closer", json!({})).await;
     let ticket = app
         .create_ticket(json!({ "task": "What is the capital of France?", "labels": ["closer"] }))
         .await;
@@ -164,19 +196,20 @@ async fn an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket() {
     assert!(settled["usage"]["tool_calls"].as_u64().unwrap_or(0) >= 1, "{settled}");
     let kinds = event_kinds(&app, settled["id"].as_str().unwrap()).await;
     assert!(kinds.contains(&"tool.finished".to_owned()), "{kinds:?}");
-    eprintln!("real_model: {key} done with {}", settled["result"]);
+    eprintln!("real_model on {}: {key} done with {}", server.name, settled["result"]);
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn usage_is_estimated_when_the_server_reports_none() {
-    let Some(url) = server_url("usage_is_estimated_when_the_server_reports_none") else {
+    let server = &LLAMA_CPP_PYTHON;
+    let Some(url) = server.url("usage_is_estimated_when_the_server_reports_none") else {
         return;
     };
-    let _turn = SERVER.lock().await;
-    let reports = server_reports_streaming_usage(&url).await;
+    let _turn = TURN.lock().await;
+    let reports = server_reports_streaming_usage(server, &url).await;
     let app = start(&url).await;
-    put_closer(&app, "counter", json!({})).await;
+    put_closer(&app, server, "counter", json!({})).await;
     let ticket = app
         .create_ticket(json!({ "task": "Name a primary colour.", "labels": ["counter"] }))
         .await;
@@ -192,7 +225,10 @@ async fn usage_is_estimated_when_the_server_reports_none() {
     } else {
         assert_eq!(usage["estimated"], true, "the server reports no usage: {usage}");
     }
-    eprintln!("real_model: server reports streaming usage: {reports}; ticket usage {usage}");
+    eprintln!(
+        "real_model on {}: server reports streaming usage: {reports}; ticket usage {usage}",
+        server.name
+    );
     app.shutdown().await;
 }
 
@@ -216,10 +252,11 @@ fn notes(n: usize) -> String {
 
 #[tokio::test]
 async fn compaction_on_a_2048_token_window_keeps_the_task_verbatim() {
-    let Some(url) = server_url("compaction_on_a_2048_token_window_keeps_the_task_verbatim") else {
+    let server = &LLAMA_CPP_PYTHON;
+    let Some(url) = server.url("compaction_on_a_2048_token_window_keeps_the_task_verbatim") else {
         return;
     };
-    let _turn = SERVER.lock().await;
+    let _turn = TURN.lock().await;
     let app = start(&url).await;
     let task = "Task REAL-7: reply with the single word ready. Keep this sentence exactly as written.";
     // The task becomes the transcript's first comment when a ticket is first claimed; the claim
@@ -246,10 +283,10 @@ async fn compaction_on_a_2048_token_window_keeps_the_task_verbatim() {
         app.comment(key, &text).await;
     }
     assert!(
-        chars as u64 / 4 > WINDOW,
+        chars as u64 / 4 > server.window,
         "the comments alone exceed the window ({chars} characters)"
     );
-    put_closer(&app, "compactor", json!({ "context_window": WINDOW })).await;
+    put_closer(&app, server, "compactor", json!({ "context_window": server.window })).await;
     let (status, body) = app
         .patch(&format!("/v1/tickets/{key}"), json!({ "labels": ["compactor"] }))
         .await;
@@ -280,5 +317,129 @@ async fn compaction_on_a_2048_token_window_keeps_the_task_verbatim() {
         "the notes were summarised away\n{why}"
     );
     assert_done(&settled, &why);
+    app.shutdown().await;
+}
+
+/// Ordinary tickets of the kind people post: short questions, a haiku, a report to summarise.
+fn ordinary_tasks() -> Vec<String> {
+    let report: String = (1..=3).map(notes).collect::<String>().chars().take(5_000).collect();
+    let mut tasks: Vec<String> = [
+        "What is the capital of France?",
+        "Name the three primary colours.",
+        "Write a haiku about autumn rain.",
+        "How many days are there in a leap year?",
+        "Translate 'good morning' into Spanish.",
+        "What is 12 times 12?",
+        "Suggest a name for a grey cat.",
+        "What does CPU stand for?",
+        "Give one tip for sleeping well.",
+        "Which planet is closest to the sun?",
+        "Write one sentence thanking a colleague for their help with a release.",
+    ]
+    .map(str::to_owned)
+    .into();
+    tasks.push(format!("Summarise this report in two sentences.\n\n{report}"));
+    tasks
+}
+
+/// A result a person would call an answer: not null and not an empty string, object or list.
+fn is_answer(result: &Value) -> bool {
+    match result {
+        Value::Null => false,
+        Value::String(text) => !text.trim().is_empty(),
+        Value::Array(items) => !items.is_empty(),
+        Value::Object(fields) => !fields.is_empty(),
+        _ => true,
+    }
+}
+
+/// The workload a new user tries first: twelve tickets posted at once to an agent on a named
+/// provider with the server's documented `max_concurrent`, the server as it is run. Eleven of
+/// twelve must be done with an answer, and none may be left `waiting` or working.
+#[tokio::test]
+async fn twelve_ordinary_tickets_at_once_finish() {
+    let server = &LLAMA_CPP_PYTHON;
+    let Some(url) = server.url("twelve_ordinary_tickets_at_once_finish") else {
+        return;
+    };
+    let _turn = TURN.lock().await;
+    let app = start(&url).await;
+    let (status, body) = app
+        .put(
+            "/v1/providers/local",
+            json!({ "kind": "openai", "base_url": url, "max_concurrent": server.max_concurrent }),
+        )
+        .await;
+    assert!(status.is_success(), "PUT /v1/providers/local: {status} {body}");
+    put_closer(
+        &app,
+        server,
+        "local",
+        json!({ "provider": "local", "context_window": server.window, "max_tokens": 256 }),
+    )
+    .await;
+
+    let started = Instant::now();
+    let creates = ordinary_tasks()
+        .into_iter()
+        .map(|task| app.create_ticket(json!({ "task": task, "labels": ["local"] })));
+    let keys: Vec<String> = futures::future::join_all(creates)
+        .await
+        .iter()
+        .map(|ticket| ticket["key"].as_str().expect("a key").to_owned())
+        .collect();
+    let deadline = started + WORKLOAD_TIMEOUT;
+    let mut settled = Vec::new();
+    for key in &keys {
+        settled.push(wait_settled_by(&app, key, deadline).await);
+    }
+    let elapsed = started.elapsed();
+
+    let mut report = String::new();
+    let (mut answered, mut queued, mut interrupted) = (0, 0, 0);
+    for ticket in &settled {
+        let id = ticket["id"].as_str().unwrap();
+        let kinds = event_kinds(&app, id).await;
+        queued += kinds.iter().filter(|kind| *kind == "request.queued").count();
+        let retries = event_data(&app, id, "request.retried").await;
+        interrupted += retries
+            .iter()
+            .filter(|retry| retry.to_string().contains("stream_interrupted"))
+            .count();
+        if ticket["status"] == "done" && is_answer(&ticket["result"]) {
+            answered += 1;
+        }
+        report.push_str(&format!(
+            "\n  {} {} requests={} result={:.80} error={}",
+            ticket["key"].as_str().unwrap_or_default(),
+            ticket["status"],
+            ticket["usage"]["requests"],
+            ticket["result"].to_string(),
+            ticket["error"]
+        ));
+    }
+    eprintln!(
+        "real_model on {}: {answered}/12 done with an answer in {:.0?}, {queued} request.queued, \
+         {interrupted} stream_interrupted retries{report}",
+        server.name, elapsed
+    );
+    for ticket in &settled {
+        assert!(
+            ["done", "failed", "cancelled"].contains(&ticket["status"].as_str().unwrap_or_default()),
+            "no ticket is left waiting or working: {ticket}\n{}",
+            diagnosis(&app, ticket).await
+        );
+    }
+    assert!(
+        answered >= 11,
+        "at least 11 of 12 done with an answer on {}:{report}",
+        server.name
+    );
+    // Twelve tickets at once on a provider with a limit: some requests waited their turn, visibly.
+    assert!(queued > 0, "request.queued shows the wait for a slot");
+    if server.max_concurrent == 1 {
+        // The limit is what keeps llama-cpp-python from interrupting a request for the next one.
+        assert_eq!(interrupted, 0, "no request was interrupted by another:{report}");
+    }
     app.shutdown().await;
 }
