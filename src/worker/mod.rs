@@ -66,7 +66,7 @@ impl WorkerPool {
     ) -> WorkerPool {
         let worker_id = format!(
             "{}-{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "agentdesk".into()),
+            config.host.hostname.as_deref().unwrap_or("agentdesk"),
             std::process::id(),
             &Uuid::now_v7().simple().to_string()[20..]
         );
@@ -170,10 +170,18 @@ async fn claim_loop(shared: Arc<Shared>) {
         let mut wait = IDLE_POLL;
         if free > 0 {
             let claimed = match conn.as_mut() {
-                Some(c) => db::claims::claim_batch(c, free, shared.config.lease, &shared.worker_id).await,
+                Some(c) => {
+                    db::claims::claim_batch(c, free, shared.config.lease, &shared.worker_id).await
+                }
                 None => match pool.acquire().await {
                     Ok(c) => {
-                        db::claims::claim_batch(conn.insert(c), free, shared.config.lease, &shared.worker_id).await
+                        db::claims::claim_batch(
+                            conn.insert(c),
+                            free,
+                            shared.config.lease,
+                            &shared.worker_id,
+                        )
+                        .await
                     }
                     Err(err) => Err(err),
                 },
