@@ -171,11 +171,11 @@ async fn claim_loop(shared: Arc<Shared>) {
         if free > 0 {
             let claimed = match conn.as_mut() {
                 Some(c) => {
-                    db::claims::claim_batch(c, free, shared.config.lease, &shared.worker_id).await
+                    crate::transitions::claims::claim_batch(c, free, shared.config.lease, &shared.worker_id).await
                 }
                 None => match pool.acquire().await {
                     Ok(c) => {
-                        db::claims::claim_batch(
+                        crate::transitions::claims::claim_batch(
                             conn.insert(c),
                             free,
                             shared.config.lease,
@@ -406,7 +406,7 @@ async fn deadline_loop(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(DEADLINE_POLL) => {}
         }
-        match db::deadlines::fail_past_deadline(&shared.runtime.pool, 500).await {
+        match crate::transitions::deadlines::fail_past_deadline(&shared.runtime.pool, 500).await {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(tickets = n, "failed tickets past their deadline");
