@@ -12,6 +12,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
+pub use super::fence::Fence;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::domain::{
     Agent, Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Ticket, TicketError, TicketUsage,
@@ -41,12 +42,6 @@ impl Claim {
             generation: self.generation,
         }
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Fence {
-    pub ticket_id: Uuid,
-    pub generation: i64,
 }
 
 fn secs(d: Duration) -> f64 {
