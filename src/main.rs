@@ -188,7 +188,7 @@ async fn resolve_database(config: &mut Config) -> anyhow::Result<Option<Embedded
         return Ok(None);
     }
     // The image sets this: a container has no PostgreSQL of its own to start.
-    if std::env::var_os("AGENTDESK_CONTAINER").is_some() {
+    if config.host.in_container {
         anyhow::bail!(
             "DATABASE_URL is not set: point it at a PostgreSQL server \
              (docker-compose.yml runs one beside agentdesk)"
@@ -196,7 +196,7 @@ async fn resolve_database(config: &mut Config) -> anyhow::Result<Option<Embedded
     }
     let data_dir = config.data_dir.join("pgdata");
     tracing::info!(dir = %data_dir.display(), "DATABASE_URL is not set: starting an embedded PostgreSQL");
-    let pg = EmbeddedPostgres::start(&data_dir).await?;
+    let pg = EmbeddedPostgres::start_with_binaries(&data_dir, config.host.pg_bindir.as_deref()).await?;
     config.database_url = Some(pg.url());
     Ok(Some(pg))
 }

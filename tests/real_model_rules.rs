@@ -342,7 +342,7 @@ async fn a_cancel_mid_stream_keeps_the_text_already_streamed() {
 
 /// Claims the one claimable ticket as a worker would (the app runs no worker).
 async fn claim(app: &TestApp) -> agentdesk::db::claims::Fence {
-    let claims = agentdesk::db::claims::claim_batch(
+    let claims = agentdesk::transitions::claims::claim_batch(
         &mut app.pool.acquire().await.unwrap(),
         1,
         Duration::from_secs(30),

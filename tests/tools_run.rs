@@ -71,9 +71,10 @@ async fn create(pool: &PgPool, new: NewTicket) -> Ticket {
 /// A ticket for `alice`, claimed by worker w1.
 async fn claimed(pool: &PgPool, schema: Option<Value>) -> Claim {
     create(pool, new_ticket("the main task", &[AGENT], schema)).await;
-    let mut claims = db::claims::claim_batch(&mut pool.acquire().await.unwrap(), 1, Duration::from_secs(60), "w1")
-        .await
-        .expect("claim");
+    let mut claims =
+        transitions::claims::claim_batch(&mut pool.acquire().await.unwrap(), 1, Duration::from_secs(60), "w1")
+            .await
+            .expect("claim");
     assert_eq!(claims.len(), 1);
     let claim = claims.remove(0);
     // The claim carries the agent's definition, so the first step need not read it again.
@@ -110,7 +111,7 @@ async fn a_first_claim_hands_over_the_transcript_only_when_the_task_is_all_of_it
     .await
     .expect("comment");
     tx.commit().await.expect("commit");
-    let claims = db::claims::claim_batch(&mut pool.acquire().await.unwrap(), 1, Duration::from_secs(60), "w1")
+    let claims = transitions::claims::claim_batch(&mut pool.acquire().await.unwrap(), 1, Duration::from_secs(60), "w1")
         .await
         .expect("claim");
     assert_eq!(claims[0].ticket.id, commented.id);

@@ -17,10 +17,12 @@ pub mod outputs;
 mod persist;
 mod request;
 mod results;
+mod state;
 mod step;
 mod tool_calls;
 pub mod transcript;
 mod trim;
+mod window;
 
 use std::sync::Arc;
 use std::time::Duration;

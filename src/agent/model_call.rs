@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::step::Step;
+use super::state::Step;
 use super::{aborted, request, Flow};
 use crate::db;
 use crate::domain::event::kind;

@@ -5,7 +5,7 @@
 
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::step::Step;
+use super::state::Step;
 use super::tool_calls::PreparedCall;
 use super::{aborted, request, transcript, Flow, RunEnd, Runtime, Stop};
 use crate::db;

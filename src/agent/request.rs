@@ -63,7 +63,7 @@ pub(super) fn estimate_usage(request: &ModelRequest, response: &mut llm::ModelRe
     }
     let output_chars = response.text.len() + response.tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>();
     response.usage = llm::Usage {
-        input_tokens: super::compaction::estimate_tokens(request),
+        input_tokens: super::window::estimate_tokens(request),
         output_tokens: (output_chars as u64).div_ceil(4),
         ..llm::Usage::default()
     };

@@ -2,39 +2,21 @@
 //! (compacting first when it nears the window), call the model, then either settle a text reply
 //! or run the tool calls and store their results.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::compaction::{self, Reason};
 use super::model_call::ModelOutcome;
 use super::persist::{self, ResponseRecord};
+use super::state::Step;
 use super::tool_calls::{self, PreparedCall};
 use super::trim::Target;
 use super::{aborted, request, Count, Flow, Runtime, Signals, Streaks};
 use crate::db;
-use crate::db::claims::{Claim, Fence};
+use crate::db::claims::Claim;
 use crate::domain::provider::BUILTIN_PROVIDERS;
-use crate::domain::{Agent, Comment, EventData, NewEvent, Status, Ticket, TicketUsage};
+use crate::domain::{Comment, EventData, NewEvent, Status, TicketUsage};
 use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, StopReason};
 use crate::telemetry::trace::AgentSpan;
-use crate::tools::ToolRegistry;
-
-/// What every part of a step works with: the process, the claim, the agent and the ticket as
-/// the step read them, and the signals that stop it.
-pub(super) struct Step<'a> {
-    pub rt: &'a Runtime,
-    pub fence: Fence,
-    pub agent: Agent,
-    pub ticket: Ticket,
-    /// The agent's tools for this step (`tools::catalog`).
-    pub tools: Cow<'static, ToolRegistry>,
-    pub signals: &'a Signals,
-    pub streaks: &'a Streaks,
-    /// Requests of this step that failed and are not yet added to the ticket's usage.
-    pub failed_requests: Count,
-    /// The claim's `invoke_agent` span (inert when tracing is off).
-    pub span: &'a AgentSpan,
-}
 
 /// Runs one step of a claimed ticket. `first`: the first step of a new claim, which works from
 /// what the claim returned instead of reading it again.

@@ -4,8 +4,8 @@
 //! older, with a note saying what was left out. `plan` decides without the database, so the
 //! rules are tested alone; `Step::trim_transcript` stores the plan.
 
-use super::compaction::{block_chars, cut_middle, estimate_tokens, keeps_task, task_comment, Reason, CUT_MARKER_MAX};
-use super::step::Step;
+use super::state::Step;
+use super::window::{block_chars, cut_middle, estimate_tokens, keeps_task, task_comment, Reason, CUT_MARKER_MAX};
 use super::{request, Flow};
 use crate::db;
 use crate::domain::{Author, Comment, ContentBlock, TicketUsage};

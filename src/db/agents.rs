@@ -1,6 +1,6 @@
 //! Agent definitions.
 
-use sqlx::PgExecutor;
+use sqlx::{PgExecutor, PgPool};
 
 use crate::domain::Agent;
 
@@ -159,4 +159,11 @@ pub async fn using_provider<'e>(db: impl PgExecutor<'e>, provider: &str) -> Resu
         .bind(provider)
         .fetch_all(db)
         .await
+}
+
+/// Wakes idle workers in every process after an agent changed: its new labels may make waiting
+/// work claimable. Best effort for the caller: a lost notice only delays a claim to the next poll.
+pub async fn notify_agent_changed(pool: &PgPool) -> Result<(), sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    super::tickets::notify_work(&mut conn).await
 }

@@ -8,10 +8,11 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::events::ReservedEvent;
+pub use super::fence::Fence;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::domain::{
     Agent, Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Ticket, TicketError, TicketUsage,
@@ -43,12 +44,6 @@ impl Claim {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Fence {
-    pub ticket_id: Uuid,
-    pub generation: i64,
-}
-
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
@@ -67,26 +62,73 @@ const ROUTE: &str = "CROSS JOIN LATERAL (
 /// A ticket past its deadline is the reaper's to fail, not a worker's to start.
 const BEFORE_DEADLINE: &str = "(t.deadline_at IS NULL OR t.deadline_at > now())";
 
+/// A ticket a claim statement took, with the seqs it reserved for what the claim logs; what that
+/// is, the caller decides (`transitions::claims`). Every claim reserves one event seq; a ticket's
+/// first claim also reserves a comment seq and a second event seq, for its task as the
+/// transcript's first comment.
+#[derive(Clone, Debug)]
+pub struct Claimed {
+    /// The claim, without its transcript (the caller's log decides it).
+    pub claim: Claim,
+    /// The event seq reserved first (for `ticket.started`).
+    pub started_seq: i64,
+    /// On a first claim, the seqs reserved for the task comment.
+    pub task: Option<TaskSeqs>,
+    /// Whether the ticket had no comment before (the task comment is then the whole transcript).
+    pub no_comments_before: bool,
+}
+
+/// The seqs a first claim reserves for the task comment and its event.
+#[derive(Clone, Copy, Debug)]
+pub struct TaskSeqs {
+    pub comment: i64,
+    pub event: i64,
+}
+
 /// Claims up to `limit` claimable tickets, by priority then age, routed by the agents' labels,
-/// and logs `ticket.started` for each in the same transaction. A ticket claimed for the first time
-/// also gets its task written as the transcript's first user comment (so it is compacted and shown
-/// like everything else), in the same transaction and statements as the rest of the batch. The
-/// claiming agent's name is added to the labels, pinning the ticket to it if it is re-queued.
+/// in the caller's transaction, which must insert what the claims log (their seqs are reserved,
+/// see [`Claimed`]) before it commits. The claiming agent's name is added to the labels, pinning
+/// the ticket to it if it is re-queued.
 ///
 /// Tickets of agents without `max_concurrent` are claimed by one statement, as fast as ever; it
 /// also says whether any agent has a limit. Only then, a second statement claims for the limited
 /// agents under a transaction-level advisory lock taken before it, so that its snapshot sees every
 /// claim committed before: each agent's running count is exact however many processes claim, and
 /// a claim never takes an agent past its limit.
-pub async fn claim_batch(
-    conn: &mut PgConnection,
+pub async fn claim_tickets(
+    tx: &mut PgConnection,
     limit: i64,
     lease: Duration,
     worker_id: &str,
-) -> Result<Vec<Claim>, sqlx::Error> {
-    use sqlx::Connection;
-    let mut tx = conn.begin().await?;
-    let unlimited = format!(
+) -> Result<Vec<Claimed>, sqlx::Error> {
+    let mut claimed = vec![];
+    let unlimited = ClaimStatement {
+        candidates: &unlimited_candidates(),
+        flag: "EXISTS (SELECT 1 FROM agents WHERE max_concurrent IS NOT NULL)",
+        limit,
+        lease,
+        worker_id,
+    };
+    let any_limited = claim_statement(tx, &unlimited, &mut claimed).await?;
+    let left = limit - claimed.len() as i64;
+    if any_limited && left > 0 {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('agentdesk.limited_claims', 0))")
+            .execute(&mut *tx)
+            .await?;
+        let limited = ClaimStatement {
+            candidates: &limited_candidates(),
+            flag: "false",
+            limit: left,
+            ..unlimited
+        };
+        claim_statement(tx, &limited, &mut claimed).await?;
+    }
+    Ok(claimed)
+}
+
+/// The claimable tickets of agents without a limit.
+fn unlimited_candidates() -> String {
+    format!(
         "SELECT t.id, a.name AS agent_name, t.seeded
             FROM tickets t
             {ROUTE}
@@ -94,18 +136,13 @@ pub async fn claim_batch(
             ORDER BY t.priority DESC, t.created_at, t.id
             LIMIT $1
             FOR UPDATE OF t SKIP LOCKED"
-    );
-    let any_limited = "EXISTS (SELECT 1 FROM agents WHERE max_concurrent IS NOT NULL)";
-    let mut batch = ClaimBatch::default();
-    let limited = claim_statement(&mut tx, &unlimited, any_limited, limit, lease, worker_id, &mut batch).await?;
-    let left = limit - batch.claims.len() as i64;
-    if limited && left > 0 {
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('agentdesk.limited_claims', 0))")
-            .execute(&mut *tx)
-            .await?;
-        // Ranks each limited agent's claimable tickets and keeps as many as it has free slots.
-        let limited = format!(
-            "WITH ranked AS MATERIALIZED (
+    )
+}
+
+/// Ranks each limited agent's claimable tickets and keeps as many as it has free slots.
+fn limited_candidates() -> String {
+    format!(
+        "WITH ranked AS MATERIALIZED (
                 SELECT t.id, a.name AS agent_name, t.seeded, t.priority, t.created_at,
                     row_number() OVER (PARTITION BY a.name ORDER BY t.priority DESC, t.created_at, t.id) AS place,
                     a.max_concurrent - (SELECT count(*) FROM tickets r
@@ -119,34 +156,25 @@ pub async fn claim_batch(
              ORDER BY r.priority DESC, r.created_at, r.id
              LIMIT $1
              FOR UPDATE OF t SKIP LOCKED"
-        );
-        claim_statement(&mut tx, &limited, "false", left, lease, worker_id, &mut batch).await?;
-    }
-    super::events::insert_reserved(&mut tx, &batch.comments, &batch.events).await?;
-    tx.commit().await?;
-    Ok(batch.claims)
+    )
 }
 
-#[derive(Default)]
-struct ClaimBatch {
-    claims: Vec<Claim>,
-    comments: Vec<Comment>,
-    events: Vec<ReservedEvent>,
-}
-
-/// Claims the tickets `candidates` selects (and locks), adding them to `batch`; returns the value
-/// of `flag`, a boolean SQL expression evaluated by the same statement.
-async fn claim_statement(
-    tx: &mut PgConnection,
-    candidates: &str,
-    flag: &str,
+/// One claim statement: `candidates` selects (and locks) the tickets, `flag` is a boolean SQL
+/// expression the same statement evaluates.
+#[derive(Clone, Copy)]
+struct ClaimStatement<'a> {
+    candidates: &'a str,
+    flag: &'a str,
     limit: i64,
     lease: Duration,
-    worker_id: &str,
-    batch: &mut ClaimBatch,
-) -> Result<bool, sqlx::Error> {
-    let sql = format!(
-        "WITH candidates AS MATERIALIZED ({candidates}),
+    worker_id: &'a str,
+}
+
+impl ClaimStatement<'_> {
+    fn sql(&self) -> String {
+        let ClaimStatement { candidates, flag, .. } = self;
+        format!(
+            "WITH candidates AS MATERIALIZED ({candidates}),
          claimed AS (
             UPDATE tickets t SET
                 status = 'in_progress',
@@ -174,69 +202,73 @@ async fn claim_statement(
          SELECT f.flag, {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq, t.last_event_seq, t.trace_context,
                 (SELECT to_jsonb(a) FROM agents a WHERE a.name = t.agent) AS definition
          FROM (SELECT {flag} AS flag) f LEFT JOIN claimed t ON true"
-    );
-    let rows = sqlx::query(&sql)
-        .bind(limit)
-        .bind(secs(lease))
-        .bind(worker_id)
+        )
+    }
+}
+
+/// Claims the tickets `statement` selects, adding them to `claimed`; returns its flag.
+async fn claim_statement(
+    tx: &mut PgConnection,
+    statement: &ClaimStatement<'_>,
+    claimed: &mut Vec<Claimed>,
+) -> Result<bool, sqlx::Error> {
+    use sqlx::Row;
+    let rows = sqlx::query(&statement.sql())
+        .bind(statement.limit)
+        .bind(secs(statement.lease))
+        .bind(statement.worker_id)
         .fetch_all(&mut *tx)
         .await?;
     let mut flag = false;
     for row in &rows {
-        use sqlx::{FromRow, Row};
         flag |= row.try_get::<bool, _>("flag")?;
         if row.try_get::<Option<Uuid>, _>("id")?.is_none() {
             continue;
         }
-        let generation: i64 = row.try_get("generation")?;
-        let ticket: Ticket = TicketRow::from_row(row)?.into();
-        let agent = ticket.agent.clone().unwrap_or_default();
-        let (last_event_seq, last_comment_seq): (i64, i64) =
-            (row.try_get("last_event_seq")?, row.try_get("last_comment_seq")?);
-        let seeded: bool = row.try_get("was_seeded")?;
-        let trace_context: Option<String> = row.try_get("trace_context")?;
-        // Unreadable, it is read again by name in the first step.
-        let definition = row
-            .try_get::<Option<sqlx::types::Json<Agent>>, _>("definition")
-            .ok()
-            .flatten()
-            .map(|json| json.0);
-        // A first claim logs the task as a comment right after `ticket.started`.
-        let started_seq = if seeded { last_event_seq } else { last_event_seq - 1 };
-        let started = EventData::TicketStarted {
-            agent: agent.clone(),
-            attempt: ticket.attempts,
+        claimed.push(claimed_from_row(row)?);
+    }
+    Ok(flag)
+}
+
+/// A claimed ticket as the claim statement returned it.
+fn claimed_from_row(row: &PgRow) -> Result<Claimed, sqlx::Error> {
+    use sqlx::{FromRow, Row};
+    let generation: i64 = row.try_get("generation")?;
+    let ticket: Ticket = TicketRow::from_row(row)?.into();
+    let agent = ticket.agent.clone().unwrap_or_default();
+    let (last_event_seq, last_comment_seq): (i64, i64) =
+        (row.try_get("last_event_seq")?, row.try_get("last_comment_seq")?);
+    let seeded: bool = row.try_get("was_seeded")?;
+    let trace_context: Option<String> = row.try_get("trace_context")?;
+    // Unreadable, it is read again by name in the first step.
+    let definition = row
+        .try_get::<Option<sqlx::types::Json<Agent>>, _>("definition")
+        .ok()
+        .flatten()
+        .map(|json| json.0);
+    // A first claim logs the task as a comment right after `ticket.started`.
+    let (started_seq, task) = if seeded {
+        (last_event_seq, None)
+    } else {
+        let task = TaskSeqs {
+            comment: last_comment_seq,
+            event: last_event_seq,
         };
-        batch
-            .events
-            .push(ReservedEvent::new(&ticket, started_seq, Some(&agent), started));
-        let mut transcript = None;
-        if !seeded {
-            let content = vec![ContentBlock::text(ticket.task_text())];
-            let task = Comment {
-                seq: last_comment_seq,
-                ..super::steps::new_comment(ticket.id, Author::User, None, content)
-            };
-            let created = EventData::CommentCreated { comment: task.clone() };
-            batch
-                .events
-                .push(ReservedEvent::new(&ticket, last_event_seq, Some(&agent), created));
-            // Nobody had commented: the task is the whole transcript.
-            if last_comment_seq == 1 {
-                transcript = Some(vec![task.clone()]);
-            }
-            batch.comments.push(task);
-        }
-        batch.claims.push(Claim {
+        (last_event_seq - 1, Some(task))
+    };
+    Ok(Claimed {
+        claim: Claim {
             ticket,
             generation,
             agent,
             definition,
-            transcript,
+            transcript: None,
             trace_context,
-        });
-    }
-    Ok(flag)
+        },
+        started_seq,
+        task,
+        no_comments_before: last_comment_seq == 1,
+    })
 }
 
 /// Opens a transaction holding the claim's row lock, or None when the claim was lost. Every

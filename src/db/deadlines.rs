@@ -1,29 +1,44 @@
-//! Ticket deadlines: a ticket still open when its `deadline_at` passes fails with
-//! `deadline_exceeded`, whatever it is doing (queued, in progress or waiting).
+//! Ticket deadlines: open tickets whose `deadline_at` has passed, failed whatever they are doing
+//! (queued, in progress or waiting). What they fail with, and what is logged, the caller decides
+//! (`transitions::deadlines`).
 
-use sqlx::PgPool;
+use sqlx::types::Json;
+use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::domain::{EventData, NewEvent, TicketError};
+use crate::domain::TicketError;
 
-/// The error kind of a ticket whose deadline passed.
-pub const DEADLINE_EXCEEDED: &str = "deadline_exceeded";
+/// A ticket `fail_due` failed.
+#[derive(Clone, Debug)]
+pub struct PastDeadline {
+    pub id: Uuid,
+    pub agent: Option<String>,
+    /// Its status before (`todo`, `in_progress` or `waiting`).
+    pub was: String,
+    /// The error stored with it.
+    pub error: TicketError,
+}
 
-/// Fails up to `limit` open tickets past their deadline, each with its `ticket.failed` in the
-/// same transaction; one process at a time does this. Bumping the generation fences out the
-/// worker of an in-progress one (its next write finds the claim lost), and a cancel notice
-/// stops its model stream and tools at once. Returns how many tickets failed.
-pub async fn fail_past_deadline(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let got_lock: bool =
-        sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended('agentdesk.deadlines', 0))")
-            .fetch_one(&mut *tx)
-            .await?;
-    if !got_lock {
-        return Ok(0);
-    }
+/// Takes the deadline check's lock for the caller's transaction: false when another process
+/// holds it (it is doing the check).
+pub async fn lock_check(tx: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended('agentdesk.deadlines', 0))")
+        .fetch_one(tx)
+        .await
+}
+
+/// Fails up to `limit` open tickets past their deadline, in the caller's transaction, with the
+/// error `kind` and a message made by `format(message, deadline_secs)` (Postgres's `format`).
+/// Bumping the generation fences out the worker of an in-progress one (its next write finds the
+/// claim lost).
+pub async fn fail_due(
+    tx: &mut PgConnection,
+    limit: i64,
+    kind: &str,
+    message: &str,
+) -> Result<Vec<PastDeadline>, sqlx::Error> {
     // The status is re-checked under the row lock; a row being written right now is taken next time.
-    let failed: Vec<(Uuid, Option<String>, String, Option<i32>)> = sqlx::query_as(
+    let failed: Vec<(Uuid, Option<String>, String, Json<TicketError>)> = sqlx::query_as(
         "WITH due AS (
             SELECT id, status FROM tickets
             WHERE deadline_at IS NOT NULL AND deadline_at <= now()
@@ -31,32 +46,25 @@ pub async fn fail_past_deadline(pool: &PgPool, limit: i64) -> Result<usize, sqlx
             ORDER BY deadline_at LIMIT $1
             FOR UPDATE SKIP LOCKED)
          UPDATE tickets t SET status = 'failed',
-            error = jsonb_build_object('kind', $2::text, 'message',
-                format('the ticket''s deadline of %s s after its creation has passed', t.deadline_secs)),
+            error = jsonb_build_object('kind', $2::text, 'message', format($3::text, t.deadline_secs)),
             generation = t.generation + 1, lease_expires_at = NULL, worker_id = NULL,
             work_ms = t.work_ms + COALESCE((extract(epoch FROM now() - t.claimed_at) * 1000)::bigint, 0),
             claimed_at = NULL, finished_at = now(), updated_at = now()
          FROM due WHERE t.id = due.id
-         RETURNING t.id, t.agent, due.status, t.deadline_secs",
+         RETURNING t.id, t.agent, due.status, t.error",
     )
     .bind(limit)
-    .bind(DEADLINE_EXCEEDED)
-    .fetch_all(&mut *tx)
+    .bind(kind)
+    .bind(message)
+    .fetch_all(tx)
     .await?;
-    for (id, agent, was, secs) in &failed {
-        let error = TicketError {
-            kind: DEADLINE_EXCEEDED.into(),
-            message: format!(
-                "the ticket's deadline of {} s after its creation has passed",
-                secs.unwrap_or_default()
-            ),
-        };
-        let event = NewEvent::new(agent.as_deref(), EventData::TicketFailed { error });
-        super::events::append(&mut tx, *id, &[event]).await?;
-        if was == "in_progress" {
-            super::tickets::notify_cancel(&mut tx, *id).await?;
-        }
-    }
-    tx.commit().await?;
-    Ok(failed.len())
+    Ok(failed
+        .into_iter()
+        .map(|(id, agent, was, error)| PastDeadline {
+            id,
+            agent,
+            was,
+            error: error.0,
+        })
+        .collect())
 }

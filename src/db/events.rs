@@ -17,7 +17,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
-use super::claims::Fence;
+use super::fence::Fence;
 use super::group::{GroupWrite, GroupWriter};
 
 use crate::domain::{Comment, EventData, NewEvent, Ticket, TicketEvent};

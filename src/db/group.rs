@@ -169,7 +169,7 @@ async fn writer<W: GroupWrite>(
 
 /// The replies of fenced writes (`Reply = bool`): whether each write's claim held, given the
 /// tickets whose writes the statement made.
-pub fn held(fences: impl Iterator<Item = super::claims::Fence>, written: Vec<uuid::Uuid>) -> Vec<bool> {
+pub fn held(fences: impl Iterator<Item = super::fence::Fence>, written: Vec<uuid::Uuid>) -> Vec<bool> {
     let written: std::collections::HashSet<uuid::Uuid> = written.into_iter().collect();
     fences.map(|fence| written.contains(&fence.ticket_id)).collect()
 }

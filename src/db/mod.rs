@@ -7,6 +7,7 @@ pub mod comments;
 pub mod deadlines;
 pub mod desk_stats;
 pub mod events;
+pub mod fence;
 pub mod group;
 pub mod http_tools;
 pub mod mcp_servers;

@@ -5,7 +5,8 @@ use chrono::{Timelike, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::claims::{Fence, Finish};
+use super::claims::Finish;
+use super::fence::Fence;
 use super::group::{GroupWrite, GroupWriter};
 use crate::domain::{Author, Comment, ContentBlock, NewEvent, TicketUsage};
 

@@ -8,6 +8,7 @@ use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::domain::event::kind::TICKET_CREATED;
+use crate::domain::event::{CREATED_TICKET_FIELDS, CREATED_USAGE_FIELDS};
 use crate::domain::{Approval, PendingApproval, Status, Ticket, TicketError, TicketRef, TicketUsage};
 
 /// Every column a `Ticket` is built from, with the parent's key joined in.
@@ -122,71 +123,57 @@ pub struct NewTicket {
 
 /// The data of a new ticket's `ticket.created` event (`{"ticket": …}`) as SQL, for the statement
 /// that inserts the ticket (its inserted row is `t`): the ticket exactly as the API writes it, every
-/// field of `Ticket`'s serialisation in its order, with the same values (the key and the times are
-/// the database's), without spaces between members (the task, metadata and schema inside are
-/// Postgres's text of their jsonb, which has them: the same JSON). One statement writes both, so a
-/// create is one round trip and its own transaction. `tests/api.rs` compares it with the created
-/// ticket on every path of a create.
+/// field of `Ticket`'s serialisation in its order (`CREATED_TICKET_FIELDS`, kept next to the
+/// event's type), with the same values (the key and the times are the database's), without
+/// spaces between members (the task, metadata and schema inside are Postgres's text of their
+/// jsonb, which has them: the same JSON). One statement writes both, so a create is one round
+/// trip and its own transaction. `tests/created_event.rs` and `tests/api.rs` compare it with the
+/// created ticket.
 static CREATED_EVENT_DATA: LazyLock<String> = LazyLock::new(|| {
-    use JsonValue::{Of, Text};
-    let usage = json_object_sql(&[
-        ("input_tokens", Of("t.input_tokens")),
-        ("output_tokens", Of("t.output_tokens")),
-        ("cache_read_tokens", Of("t.cache_read_tokens")),
-        ("cache_creation_tokens", Of("t.cache_creation_tokens")),
-        ("requests", Of("t.requests")),
-        ("tool_calls", Of("t.tool_calls")),
-    ]);
-    let ticket = json_object_sql(&[
-        ("id", Of("t.id")),
-        ("key", Of("t.key")),
-        ("task", Of("t.task")),
-        ("labels", Of("t.labels")),
-        ("status", Of("t.status")),
-        ("agent", Of("t.agent")),
-        ("reporter", Of("t.reporter")),
-        ("priority", Of("t.priority")),
-        ("parent_id", Of("t.parent_id")),
-        (
-            "parent_key",
-            Of("(SELECT p.key FROM tickets p WHERE p.id = t.parent_id)"),
-        ),
-        ("schema", Of("t.schema")),
-        ("result", Of("t.result")),
-        ("error", Of("t.error")),
-        ("attempts", Of("t.attempts")),
-        ("max_attempts", Of("t.max_attempts")),
-        ("metadata", Of("t.metadata")),
-        ("deadline_secs", Of("t.deadline_secs")),
-        ("deadline_at", Of("api_time(t.deadline_at)")),
-        ("usage", Text(usage)),
-        ("created_at", Of("api_time(t.created_at)")),
-        ("updated_at", Of("api_time(t.updated_at)")),
-        ("started_at", Of("api_time(t.started_at)")),
-        ("finished_at", Of("api_time(t.finished_at)")),
-        ("pending_approvals", Text("'[]'".into())),
-    ]);
+    let ticket = json_object_sql(
+        CREATED_TICKET_FIELDS
+            .iter()
+            .map(|&field| (field, created_member_sql(field))),
+    );
     format!("('{{\"ticket\":' || {ticket} || '}}')::json")
 });
+
+/// The SQL of one member of a new ticket's JSON: most are the column of the same name.
+fn created_member_sql(field: &str) -> JsonValue {
+    match field {
+        "parent_key" => JsonValue::Of("(SELECT p.key FROM tickets p WHERE p.id = t.parent_id)".into()),
+        // Times as the API writes them.
+        "deadline_at" | "created_at" | "updated_at" | "started_at" | "finished_at" => {
+            JsonValue::Of(format!("api_time(t.{field})"))
+        }
+        "usage" => JsonValue::Text(json_object_sql(
+            CREATED_USAGE_FIELDS
+                .iter()
+                .map(|&counter| (counter, JsonValue::Of(format!("t.{counter}")))),
+        )),
+        // A new ticket waits for no approval.
+        "pending_approvals" => JsonValue::Text("'[]'".into()),
+        column => JsonValue::Of(format!("t.{column}")),
+    }
+}
 
 /// A value in `json_object_sql`: a SQL expression, written as `to_json` writes it (NULL as
 /// `null`), or SQL that is already JSON text.
 enum JsonValue {
-    Of(&'static str),
+    Of(String),
     Text(String),
 }
 
 /// SQL for the text of a JSON object with these fields, in this order and without spaces
 /// (`json_build_object` would put a space on either side of every colon).
-fn json_object_sql(fields: &[(&str, JsonValue)]) -> String {
+fn json_object_sql<'a>(fields: impl Iterator<Item = (&'a str, JsonValue)>) -> String {
     let members: Vec<String> = fields
-        .iter()
         .enumerate()
         .map(|(i, (name, value))| {
             let open = if i == 0 { "{" } else { "," };
             let value = match value {
                 JsonValue::Of(sql) => format!("coalesce(to_json({sql})::text, 'null')"),
-                JsonValue::Text(sql) => sql.clone(),
+                JsonValue::Text(sql) => sql,
             };
             format!("'{open}\"{name}\":' || {value}")
         })

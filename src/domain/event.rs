@@ -163,6 +163,48 @@ event_kinds! {
     },
 }
 
+/// The members of `ticket.created`'s `ticket` (a `Ticket` as serde writes it), in their order. The
+/// database builds a new ticket's `ticket.created` from this list in the statement that inserts
+/// the ticket (`db::tickets`); the tests below check it against `Ticket`'s serialisation, and
+/// `tests/created_event.rs` the SQL against the typed event.
+pub const CREATED_TICKET_FIELDS: &[&str] = &[
+    "id",
+    "key",
+    "task",
+    "labels",
+    "status",
+    "agent",
+    "reporter",
+    "priority",
+    "parent_id",
+    "parent_key",
+    "schema",
+    "result",
+    "error",
+    "attempts",
+    "max_attempts",
+    "metadata",
+    "deadline_secs",
+    "deadline_at",
+    "usage",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "pending_approvals",
+];
+
+/// The members of a new ticket's `usage`, in their order: nothing is estimated yet, so
+/// `estimated` is absent (serde skips it while false).
+pub const CREATED_USAGE_FIELDS: &[&str] = &[
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_creation_tokens",
+    "requests",
+    "tool_calls",
+];
+
 /// An event as clients receive it in an SSE `data:` line. Its OpenAPI description is
 /// `TicketEventSchema`, which spells out each kind's `data`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -448,6 +490,21 @@ mod tests {
             let data: Value = serde_json::from_str(&event.data_json()).unwrap();
             assert_eq!(data, whole["data"], "{}", event.kind());
         }
+    }
+
+    #[test]
+    fn the_created_ticket_fields_are_the_tickets_serialisation() {
+        let ticket = every_kind()
+            .into_iter()
+            .find_map(|event| match event {
+                EventData::TicketCreated { ticket } => Some(ticket),
+                _ => None,
+            })
+            .unwrap();
+        let json = serde_json::to_value(&ticket).unwrap();
+        let names = |value: &Value| value.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(&json), CREATED_TICKET_FIELDS);
+        assert_eq!(names(&json["usage"]), CREATED_USAGE_FIELDS);
     }
 
     #[test]

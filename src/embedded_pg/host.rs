@@ -175,10 +175,10 @@ pub(super) fn has_server_binaries(dir: &Path) -> bool {
 }
 
 /// Where initdb and postgres live. A cluster that already exists prefers the
-/// binaries of its own major version, which alone can open it.
-pub(super) fn find_bindir(data_dir: &Path) -> Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("AGENTDESK_PG_BINDIR") {
-        let dir = PathBuf::from(dir);
+/// binaries of its own major version, which alone can open it. `given`: `AGENTDESK_PG_BINDIR`.
+pub(super) fn find_bindir(data_dir: &Path, given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(dir) = given {
+        let dir = dir.to_path_buf();
         if has_server_binaries(&dir) {
             return Ok(dir);
         }

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use sqlx::{Connection, PgConnection};
 
+use crate::config::HostEnv;
 use host::{absolute, check_reachable, chown_tree, find_bindir, lock_file, postgres_user};
 use process::{
     find_running, free_port, init_cluster, prepare_socket_dir, process_gone, send_signal, spawn_server, wait_ready,
@@ -84,8 +85,17 @@ impl EmbeddedPostgres {
     ///
     /// A server this call spawned is stopped when the value is dropped; a
     /// reused one is left alone (call [`EmbeddedPostgres::stop`] to stop it).
+    ///
+    /// The server binaries come from `AGENTDESK_PG_BINDIR` when it is set (read by the
+    /// configuration), else from where `find_bindir` looks.
     pub async fn start(data_dir: &Path) -> Result<EmbeddedPostgres> {
-        Self::start_inner(data_dir, false).await
+        Self::start_with_binaries(data_dir, HostEnv::from_env().pg_bindir.as_deref()).await
+    }
+
+    /// Like [`EmbeddedPostgres::start`], with the server binaries' directory given (None: look
+    /// for them).
+    pub async fn start_with_binaries(data_dir: &Path, bindir: Option<&Path>) -> Result<EmbeddedPostgres> {
+        Self::start_inner(data_dir, bindir, false).await
     }
 
     /// Like [`EmbeddedPostgres::start`], but the server is left running when
@@ -96,7 +106,7 @@ impl EmbeddedPostgres {
     /// `fsync=off` and without full page writes, so an OS crash can corrupt
     /// it (delete the directory then), and with room for many connections.
     pub async fn start_shared(data_dir: &Path) -> Result<EmbeddedPostgres> {
-        Self::start_inner(data_dir, true).await
+        Self::start_inner(data_dir, HostEnv::from_env().pg_bindir.as_deref(), true).await
     }
 
     /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/agentdesk`
@@ -144,11 +154,11 @@ impl EmbeddedPostgres {
         )
     }
 
-    async fn start_inner(data_dir: &Path, shared: bool) -> Result<EmbeddedPostgres> {
+    async fn start_inner(data_dir: &Path, bindir: Option<&Path>, shared: bool) -> Result<EmbeddedPostgres> {
         let data_dir = absolute(data_dir)?;
         // First, so that a machine without PostgreSQL gets the one-line
         // "install it" error rather than anything about users or paths.
-        let bindir = find_bindir(&data_dir)?;
+        let bindir = find_bindir(&data_dir, bindir)?;
         let layout = Layout::new(&data_dir)?;
         fs::create_dir_all(&layout.parent).with_context(|| format!("creating {}", layout.parent.display()))?;
         let _lock = lock_file(&layout.lock).await?;

@@ -133,20 +133,8 @@ pub async fn put_agent(
             provider_kind.as_deref().or(state.providers.detected()),
         ),
     };
-    if let Some(t) = req.temperature {
-        if !(0.0..=2.0).contains(&t) {
-            return Err(ApiError::Validation("temperature must be between 0 and 2".into()));
-        }
-    }
-    let tool_choice = match req.tool_choice {
-        None => crate::domain::agent::default_tool_choice(),
-        Some(c) if matches!(c.as_str(), "auto" | "required" | "none") || tools.contains(&c) => c,
-        Some(c) => {
-            return Err(ApiError::Validation(format!(
-                "tool_choice must be auto, required, none or one of the agent's tools, not {c:?}"
-            )))
-        }
-    };
+    check_temperature(req.temperature)?;
+    let tool_choice = tool_choice(req.tool_choice, &tools)?;
     let now = chrono::Utc::now();
     let agent = Agent {
         name,
@@ -164,14 +152,7 @@ pub async fn put_agent(
         request_retry_delay_ms: non_negative("request_retry_delay_ms", req.request_retry_delay_ms)?.unwrap_or(500),
         temperature: req.temperature,
         max_tokens: positive("max_tokens", req.max_tokens)?,
-        thinking_budget: match req.thinking_budget {
-            Some(b) if b < 1024 => {
-                return Err(ApiError::Validation(
-                    "thinking_budget must be at least 1024 tokens".into(),
-                ))
-            }
-            b => b,
-        },
+        thinking_budget: thinking_budget(req.thinking_budget)?,
         tool_choice,
         max_concurrent: positive("max_concurrent", req.max_concurrent)?,
         created_at: now,
@@ -179,11 +160,35 @@ pub async fn put_agent(
     };
     let (agent, created) = db::agents::upsert(&state.pool, &agent).await?;
     // New labels may make waiting work claimable.
-    let _ = sqlx::query("SELECT pg_notify($1, '')")
-        .bind(db::WORK_CHANNEL)
-        .execute(&state.pool)
-        .await;
+    let _ = db::agents::notify_agent_changed(&state.pool).await;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(agent)))
+}
+
+fn check_temperature(temperature: Option<f64>) -> Result<(), ApiError> {
+    match temperature {
+        Some(t) if !(0.0..=2.0).contains(&t) => Err(ApiError::Validation("temperature must be between 0 and 2".into())),
+        _ => Ok(()),
+    }
+}
+
+/// `auto` when not given; else `auto`, `required`, `none` or one of the agent's tools.
+fn tool_choice(choice: Option<String>, tools: &[String]) -> Result<String, ApiError> {
+    match choice {
+        None => Ok(crate::domain::agent::default_tool_choice()),
+        Some(c) if matches!(c.as_str(), "auto" | "required" | "none") || tools.contains(&c) => Ok(c),
+        Some(c) => Err(ApiError::Validation(format!(
+            "tool_choice must be auto, required, none or one of the agent's tools, not {c:?}"
+        ))),
+    }
+}
+
+fn thinking_budget(budget: Option<i32>) -> Result<Option<i32>, ApiError> {
+    match budget {
+        Some(b) if b < 1024 => Err(ApiError::Validation(
+            "thinking_budget must be at least 1024 tokens".into(),
+        )),
+        b => Ok(b),
+    }
 }
 
 /// Get an agent

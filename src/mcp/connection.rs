@@ -3,52 +3,25 @@
 //! back to the `initialize` handshake of the 2025 revisions), and the tool listing.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Weak;
+
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientConfig, Implementation, ProtocolVersion};
-use rmcp::service::{ClientInitializeError, NotificationContext, RunningService};
+use rmcp::model::ProtocolVersion;
+use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
 
 use super::http_client::GuardedHttp;
-use super::server::ServerHandle;
 use crate::domain::McpTransport;
 use crate::llm::named::expand_env;
 use crate::net::guard::AddressGuard;
 
-pub(crate) type Running = RunningService<RoleClient, Handler>;
-
 /// The revision asked for in the `initialize` handshake (a server may answer with an older one).
-const LEGACY_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+pub(crate) const LEGACY_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 /// The longest a connection (handshake included) may take, whatever the server's call timeout.
 const MAX_CONNECT: Duration = Duration::from_secs(30);
-
-/// The client side's answers to the server: who we are, and a re-listing when the server says
-/// its tools changed.
-#[derive(Clone)]
-pub(crate) struct Handler {
-    pub server: Weak<ServerHandle>,
-}
-
-impl ClientHandler for Handler {
-    fn get_info(&self) -> ClientConfig {
-        let mut info = ClientConfig::default();
-        info.protocol_version = LEGACY_VERSION;
-        info.client_info = Implementation::new("agentdesk", env!("CARGO_PKG_VERSION"));
-        info
-    }
-
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        if let Some(server) = self.server.upgrade() {
-            tokio::spawn(async move {
-                server.relist().await;
-            });
-        }
-    }
-}
 
 /// Values that `${env:…}` templates expanded to: they are cut out of every error message, since
 /// a transport error may quote a URL or a header.
@@ -133,12 +106,13 @@ fn lifecycle() -> ClientLifecycleMode {
 
 /// Runs the lifecycle on a transport from `make`; a server that answers the 2026 probe with
 /// only 2025 revisions gets the `initialize` handshake on a fresh transport.
-async fn handshake<T, E, A>(
-    handler: Handler,
+async fn handshake<H, T, E, A>(
+    handler: H,
     make: impl Fn() -> Result<T, String>,
     secrets: &Secrets,
-) -> Result<Running, String>
+) -> Result<RunningService<RoleClient, H>, String>
 where
+    H: ClientHandler + Clone,
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
@@ -158,12 +132,12 @@ where
 
 /// Connects and completes the lifecycle. Err is the status to show, secrets cut out; Ok holds
 /// the values the templates expanded to, to cut out of the connection's later errors.
-pub(crate) async fn connect(
+pub(crate) async fn connect<H: ClientHandler + Clone>(
     transport: &McpTransport,
     guard: AddressGuard,
     http: &reqwest::Client,
-    handler: Handler,
-) -> Result<(Running, Secrets), String> {
+    handler: H,
+) -> Result<(RunningService<RoleClient, H>, Secrets), String> {
     let mut secrets = Secrets::default();
     let connecting = async {
         match transport {

@@ -1,16 +1,18 @@
 //! One server as this process knows it: its definition, its connection (made on demand and
 //! kept), and its tools as last listed.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 use chrono::{DateTime, Utc};
+use rmcp::model::{ClientConfig, Implementation};
 use rmcp::service::Peer;
-use rmcp::RoleClient;
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::{ClientHandler, RoleClient};
 use serde_json::Value;
 use sqlx::PgPool;
 
-use super::connection::{self, Handler, Running, Secrets};
-use super::tool::McpTool;
+use super::connection::{self, Secrets, LEGACY_VERSION};
+use super::tool::{McpTool, ToolServer};
 use crate::db;
 use crate::domain::mcp_server::MCP_SEPARATOR;
 use crate::domain::{McpServerDef, McpToolInfo};
@@ -27,6 +29,33 @@ pub(crate) struct Listing {
     pub tools: Vec<Arc<McpTool>>,
     pub status: String,
     pub listed_at: Option<DateTime<Utc>>,
+}
+
+/// The connection to one server, with the answers the client side gives it.
+pub(crate) type Running = RunningService<RoleClient, Handler>;
+
+/// The client side's answers to the server: who we are, and a re-listing when the server says
+/// its tools changed.
+#[derive(Clone)]
+pub(crate) struct Handler {
+    pub server: Weak<ServerHandle>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::default();
+        info.protocol_version = LEGACY_VERSION;
+        info.client_info = Implementation::new("agentdesk", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if let Some(server) = self.server.upgrade() {
+            tokio::spawn(async move {
+                server.relist().await;
+            });
+        }
+    }
 }
 
 pub(crate) struct ServerHandle {
@@ -195,7 +224,8 @@ impl ServerHandle {
                 input_schema: schema,
                 requires_approval: self.def.requires_approval.for_tool(&tool.name),
             };
-            tools.push(Arc::new(McpTool::new(info, Arc::downgrade(self))));
+            let server: Weak<dyn ToolServer> = Arc::downgrade(self) as Weak<ServerHandle>;
+            tools.push(Arc::new(McpTool::new(info, server)));
         }
         tools
     }
@@ -224,6 +254,25 @@ impl ServerHandle {
                 tracing::warn!(server = %self.def.name, error = %e, "cannot record an MCP server's listing");
             }
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolServer for ServerHandle {
+    async fn call_peer(self: Arc<Self>) -> Result<Peer<RoleClient>, String> {
+        ServerHandle::call_peer(&self).await
+    }
+
+    fn timeout(&self) -> std::time::Duration {
+        ServerHandle::timeout(self)
+    }
+
+    fn redact(&self, message: &str) -> String {
+        ServerHandle::redact(self, message)
+    }
+
+    async fn drop_connection(&self) {
+        ServerHandle::drop_connection(self).await
     }
 }
 

@@ -1,26 +1,38 @@
 //! An MCP server's tool as a desk [`Tool`]: shown to the model as `{server}__{tool}`, called on
 //! the server's connection with the server's timeout; whatever goes wrong is an error result.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
-use rmcp::ServiceError;
+use rmcp::service::Peer;
+use rmcp::{RoleClient, ServiceError};
 use serde_json::Value;
 
 use super::connection::transport_text;
-use super::server::ServerHandle;
 use crate::domain::McpToolInfo;
 use crate::tools::{Tool, ToolContext, ToolErrorKind, ToolOutcome};
+
+/// What a tool needs of its server (`server::ServerHandle`): a connection to call on, the
+/// server's timeout, its secrets cut out of messages, and dropping a connection that broke.
+/// A trait, so that the server lists its tools without the tools naming it back.
+#[async_trait]
+pub(crate) trait ToolServer: Send + Sync {
+    async fn call_peer(self: Arc<Self>) -> Result<Peer<RoleClient>, String>;
+    fn timeout(&self) -> Duration;
+    fn redact(&self, message: &str) -> String;
+    async fn drop_connection(&self);
+}
 
 pub struct McpTool {
     pub(crate) info: McpToolInfo,
     /// Weak: a server removed or redefined makes its old tools fail as missing.
-    server: Weak<ServerHandle>,
+    server: Weak<dyn ToolServer>,
 }
 
 impl McpTool {
-    pub(crate) fn new(info: McpToolInfo, server: Weak<ServerHandle>) -> Self {
+    pub(crate) fn new(info: McpToolInfo, server: Weak<dyn ToolServer>) -> Self {
         McpTool { info, server }
     }
 
@@ -84,7 +96,7 @@ impl Tool for McpTool {
             );
         };
         let name = self.info.qualified_name.as_str();
-        let peer = match server.call_peer().await {
+        let peer = match server.clone().call_peer().await {
             Ok(peer) => peer,
             Err(status) if status.starts_with("forbidden_address") => {
                 return failed(ToolErrorKind::ForbiddenAddress, status);

@@ -27,6 +27,8 @@ static CONTENT: AtomicBool = AtomicBool::new(false);
 /// The service name when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES` names one.
 pub const DEFAULT_SERVICE_NAME: &str = "agentdesk";
 
+/// The standard `OTEL_*` variables are read here rather than in the configuration: the SDK's
+/// exporter reads the same ones itself, so they stay together, and telemetry depends on nothing.
 fn env(name: &str) -> Option<String> {
     std::env::var(name)
         .ok()

@@ -2,6 +2,8 @@
 //! for, with the events that describe it. Each change and its events commit in one transaction:
 //! either both are durable or neither. New tickets arriving together are grouped by `intake`.
 
+pub mod claims;
+pub mod deadlines;
 pub mod intake;
 pub mod schedules;
 

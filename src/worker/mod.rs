@@ -66,7 +66,7 @@ impl WorkerPool {
     ) -> WorkerPool {
         let worker_id = format!(
             "{}-{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "agentdesk".into()),
+            config.host.hostname.as_deref().unwrap_or("agentdesk"),
             std::process::id(),
             &Uuid::now_v7().simple().to_string()[20..]
         );
@@ -170,10 +170,18 @@ async fn claim_loop(shared: Arc<Shared>) {
         let mut wait = IDLE_POLL;
         if free > 0 {
             let claimed = match conn.as_mut() {
-                Some(c) => db::claims::claim_batch(c, free, shared.config.lease, &shared.worker_id).await,
+                Some(c) => {
+                    crate::transitions::claims::claim_batch(c, free, shared.config.lease, &shared.worker_id).await
+                }
                 None => match pool.acquire().await {
                     Ok(c) => {
-                        db::claims::claim_batch(conn.insert(c), free, shared.config.lease, &shared.worker_id).await
+                        crate::transitions::claims::claim_batch(
+                            conn.insert(c),
+                            free,
+                            shared.config.lease,
+                            &shared.worker_id,
+                        )
+                        .await
                     }
                     Err(err) => Err(err),
                 },
@@ -398,7 +406,7 @@ async fn deadline_loop(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(DEADLINE_POLL) => {}
         }
-        match db::deadlines::fail_past_deadline(&shared.runtime.pool, 500).await {
+        match crate::transitions::deadlines::fail_past_deadline(&shared.runtime.pool, 500).await {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(tickets = n, "failed tickets past their deadline");

@@ -1,15 +1,22 @@
 //! One typed configuration, from command-line options, each of which can also be set by an
 //! environment variable (also from `.env`). Secrets are never printed.
 
-use std::ffi::OsStr;
+mod host;
+mod values;
+
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use clap::builder::TypedValueParser;
-use clap::{Arg, Args, CommandFactory, FromArgMatches, Parser};
+use clap::{Args, CommandFactory, FromArgMatches, Parser};
+
+pub use host::HostEnv;
+use values::{
+    address, boolean, days, interval, log_format, max_concurrent, optional_address, parsed, path, positive, public_url,
+    runtime_threads, seconds, seconds_list, text, Setting,
+};
+pub use values::{Address, Days, MaxConcurrent, SecondsList};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
@@ -88,6 +95,8 @@ pub struct Config {
     /// Finished tickets and webhook delivery records older than this are deleted
     /// (`AGENTDESK_RETENTION_DAYS`); None keeps everything.
     pub retention: Option<Duration>,
+    /// The host's own variables (`HOSTNAME`, `AGENTDESK_CONTAINER`, `AGENTDESK_PG_BINDIR`).
+    pub host: HostEnv,
 }
 
 /// `AGENTDESK_WEBHOOK_RETRY_SECS`'s default.
@@ -147,6 +156,7 @@ impl Default for Config {
             openai_max_concurrent: None,
             anthropic_max_concurrent: None,
             retention: None,
+            host: HostEnv::from_env(),
         }
     }
 }
@@ -179,10 +189,6 @@ pub const LOOPBACK_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::
 pub const ALL_INTERFACES_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
 
-/// The shortest lease, stream idle and ping interval accepted: shorter ones would make the
-/// renewal, stall and ping loops spin.
-const MIN_INTERVAL_SECS: f64 = 0.1;
-
 /// Options of every subcommand.
 #[derive(Args, Clone)]
 #[command(next_help_heading = "Global options")]
@@ -209,10 +215,6 @@ pub struct ListenArgs {
     #[arg(long, env = "AGENTDESK_ADDR", value_name = "ADDR", value_parser = Setting(address))]
     pub addr: Option<Address>,
 }
-
-/// A listen address as given; empty means the default, which depends on the tokens.
-#[derive(Clone, Copy, Debug)]
-pub struct Address(Option<SocketAddr>);
 
 impl ListenArgs {
     /// The address given, if one was.
@@ -359,10 +361,6 @@ impl BuiltInProvider {
     }
 }
 
-/// A provider's `max_concurrent` as given; empty means no limit.
-#[derive(Clone, Copy, Debug)]
-pub struct MaxConcurrent(Option<u32>);
-
 /// Every setting, for `Config::from_lookup`.
 #[derive(Parser)]
 #[command(no_binary_name = true)]
@@ -477,334 +475,11 @@ impl Config {
         };
         let matches = command.try_get_matches_from(args).map_err(message)?;
         let settings = Settings::from_arg_matches(&matches).map_err(message)?;
-        Ok(Config::from_args(&settings.global, Some(&settings.server)))
+        let mut config = Config::from_args(&settings.global, Some(&settings.server));
+        config.host = HostEnv::from_lookup(get);
+        Ok(config)
     }
-}
-
-/// Reads an option's value as the environment has always been read: blanks around it are ignored,
-/// an empty value means the default (docker compose passes an unset variable as empty), and a bad
-/// value is reported with the variable's name.
-#[derive(Clone)]
-struct Setting<T>(fn(&str, &str) -> Result<T, String>);
-
-impl<T: Clone + Send + Sync + 'static> TypedValueParser for Setting<T> {
-    type Value = T;
-
-    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&Arg>, value: &OsStr) -> Result<T, clap::Error> {
-        let name = arg
-            .and_then(Arg::get_env)
-            .map(OsStr::to_string_lossy)
-            .unwrap_or_default()
-            .into_owned();
-        let default = arg
-            .and_then(|arg| arg.get_default_values().first())
-            .map(|default| default.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let parse = self.0;
-        // A closure is a value parser whose errors clap reports with the option and the value.
-        let parser = move |value: &str| {
-            let value = value.trim();
-            parse(&name, if value.is_empty() { &default } else { value })
-        };
-        parser.parse_ref(cmd, arg, value)
-    }
-}
-
-fn parsed<T: FromStr>(name: &str, value: &str) -> Result<T, String> {
-    value.parse().map_err(|_| format!("{name}: cannot parse {value:?}"))
-}
-
-fn seconds(name: &str, value: &str) -> Result<f64, String> {
-    let secs: f64 = parsed(name, value)?;
-    if !(secs > 0.0 && secs < 1e9) {
-        return Err(format!("{name}: must be a positive number of seconds"));
-    }
-    Ok(secs)
-}
-
-/// A duration some loop waits on: at least `MIN_INTERVAL_SECS`.
-fn interval(name: &str, value: &str) -> Result<f64, String> {
-    let secs = seconds(name, value)?;
-    if secs < MIN_INTERVAL_SECS {
-        return Err(format!(
-            "{name}: {value} s is too short; the least accepted is {MIN_INTERVAL_SECS} s"
-        ));
-    }
-    Ok(secs)
-}
-
-/// A number of days as given; blank means none.
-#[derive(Clone, Copy, Debug)]
-pub struct Days(Option<f64>);
-
-/// A positive decimal number of days (under about 27 000 years, so that it stays a duration).
-fn days(name: &str, value: &str) -> Result<Days, String> {
-    if value.is_empty() {
-        return Ok(Days(None));
-    }
-    let days: f64 = parsed(name, value)?;
-    if !(days > 0.0 && days < 1e7) {
-        return Err(format!("{name}: must be a positive number of days, e.g. 30 or 0.5"));
-    }
-    Ok(Days(Some(days)))
-}
-
-fn address(name: &str, value: &str) -> Result<Address, String> {
-    if value.is_empty() {
-        return Ok(Address(None));
-    }
-    parsed(name, value).map(|addr| Address(Some(addr)))
-}
-
-fn positive<T: FromStr + PartialOrd + Default>(name: &str, value: &str) -> Result<T, String> {
-    let n: T = parsed(name, value)?;
-    if n <= T::default() {
-        return Err(format!("{name}: must be at least 1"));
-    }
-    Ok(n)
-}
-
-/// At most this many runtime threads: more is a typo, and the operating system may refuse to start them.
-const MAX_RUNTIME_THREADS: usize = 1024;
-
-fn runtime_threads(name: &str, value: &str) -> Result<usize, String> {
-    let n: usize = positive(name, value)?;
-    if n > MAX_RUNTIME_THREADS {
-        return Err(format!("{name}: must be at most {MAX_RUNTIME_THREADS}"));
-    }
-    Ok(n)
-}
-
-/// The largest `max_concurrent` a provider takes (as `PUT /v1/providers` accepts).
-const MAX_PROVIDER_CONCURRENCY: u32 = 1024;
-
-fn max_concurrent(name: &str, value: &str) -> Result<MaxConcurrent, String> {
-    if value.is_empty() {
-        return Ok(MaxConcurrent(None));
-    }
-    let n: u32 = positive(name, value)?;
-    if n > MAX_PROVIDER_CONCURRENCY {
-        return Err(format!("{name}: must be at most {MAX_PROVIDER_CONCURRENCY}"));
-    }
-    Ok(MaxConcurrent(Some(n)))
-}
-
-fn boolean(name: &str, value: &str) -> Result<bool, String> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" => Ok(true),
-        "false" | "0" | "no" => Ok(false),
-        other => Err(format!("{name}: expected true or false, got {other:?}")),
-    }
-}
-
-/// Seconds, as a comma-separated list.
-#[derive(Clone, Debug)]
-pub struct SecondsList(pub Vec<f64>);
-
-/// A comma-separated list of delays in seconds (each 0 or more); empty entries are ignored.
-fn seconds_list(name: &str, value: &str) -> Result<SecondsList, String> {
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| match s.parse::<f64>() {
-            Ok(secs) if (0.0..1e9).contains(&secs) => Ok(secs),
-            _ => Err(format!("{name}: {s:?} is not a number of seconds")),
-        })
-        .collect::<Result<_, _>>()
-        .map(SecondsList)
-}
-
-fn log_format(name: &str, value: &str) -> Result<LogFormat, String> {
-    match value {
-        "text" => Ok(LogFormat::Text),
-        "json" => Ok(LogFormat::Json),
-        other => Err(format!("{name}: expected text or json, got {other:?}")),
-    }
-}
-
-/// An address, or blank for none (checked here, parsed again by `from_args`).
-fn optional_address(name: &str, value: &str) -> Result<String, String> {
-    if !value.is_empty() {
-        parsed::<SocketAddr>(name, value)?;
-    }
-    Ok(value.to_owned())
-}
-
-/// An http(s) URL without query or fragment, kept without its trailing `/`; empty is unset.
-fn public_url(name: &str, value: &str) -> Result<String, String> {
-    if value.is_empty() {
-        return Ok(String::new());
-    }
-    match url::Url::parse(value) {
-        Ok(url)
-            if matches!(url.scheme(), "http" | "https")
-                && url.host_str().is_some()
-                && url.query().is_none()
-                && url.fragment().is_none() =>
-        {
-            Ok(value.trim_end_matches('/').to_owned())
-        }
-        _ => Err(format!(
-            "{name} must be an http or https URL such as https://desk.example.com, not {value:?}"
-        )),
-    }
-}
-
-fn text(_: &str, value: &str) -> Result<String, String> {
-    Ok(value.to_owned())
-}
-
-fn path(_: &str, value: &str) -> Result<PathBuf, String> {
-    Ok(PathBuf::from(value))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_built_in_providers_are_read_with_the_rest_of_the_configuration() {
-        let c = Config::from_lookup(|n| match n {
-            "OPENAI_BASE_URL" => Some(" http://127.0.0.1:8081/v1 ".to_owned()),
-            "ANTHROPIC_API_KEY" => Some(String::new()),
-            _ => None,
-        })
-        .unwrap();
-        assert!(c.openai.is_configured());
-        assert_eq!(c.openai.base_url.as_deref(), Some("http://127.0.0.1:8081/v1"));
-        assert_eq!(c.openai.api_key, None);
-        assert!(!c.anthropic.is_configured(), "a blank key is no key");
-        let c = Config::from_lookup(|n| (n == "ANTHROPIC_API_KEY").then(|| "sk-ant".to_owned())).unwrap();
-        assert!(c.anthropic.is_configured() && !c.openai.is_configured());
-    }
-
-    #[test]
-    fn the_public_url_is_an_http_address() {
-        let c = Config::from_lookup(|n| (n == "AGENTDESK_PUBLIC_URL").then(|| "https://desk.example.com/".to_owned()))
-            .unwrap();
-        assert_eq!(c.public_url.as_deref(), Some("https://desk.example.com"));
-        for bad in ["desk.example.com", "ftp://desk", "https://desk/?a=1"] {
-            let err = Config::from_lookup(|n| (n == "AGENTDESK_PUBLIC_URL").then(|| bad.to_owned())).unwrap_err();
-            assert!(err.contains("AGENTDESK_PUBLIC_URL"), "{bad}: {err}");
-        }
-    }
-
-    #[test]
-    fn config_reads_the_contract_variables() {
-        let env = |name: &str| {
-            match name {
-                "AGENTDESK_ADDR" => Some("127.0.0.1:0"),
-                "AGENTDESK_WORKERS" => Some("8"),
-                "AGENTDESK_LEASE_SECS" => Some("5"),
-                "AGENTDESK_API_TOKENS" => Some("a, b,,"),
-                "AGENTDESK_LOG_FORMAT" => Some("json"),
-                "AGENTDESK_ALLOW_PRIVATE_URLS" => Some("true"),
-                _ => None,
-            }
-            .map(str::to_owned)
-        };
-        let c = Config::from_lookup(env).unwrap();
-        assert_eq!(c.addr.port(), 0);
-        assert_eq!(c.workers, 8);
-        assert_eq!(c.lease, Duration::from_secs(5));
-        assert_eq!(c.api_tokens, vec!["a", "b"]);
-        assert_eq!(c.log_format, LogFormat::Json);
-        assert_eq!(c.stream_idle, Duration::from_secs(90));
-        assert!(c.allow_private_urls);
-        assert!(!format!("{c:?}").contains("\"a\""), "tokens are not printed");
-    }
-
-    #[test]
-    fn config_rejects_malformed_values_naming_the_variable() {
-        let err = Config::from_lookup(|n| (n == "AGENTDESK_WORKERS").then(|| "many".to_owned())).unwrap_err();
-        assert!(err.contains("AGENTDESK_WORKERS"));
-        let err = Config::from_lookup(|n| (n == "AGENTDESK_LEASE_SECS").then(|| "-1".to_owned())).unwrap_err();
-        assert!(err.contains("AGENTDESK_LEASE_SECS"));
-        let err =
-            Config::from_lookup(|n| (n == "AGENTDESK_ALLOW_PRIVATE_URLS").then(|| "maybe".to_owned())).unwrap_err();
-        assert!(err.contains("AGENTDESK_ALLOW_PRIVATE_URLS"));
-    }
-
-    #[test]
-    fn webhook_settings_are_read() {
-        let d = Config::from_lookup(|_| None).unwrap();
-        assert_eq!(d.webhook_retry.len(), 7);
-        assert_eq!(d.webhook_retry[1], Duration::from_secs(300));
-        assert_eq!(d.webhook_timeout, Duration::from_secs(15));
-        assert!(!d.allow_private_urls);
-        let env = |name: &str| {
-            match name {
-                "AGENTDESK_WEBHOOK_RETRY_SECS" => Some("1, 0.5,2"),
-                "AGENTDESK_WEBHOOK_TIMEOUT_SECS" => Some("3"),
-                "AGENTDESK_ALLOW_PRIVATE_URLS" => Some("true"),
-                _ => None,
-            }
-            .map(str::to_owned)
-        };
-        let c = Config::from_lookup(env).unwrap();
-        assert_eq!(c.webhook_retry, [1000, 500, 2000].map(Duration::from_millis));
-        assert_eq!(c.webhook_timeout, Duration::from_secs(3));
-        assert!(c.allow_private_urls);
-        let err = Config::from_lookup(|n| (n == "AGENTDESK_WEBHOOK_RETRY_SECS").then(|| "5,x".to_owned())).unwrap_err();
-        assert!(err.contains("AGENTDESK_WEBHOOK_RETRY_SECS"), "{err}");
-        let err = Config::from_lookup(|n| (n == "AGENTDESK_METRICS_ADDR").then(|| ":9090".to_owned())).unwrap_err();
-        assert!(err.contains("AGENTDESK_METRICS_ADDR"));
-        let c = Config::from_lookup(|n| (n == "AGENTDESK_METRICS_ADDR").then(|| "0.0.0.0:9090".to_owned())).unwrap();
-        assert_eq!(c.metrics_addr, Some(([0, 0, 0, 0], 9090).into()));
-    }
-
-    #[test]
-    fn retention_is_read_in_decimal_days_and_bad_values_are_refused_by_name() {
-        assert_eq!(Config::from_lookup(|_| None).unwrap().retention, None);
-        let days =
-            |v: &'static str| Config::from_lookup(move |n| (n == "AGENTDESK_RETENTION_DAYS").then(|| v.to_owned()));
-        assert_eq!(days(" ").unwrap().retention, None);
-        assert_eq!(days("30").unwrap().retention, Some(Duration::from_secs(30 * 86400)));
-        assert_eq!(days("0.5").unwrap().retention, Some(Duration::from_secs(43200)));
-        for bad in ["0", "-1", "ten", "NaN", "inf", "1e9"] {
-            let err = days(bad).unwrap_err();
-            assert!(err.contains("AGENTDESK_RETENTION_DAYS"), "{bad}: {err}");
-        }
-    }
-
-    #[test]
-    fn the_webhook_lease_follows_the_lease() {
-        let c = Config::from_lookup(|n| (n == "AGENTDESK_LEASE_SECS").then(|| "5".to_owned())).unwrap();
-        assert_eq!(c.webhook_lease, Duration::from_secs(5));
-        assert_eq!(
-            Config::from_lookup(|_| None).unwrap().webhook_lease,
-            Duration::from_secs(60)
-        );
-    }
-
-    #[test]
-    fn the_settings_are_well_formed() {
-        Settings::command().debug_assert();
-    }
-
-    #[test]
-    fn unset_and_blank_values_mean_the_defaults() {
-        let d = Config::default();
-        for value in [None, Some(""), Some("  ")] {
-            let c = Config::from_lookup(|_| value.map(str::to_owned)).unwrap();
-            assert_eq!(
-                (c.addr, c.workers, c.db_max_connections, c.runtime_threads),
-                (d.addr, d.workers, d.db_max_connections, d.runtime_threads)
-            );
-            assert_eq!(
-                (c.lease, c.stream_idle, c.sse_ping, c.shutdown_grace),
-                (d.lease, d.stream_idle, d.sse_ping, d.shutdown_grace)
-            );
-            assert_eq!((c.log_format, &c.data_dir), (d.log_format, &d.data_dir));
-            assert!(c.database_url.is_none() && c.model.is_none() && c.api_tokens.is_empty());
-            assert!(!c.allow_private_urls, "the address guard is on by default");
-        }
-        let c = Config::from_lookup(|n| (n == "AGENTDESK_WORKERS").then(|| " 8 ".to_owned())).unwrap();
-        assert_eq!(c.workers, 8);
-        let c = Config::from_lookup(|n| (n == "AGENTDESK_RUNTIME_THREADS").then(|| "3".to_owned())).unwrap();
-        assert_eq!(c.runtime_threads, 3);
-        let c = Config::from_lookup(|n| (n == "AGENTDESK_SSE_PING_SECS").then(|| "60".to_owned())).unwrap();
-        assert_eq!(c.sse_ping, Duration::from_secs(15));
-    }
-}
+mod tests;

@@ -1,0 +1,26 @@
+//! A step's state: what every part of a step (its files each add methods to it) works with.
+
+use std::borrow::Cow;
+
+use super::{Count, Runtime, Signals, Streaks};
+use crate::db::claims::Fence;
+use crate::domain::{Agent, Ticket};
+use crate::telemetry::trace::AgentSpan;
+use crate::tools::ToolRegistry;
+
+/// What every part of a step works with: the process, the claim, the agent and the ticket as
+/// the step read them, and the signals that stop it.
+pub(super) struct Step<'a> {
+    pub rt: &'a Runtime,
+    pub fence: Fence,
+    pub agent: Agent,
+    pub ticket: Ticket,
+    /// The agent's tools for this step (`tools::catalog`).
+    pub tools: Cow<'static, ToolRegistry>,
+    pub signals: &'a Signals,
+    pub streaks: &'a Streaks,
+    /// Requests of this step that failed and are not yet added to the ticket's usage.
+    pub failed_requests: Count,
+    /// The claim's `invoke_agent` span (inert when tracing is off).
+    pub span: &'a AgentSpan,
+}
