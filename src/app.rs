@@ -83,31 +83,13 @@ impl App {
             // Every process sweeps; an advisory lock lets one at a time delete.
             tasks.push(tokio::spawn(db::retention::run(pool.clone(), keep, shutdown.clone())));
         }
-        let mcp = crate::mcp::McpHub::start(
-            pool.clone(),
-            crate::mcp::McpOptions {
-                guard: crate::net::AddressGuard {
-                    allow_private: config.mcp_allow_private.unwrap_or(config.allow_private_urls),
-                },
-                config_file: config.mcp_config.clone(),
-            },
-            shutdown.clone(),
-        )
-        .await
-        .context("cannot start the MCP servers")?;
-        // One HTTP client for every HTTP tool call of this process, with the address guard on;
-        // MCP names resolve through the hub.
-        let catalog = crate::tools::catalog::ToolCatalog::new(crate::net::AddressGuard {
-            allow_private: config.allow_private_urls,
-        })
-        .with_lender(Arc::new(mcp.clone()));
+        let (mcp, catalog) = start_tools(&pool, &config, shutdown.clone()).await?;
         if !mode.runs_api() {
             // Nobody here watches deltas: send them to the API processes.
             tasks.push(hub.forward_deltas(shutdown.clone()));
         }
 
-        let mut health_addr = None;
-        let addr = if mode.runs_api() {
+        let (addr, health_addr) = if mode.runs_api() {
             let state = AppState {
                 pool: pool.clone(),
                 hub: hub.clone(),
@@ -118,50 +100,16 @@ impl App {
                 intake: crate::transitions::intake::Intake::start(pool.clone(), hub.clone()),
                 shutdown: shutdown.clone(),
             };
-            let listener = listen(config.addr).with_context(|| format!("cannot listen on {}", config.addr))?;
-            let addr = listener.local_addr()?;
-            tracing::info!(%addr, "agentdesk API listening");
-            // As a make-service, a `Router` is deep-cloned for every connection (about 45 KB, most
-            // of it the docs page), which an open SSE connection keeps; `into_make_service` shares it.
-            let router = http::router(state).into_make_service();
-            let stop = shutdown.clone();
-            tasks.push(tokio::spawn(async move {
-                use axum::serve::ListenerExt;
-                // Event frames are small writes that must leave at once, not wait for an ACK (Nagle).
-                let listener = listener.tap_io(|tcp| {
-                    let _ = tcp.set_nodelay(true);
-                });
-                let served = axum::serve(listener, router)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await;
-                if let Err(err) = served {
-                    tracing::error!(error = %err, "HTTP server failed");
-                }
-            }));
-            Some(addr)
+            let (server, addr) = serve_api(state, config.addr, shutdown.clone())?;
+            tasks.push(server);
+            (Some(addr), None)
         } else {
-            // A worker serves its health on the listen address, so that the image's health check
-            // and Kubernetes probes work for it as for the API. Several workers on one host share
-            // the default address: the ones that cannot listen still work, without it.
-            match listen(config.addr) {
-                Ok(listener) => {
-                    health_addr = listener.local_addr().ok();
-                    if let Some(addr) = health_addr {
-                        tracing::info!(%addr, "worker listening (/healthz, /readyz, /metrics)");
-                    }
-                    let router = http::health::worker_router(pool.clone())
-                        .merge(http::metrics::standalone(pool.clone(), config.api_tokens.clone()));
-                    let stop = shutdown.clone();
-                    tasks.push(tokio::spawn(async move {
-                        let _ = axum::serve(listener, router)
-                            .with_graceful_shutdown(stop.cancelled_owned())
-                            .await;
-                    }));
-                }
-                Err(err) => tracing::warn!(addr = %config.addr, error = %err,
-                    "worker health endpoints not served: cannot listen"),
-            }
-            None
+            let served = serve_worker_health(&pool, &config, shutdown.clone());
+            let health_addr = served.map(|(server, addr)| {
+                tasks.push(server);
+                addr
+            });
+            (None, health_addr)
         };
 
         if mode.runs_workers() {
@@ -171,18 +119,7 @@ impl App {
             tasks.push(crate::scheduler::start(pool.clone(), hub.clone(), shutdown.clone()));
         }
         if let Some(metrics_addr) = config.metrics_addr {
-            let listener = listen(metrics_addr).with_context(|| format!("cannot listen on {metrics_addr}"))?;
-            tracing::info!(addr = %listener.local_addr()?, "serving /metrics");
-            let router = http::metrics::standalone(pool.clone(), config.api_tokens.clone());
-            let stop = shutdown.clone();
-            tasks.push(tokio::spawn(async move {
-                let served = axum::serve(listener, router)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await;
-                if let Err(err) = served {
-                    tracing::error!(error = %err, "the metrics listener failed");
-                }
-            }));
+            tasks.push(serve_metrics(&pool, &config, metrics_addr, shutdown.clone())?);
         }
 
         let workers = if mode.runs_workers() {
@@ -271,6 +208,101 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
 /// `net.core.somaxconn`). Thousands of SSE clients reconnect at once after a restart; tokio's
 /// default queue of 1024 overflowed under such a burst and some were reset.
 pub const ACCEPT_BACKLOG: u32 = 8192;
+
+/// The process's MCP servers, and the tool catalog that resolves names through them: one HTTP
+/// client for every HTTP tool call of this process, with the address guard on.
+async fn start_tools(
+    pool: &PgPool,
+    config: &Config,
+    stop: CancellationToken,
+) -> anyhow::Result<(crate::mcp::McpHub, crate::tools::catalog::ToolCatalog)> {
+    let options = crate::mcp::McpOptions {
+        guard: crate::net::AddressGuard {
+            allow_private: config.mcp_allow_private.unwrap_or(config.allow_private_urls),
+        },
+        config_file: config.mcp_config.clone(),
+    };
+    let mcp = crate::mcp::McpHub::start(pool.clone(), options, stop)
+        .await
+        .context("cannot start the MCP servers")?;
+    let catalog = crate::tools::catalog::ToolCatalog::new(crate::net::AddressGuard {
+        allow_private: config.allow_private_urls,
+    })
+    .with_lender(Arc::new(mcp.clone()));
+    Ok((mcp, catalog))
+}
+
+/// The HTTP API on `addr`, and where it listens.
+fn serve_api(
+    state: AppState,
+    addr: SocketAddr,
+    stop: CancellationToken,
+) -> anyhow::Result<(JoinHandle<()>, SocketAddr)> {
+    let listener = listen(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "agentdesk API listening");
+    Ok((serve(listener, http::router(state), stop, "the HTTP server"), addr))
+}
+
+/// A worker's `/healthz`, `/readyz` and `/metrics` on the listen address, so that the image's
+/// health check and Kubernetes probes work for it as for the API. Several workers on one host
+/// share the default address: the ones that cannot listen still work, without it (None).
+fn serve_worker_health(
+    pool: &PgPool,
+    config: &Config,
+    stop: CancellationToken,
+) -> Option<(JoinHandle<()>, SocketAddr)> {
+    let listener = match listen(config.addr) {
+        Ok(listener) => listener,
+        Err(err) => {
+            tracing::warn!(addr = %config.addr, error = %err, "worker health endpoints not served: cannot listen");
+            return None;
+        }
+    };
+    let addr = listener.local_addr().ok()?;
+    tracing::info!(%addr, "worker listening (/healthz, /readyz, /metrics)");
+    let router = http::health::worker_router(pool.clone())
+        .merge(http::metrics::standalone(pool.clone(), config.api_tokens.clone()));
+    Some((serve(listener, router, stop, "the health listener"), addr))
+}
+
+/// `GET /metrics` alone on `addr` (`AGENTDESK_METRICS_ADDR`).
+fn serve_metrics(
+    pool: &PgPool,
+    config: &Config,
+    addr: SocketAddr,
+    stop: CancellationToken,
+) -> anyhow::Result<JoinHandle<()>> {
+    let listener = listen(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics");
+    let router = http::metrics::standalone(pool.clone(), config.api_tokens.clone());
+    Ok(serve(listener, router, stop, "the metrics listener"))
+}
+
+/// Serves `router` on `listener` until `stop`; a failure is logged as `what` failing.
+fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    stop: CancellationToken,
+    what: &'static str,
+) -> JoinHandle<()> {
+    use axum::serve::ListenerExt;
+    // Event frames are small writes that must leave at once, not wait for an ACK (Nagle).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    // As a make-service, a `Router` is deep-cloned for every connection (about 45 KB for the API,
+    // most of it the docs page), which an open SSE connection keeps; `into_make_service` shares it.
+    let service = router.into_make_service();
+    tokio::spawn(async move {
+        let served = axum::serve(listener, service)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await;
+        if let Err(err) = served {
+            tracing::error!(error = %err, "{what} failed");
+        }
+    })
+}
 
 fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = if addr.is_ipv4() {
