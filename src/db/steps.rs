@@ -1,7 +1,8 @@
 //! A step's result, stored in one statement: usage, comments, events and the outcome, fenced by
 //! the claim. Many loops' results share statements through `StepWriter` (see `group`).
 
-use chrono::{Timelike, Utc};
+use chrono::{DateTime, Timelike, Utc};
+use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -93,65 +94,156 @@ pub async fn store_step(conn: &mut PgConnection, write: &StepWrite) -> Result<bo
 /// for its store before it goes on). Locking several rows is safe for the reason given at
 /// `events::append_fenced_many`.
 pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Result<Vec<Uuid>, sqlx::Error> {
-    let n = writes.len();
     // Each outcome's columns and its final event, which goes after the step's own.
     let outcomes: Vec<_> = writes
         .iter()
         .map(|w| w.step.outcome.as_ref().map(|o| o.columns(&w.agent)))
         .collect();
-    let (mut ids, mut generations) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let mut usage: [Vec<i64>; 6] = Default::default();
-    let (mut comment_counts, mut event_counts) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let mut estimated = Vec::with_capacity(n);
-    let (mut statuses, mut results, mut errors) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    // The comments and events of every write, flattened, each naming its claim.
-    let (mut c_ticket, mut c_generation, mut c_id, mut c_author, mut c_agent, mut c_content, mut c_time) =
-        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-    let (mut e_ticket, mut e_generation, mut events, mut e_carries) = (vec![], vec![], vec![], vec![]);
-    for (StepWrite { fence, step, .. }, outcome) in writes.iter().zip(&outcomes) {
+    let steps = StepColumns::of(writes, &outcomes);
+    let comments = &steps.comments;
+    let events = super::events::EventColumns::of(steps.events.iter().copied());
+    let [input, output, cache_read, cache_creation, requests, tool_calls] = &steps.usage;
+    sqlx::query_scalar(STORE_STEPS)
+        .bind(&steps.ids)
+        .bind(&steps.generations)
+        .bind(input)
+        .bind(output)
+        .bind(cache_read)
+        .bind(cache_creation)
+        .bind(requests)
+        .bind(tool_calls)
+        .bind(&steps.comment_counts)
+        .bind(&steps.event_counts)
+        .bind(&steps.statuses)
+        .bind(&steps.results)
+        .bind(&steps.errors)
+        .bind(&comments.ticket)
+        .bind(&comments.generation)
+        .bind(&comments.id)
+        .bind(&comments.author)
+        .bind(&comments.agent)
+        .bind(&comments.content)
+        .bind(&comments.time)
+        .bind(&steps.event_tickets)
+        .bind(&steps.event_generations)
+        .bind(&events.kinds)
+        .bind(&events.agents)
+        .bind(&events.data)
+        .bind(&steps.event_carries)
+        .bind(&steps.estimated)
+        .fetch_all(conn)
+        .await
+}
+
+/// What an outcome writes: its status, result, error and final event (`Finish::columns`).
+type OutcomeColumns = (&'static str, Option<Value>, Option<Value>, NewEvent);
+
+/// The writes as the arrays `STORE_STEPS` unnests: one entry per write, per comment and per event,
+/// each comment and event naming its claim.
+struct StepColumns<'a> {
+    ids: Vec<Uuid>,
+    generations: Vec<i64>,
+    /// Input, output, cache read and cache creation tokens, requests and tool calls.
+    usage: [Vec<i64>; 6],
+    estimated: Vec<bool>,
+    comment_counts: Vec<i64>,
+    event_counts: Vec<i64>,
+    statuses: Vec<Option<&'static str>>,
+    results: Vec<Option<&'a Value>>,
+    errors: Vec<Option<&'a Value>>,
+    comments: CommentColumns<'a>,
+    event_tickets: Vec<Uuid>,
+    event_generations: Vec<i64>,
+    events: Vec<&'a NewEvent>,
+    /// For an event carrying one of the write's comments: the comment's place among them, from 1.
+    event_carries: Vec<Option<i64>>,
+}
+
+#[derive(Default)]
+struct CommentColumns<'a> {
+    ticket: Vec<Uuid>,
+    generation: Vec<i64>,
+    id: Vec<Uuid>,
+    author: Vec<&'a str>,
+    agent: Vec<Option<&'a str>>,
+    content: Vec<Value>,
+    time: Vec<DateTime<Utc>>,
+}
+
+impl<'a> StepColumns<'a> {
+    fn of(writes: &'a [StepWrite], outcomes: &'a [Option<OutcomeColumns>]) -> StepColumns<'a> {
+        let n = writes.len();
+        let mut columns = StepColumns {
+            ids: Vec::with_capacity(n),
+            generations: Vec::with_capacity(n),
+            usage: Default::default(),
+            estimated: Vec::with_capacity(n),
+            comment_counts: Vec::with_capacity(n),
+            event_counts: Vec::with_capacity(n),
+            statuses: Vec::with_capacity(n),
+            results: Vec::with_capacity(n),
+            errors: Vec::with_capacity(n),
+            comments: CommentColumns::default(),
+            event_tickets: vec![],
+            event_generations: vec![],
+            events: vec![],
+            event_carries: vec![],
+        };
+        for (write, outcome) in writes.iter().zip(outcomes) {
+            columns.push(write, outcome.as_ref());
+        }
+        columns
+    }
+
+    fn push(&mut self, StepWrite { fence, step, .. }: &'a StepWrite, outcome: Option<&'a OutcomeColumns>) {
         debug_assert_eq!(step.carries.len(), step.events.len(), "one `carries` entry per event");
-        ids.push(fence.ticket_id);
-        generations.push(fence.generation);
+        self.ids.push(fence.ticket_id);
+        self.generations.push(fence.generation);
         let u = &step.usage;
-        for (column, value) in usage.iter_mut().zip([
+        let counters = [
             u.input_tokens,
             u.output_tokens,
             u.cache_read_tokens,
             u.cache_creation_tokens,
             u.requests,
             u.tool_calls,
-        ]) {
+        ];
+        for (column, value) in self.usage.iter_mut().zip(counters) {
             column.push(value);
         }
-        estimated.push(u.estimated);
-        let final_event = outcome.as_ref().map(|(_, _, _, event)| event);
-        comment_counts.push(step.comments.len() as i64);
-        event_counts.push((step.events.len() + usize::from(final_event.is_some())) as i64);
-        statuses.push(outcome.as_ref().map(|(status, ..)| *status));
-        results.push(outcome.as_ref().and_then(|(_, result, ..)| result.as_ref()));
-        errors.push(outcome.as_ref().and_then(|(_, _, error, _)| error.as_ref()));
+        self.estimated.push(u.estimated);
+        let final_event = outcome.map(|(_, _, _, event)| event);
+        self.comment_counts.push(step.comments.len() as i64);
+        self.event_counts
+            .push((step.events.len() + usize::from(final_event.is_some())) as i64);
+        self.statuses.push(outcome.map(|(status, ..)| *status));
+        self.results.push(outcome.and_then(|(_, result, ..)| result.as_ref()));
+        self.errors.push(outcome.and_then(|(_, _, error, _)| error.as_ref()));
         for c in &step.comments {
-            c_ticket.push(fence.ticket_id);
-            c_generation.push(fence.generation);
-            c_id.push(c.id);
-            c_author.push(c.author.as_str());
-            c_agent.push(c.agent.as_deref());
-            c_content.push(super::comments::content_json(&c.content));
-            c_time.push(c.created_at);
+            let comments = &mut self.comments;
+            comments.ticket.push(fence.ticket_id);
+            comments.generation.push(fence.generation);
+            comments.id.push(c.id);
+            comments.author.push(c.author.as_str());
+            comments.agent.push(c.agent.as_deref());
+            comments.content.push(super::comments::content_json(&c.content));
+            comments.time.push(c.created_at);
         }
         let carries = step.carries.iter().copied().chain(final_event.map(|_| None));
         for (event, carries) in step.events.iter().chain(final_event).zip(carries) {
-            e_ticket.push(fence.ticket_id);
-            e_generation.push(fence.generation);
+            self.event_tickets.push(fence.ticket_id);
+            self.event_generations.push(fence.generation);
             // The comment's seq is the ticket's comment base plus its place among the write's comments.
-            e_carries.push(carries.map(|i| i as i64 + 1));
-            events.push(event);
+            self.event_carries.push(carries.map(|i| i as i64 + 1));
+            self.events.push(event);
         }
     }
-    let columns = super::events::EventColumns::of(events);
-    let [input, output, cache_read, cache_creation, requests, tool_calls] = usage;
-    sqlx::query_scalar(
-        "WITH v AS (
+}
+
+/// `store_steps`' one statement: the claims that hold get their counters, status and sequence
+/// numbers (`t`), then their comments (`c`) and events (`logged`), numbered from the bases `t`
+/// returns; a write whose claim was lost joins nothing and writes nothing.
+const STORE_STEPS: &str = "WITH v AS (
             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
                                  $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::text[], $12::jsonb[], $13::jsonb[],
                                  $27::bool[])
@@ -197,35 +289,4 @@ pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Resul
                 WITH ORDINALITY AS e(ticket_id, generation, kind, agent, data, carries, ord)
             JOIN t ON t.id = e.ticket_id AND t.generation = e.generation
             RETURNING 1)
-         SELECT id FROM t",
-    )
-    .bind(&ids)
-    .bind(&generations)
-    .bind(&input)
-    .bind(&output)
-    .bind(&cache_read)
-    .bind(&cache_creation)
-    .bind(&requests)
-    .bind(&tool_calls)
-    .bind(&comment_counts)
-    .bind(&event_counts)
-    .bind(&statuses)
-    .bind(&results)
-    .bind(&errors)
-    .bind(&c_ticket)
-    .bind(&c_generation)
-    .bind(&c_id)
-    .bind(&c_author)
-    .bind(&c_agent)
-    .bind(&c_content)
-    .bind(&c_time)
-    .bind(&e_ticket)
-    .bind(&e_generation)
-    .bind(&columns.kinds)
-    .bind(&columns.agents)
-    .bind(&columns.data)
-    .bind(&e_carries)
-    .bind(&estimated)
-    .fetch_all(conn)
-    .await
-}
+         SELECT id FROM t";
