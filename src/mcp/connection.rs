@@ -16,7 +16,7 @@ use rmcp::{ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceE
 use super::http_client::GuardedHttp;
 use super::server::ServerHandle;
 use crate::domain::McpTransport;
-use crate::llm::named::expand_env;
+use crate::net::expand_env;
 use crate::net::guard::AddressGuard;
 
 pub(crate) type Running = RunningService<RoleClient, Handler>;
