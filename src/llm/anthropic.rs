@@ -44,7 +44,27 @@ impl WireFormat for Messages {
     }
 
     fn body(req: &ModelRequest) -> impl Serialize + '_ {
-        request_body(req)
+        let thinking = req.thinking_budget.map(|budget| Thinking {
+            kind: "enabled",
+            budget_tokens: budget,
+        });
+        let mut max_tokens = req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        if let Some(budget) = req.thinking_budget {
+            // The API wants room for the answer beyond the thinking budget.
+            max_tokens = max_tokens.max(budget.saturating_add(1024));
+        }
+        Request {
+            model: &req.model,
+            system: Some(req.system.as_str()).filter(|s| !s.is_empty()),
+            messages: turns(&req.messages),
+            thinking,
+            max_tokens,
+            stream: true,
+            // Thinking requires the default temperature.
+            temperature: req.temperature.filter(|_| req.thinking_budget.is_none()),
+            tool_choice: tool_choice(req),
+            tools: req.tools.iter().map(tool).collect(),
+        }
     }
 
     fn parser<'k>(model: &str, api_key: Option<&'k str>) -> impl StreamParser + 'k {
@@ -187,30 +207,6 @@ fn turns(messages: &[Message]) -> Vec<Turn<'_>> {
             Turn { role, content }
         })
         .collect()
-}
-
-fn request_body(req: &ModelRequest) -> Request<'_> {
-    let thinking = req.thinking_budget.map(|budget| Thinking {
-        kind: "enabled",
-        budget_tokens: budget,
-    });
-    let mut max_tokens = req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-    if let Some(budget) = req.thinking_budget {
-        // The API wants room for the answer beyond the thinking budget.
-        max_tokens = max_tokens.max(budget.saturating_add(1024));
-    }
-    Request {
-        model: &req.model,
-        system: Some(req.system.as_str()).filter(|s| !s.is_empty()),
-        messages: turns(&req.messages),
-        thinking,
-        max_tokens,
-        stream: true,
-        // Thinking requires the default temperature.
-        temperature: req.temperature.filter(|_| req.thinking_budget.is_none()),
-        tool_choice: tool_choice(req),
-        tools: req.tools.iter().map(tool).collect(),
-    }
 }
 
 /// Sent only with tools, and never for `Auto` (the default).

@@ -33,7 +33,23 @@ impl WireFormat for ChatCompletions {
     const KEY_HEADER: KeyHeader = KeyHeader::Bearer;
 
     fn body(req: &ModelRequest) -> impl Serialize + '_ {
-        request_body(req)
+        let mut messages = Vec::new();
+        if !req.system.is_empty() {
+            messages.push(ChatMessage::System { content: &req.system });
+        }
+        for m in &req.messages {
+            map_message(m, &mut messages);
+        }
+        Request {
+            model: &req.model,
+            messages,
+            stream: true,
+            stream_options: StreamOptions { include_usage: true },
+            temperature: req.temperature,
+            max_tokens: req.max_tokens,
+            tool_choice: tool_choice(req),
+            tools: req.tools.iter().map(tool).collect(),
+        }
     }
 
     fn parser<'k>(model: &str, api_key: Option<&'k str>) -> impl StreamParser + 'k {
@@ -129,26 +145,6 @@ struct Function<'r> {
     name: &'r str,
     description: &'r str,
     parameters: &'r RawValue,
-}
-
-fn request_body(req: &ModelRequest) -> Request<'_> {
-    let mut messages = Vec::new();
-    if !req.system.is_empty() {
-        messages.push(ChatMessage::System { content: &req.system });
-    }
-    for m in &req.messages {
-        map_message(m, &mut messages);
-    }
-    Request {
-        model: &req.model,
-        messages,
-        stream: true,
-        stream_options: StreamOptions { include_usage: true },
-        temperature: req.temperature,
-        max_tokens: req.max_tokens,
-        tool_choice: tool_choice(req),
-        tools: req.tools.iter().map(tool).collect(),
-    }
 }
 
 /// Sent only with tools, and never for `Auto` (the default).
