@@ -1,20 +1,19 @@
 //! Anthropic Messages API.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::LazyLock;
 
-use reqwest::header::ACCEPT;
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
+use super::endpoint::{HttpProvider, KeyHeader, WireFormat};
+use super::error::LlmError;
 use super::http::{self, ErrorInfo};
-use super::named::expand_env;
 use super::stream::{self, Flow, StreamParser};
+use super::types::{Delta, Message, ModelRequest, ModelResponse, Role, StopReason, ToolCall, ToolChoice, ToolSpec};
 use super::wire::{self, Json, Tag, WireError};
-use super::{
-    ContentBlock, Delta, LlmError, ModelRequest, ModelResponse, Provider, RequestBody, Role, StopReason, ToolCall,
-    ToolChoice,
-};
+use crate::domain::ContentBlock;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 pub const API_VERSION: &str = "2023-06-01";
@@ -23,91 +22,169 @@ pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 
 const NAME: &str = "anthropic";
 
-#[derive(Clone)]
-pub struct Anthropic {
-    base_url: String,
-    /// A key, or a `${env:NAME}` template expanded per request.
-    api_key: Option<String>,
-    client: reqwest::Client,
-    extras: http::Extras,
-}
+/// An Anthropic provider; its `base_url` is without the version path, e.g.
+/// `https://api.anthropic.com`.
+pub type Anthropic = HttpProvider<Messages>;
 
-impl Anthropic {
-    /// `base_url` without the version path, e.g. `https://api.anthropic.com`.
-    pub fn new(base_url: String, api_key: Option<String>) -> Self {
-        let mut base = http::trim_base_url(&base_url);
-        // A base URL copied with its "/v1" would otherwise yield ".../v1/v1/messages".
-        if let Some(stripped) = base.strip_suffix("/v1") {
-            base = stripped.to_string();
-        }
-        Anthropic {
-            base_url: base,
-            api_key: api_key.filter(|k| !k.is_empty()),
-            client: http::client(),
-            extras: http::Extras::default(),
+/// The Messages API wire format.
+pub struct Messages;
+
+impl WireFormat for Messages {
+    const NAME: &'static str = NAME;
+    const PATH: &'static str = "/v1/messages";
+    const HEADERS: &'static [(&'static str, &'static str)] = &[("anthropic-version", API_VERSION)];
+    const KEY_HEADER: KeyHeader = KeyHeader::Named("x-api-key");
+
+    /// A base URL copied with its "/v1" would otherwise yield ".../v1/v1/messages".
+    fn base_url(trimmed: String) -> String {
+        match trimmed.strip_suffix("/v1") {
+            Some(stripped) => stripped.to_string(),
+            None => trimmed,
         }
     }
 
-    /// Extra headers (templates) and an overall timeout for each request.
-    pub fn with_extras(mut self, headers: Vec<(String, String)>, timeout: Option<Duration>) -> Self {
-        self.extras = http::Extras {
-            headers,
-            timeout,
-            ..self.extras
-        };
-        self
+    fn body(req: &ModelRequest) -> impl Serialize + '_ {
+        let thinking = req.thinking_budget.map(|budget| Thinking {
+            kind: "enabled",
+            budget_tokens: budget,
+        });
+        let mut max_tokens = req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        if let Some(budget) = req.thinking_budget {
+            // The API wants room for the answer beyond the thinking budget.
+            max_tokens = max_tokens.max(budget.saturating_add(1024));
+        }
+        Request {
+            model: &req.model,
+            system: Some(req.system.as_str()).filter(|s| !s.is_empty()),
+            messages: turns(&req.messages),
+            thinking,
+            max_tokens,
+            stream: true,
+            // Thinking requires the default temperature.
+            temperature: req.temperature.filter(|_| req.thinking_budget.is_none()),
+            tool_choice: tool_choice(req),
+            tools: req.tools.iter().map(tool).collect(),
+        }
     }
 
-    /// At most `n` model requests in flight to this provider across every process; None: no limit.
-    pub fn with_max_concurrent(mut self, n: Option<u32>) -> Self {
-        self.extras.max_concurrent = n;
-        self
-    }
-
-    pub fn base_url(&self) -> &str {
-        &self.base_url
-    }
-
-    pub fn has_key(&self) -> bool {
-        self.api_key.is_some()
+    fn parser<'k>(model: &str, api_key: Option<&'k str>) -> impl StreamParser + 'k {
+        Parser::new(model, api_key)
     }
 }
 
-fn block_json(b: &ContentBlock) -> Option<Value> {
+/// The request body for `POST {base}/v1/messages`.
+#[derive(Serialize)]
+struct Request<'r> {
+    model: &'r str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<&'r str>,
+    messages: Vec<Turn<'r>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+    max_tokens: u32,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'r>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'r>>,
+}
+
+#[derive(Serialize)]
+struct Turn<'r> {
+    role: &'static str,
+    content: Vec<WireBlock<'r>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock<'r> {
+    Text {
+        text: &'r str,
+    },
+    ToolUse {
+        id: &'r str,
+        name: &'r str,
+        input: &'r Value,
+    },
+    ToolResult {
+        tool_use_id: &'r str,
+        content: &'r str,
+        is_error: bool,
+    },
+    Thinking {
+        thinking: &'r str,
+        signature: &'r str,
+    },
+}
+
+/// `{"type": "enabled", "budget_tokens": ..}`.
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum WireToolChoice<'r> {
+    /// Some tool, the model picks which.
+    Any,
+    None,
+    Tool {
+        name: &'r str,
+    },
+}
+
+#[derive(Serialize)]
+struct Tool<'r> {
+    name: &'r str,
+    description: &'r str,
+    input_schema: &'r RawValue,
+}
+
+/// Sent for a tool call whose input is not an object.
+static EMPTY_INPUT: LazyLock<Value> = LazyLock::new(|| Value::Object(Map::new()));
+
+fn block(b: &ContentBlock) -> Option<WireBlock<'_>> {
     Some(match b {
         ContentBlock::Text { text } if text.is_empty() => return None, // the API rejects empty text blocks
-        ContentBlock::Text { text } => json!({"type": "text", "text": text}),
-        ContentBlock::ToolUse { id, name, input } => {
+        ContentBlock::Text { text } => WireBlock::Text { text },
+        ContentBlock::ToolUse { id, name, input } => WireBlock::ToolUse {
+            id,
+            name,
             // The API wants an object; repaired arguments may have come back as something else.
-            let input = if input.is_object() { input.clone() } else { json!({}) };
-            json!({"type": "tool_use", "id": id, "name": name, "input": input})
-        }
+            input: if input.is_object() { input } else { &EMPTY_INPUT },
+        },
         ContentBlock::ToolResult {
             tool_use_id,
             output,
             is_error,
-        } => json!({
-            "type": "tool_result",
-            "tool_use_id": tool_use_id,
-            "content": output,
-            "is_error": is_error,
-        }),
+        } => WireBlock::ToolResult {
+            tool_use_id,
+            content: output,
+            is_error: *is_error,
+        },
         // Sent back verbatim; without its signature the API would reject the whole request.
         ContentBlock::Thinking {
             text,
             signature: Some(sig),
-        } => json!({"type": "thinking", "thinking": text, "signature": sig}),
+        } => WireBlock::Thinking {
+            thinking: text,
+            signature: sig,
+        },
         ContentBlock::Thinking { signature: None, .. } => return None,
     })
 }
 
-/// The request body for `POST {base}/v1/messages`.
-fn request_body(req: &ModelRequest) -> RequestBody<Tool<'_>> {
-    // Consecutive messages of one role are merged: the API wants strictly alternating turns, and
-    // all tool results answering one assistant turn must sit in the next user turn.
-    let mut turns: Vec<(Role, Vec<Value>)> = Vec::new();
-    for m in &req.messages {
-        let blocks: Vec<Value> = m.content.iter().filter_map(block_json).collect();
+/// Consecutive messages of one role are merged: the API wants strictly alternating turns, and
+/// all tool results answering one assistant turn must sit in the next user turn.
+fn turns(messages: &[Message]) -> Vec<Turn<'_>> {
+    let mut turns: Vec<(Role, Vec<WireBlock<'_>>)> = Vec::new();
+    for m in messages {
+        let blocks: Vec<WireBlock<'_>> = m.content.iter().filter_map(block).collect();
         if blocks.is_empty() {
             continue;
         }
@@ -116,66 +193,41 @@ fn request_body(req: &ModelRequest) -> RequestBody<Tool<'_>> {
             _ => turns.push((m.role, blocks)),
         }
     }
-    let messages: Vec<Value> = turns
+    turns
         .into_iter()
         .map(|(role, mut content)| {
             if role == Role::User {
                 // tool_result blocks must come first in a user turn; stable sort keeps order.
-                content.sort_by_key(|b| b.get("type").and_then(|t| t.as_str()) != Some("tool_result"));
+                content.sort_by_key(|b| !matches!(b, WireBlock::ToolResult { .. }));
             }
-            json!({
-                "role": match role { Role::User => "user", Role::Assistant => "assistant" },
-                "content": content,
-            })
+            let role = match role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            Turn { role, content }
         })
-        .collect();
-
-    let mut body = Map::new();
-    body.insert("model".into(), json!(req.model));
-    if !req.system.is_empty() {
-        body.insert("system".into(), json!(req.system));
-    }
-    body.insert("messages".into(), Value::Array(messages));
-    let mut max_tokens = req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-    if let Some(budget) = req.thinking_budget {
-        // The API wants room for the answer beyond the thinking budget.
-        max_tokens = max_tokens.max(budget.saturating_add(1024));
-        body.insert("thinking".into(), json!({ "type": "enabled", "budget_tokens": budget }));
-    }
-    body.insert("max_tokens".into(), json!(max_tokens));
-    body.insert("stream".into(), json!(true));
-    // Thinking requires the default temperature.
-    if let Some(t) = req.temperature.filter(|_| req.thinking_budget.is_none()) {
-        body.insert("temperature".into(), json!(t));
-    }
-    if !req.tools.is_empty() {
-        let choice = match &req.tool_choice {
-            ToolChoice::Auto => None,
-            ToolChoice::Required => Some(json!({"type": "any"})),
-            ToolChoice::None => Some(json!({"type": "none"})),
-            ToolChoice::Tool(name) => Some(json!({"type": "tool", "name": name})),
-        };
-        if let Some(choice) = choice {
-            body.insert("tool_choice".into(), choice);
-        }
-    }
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| Tool {
-            name: &t.name,
-            description: &t.description,
-            input_schema: &t.input_schema,
-        })
-        .collect();
-    RequestBody { fields: body, tools }
+        .collect()
 }
 
-#[derive(serde::Serialize)]
-struct Tool<'a> {
-    name: &'a str,
-    description: &'a str,
-    input_schema: &'a serde_json::value::RawValue,
+/// Sent only with tools, and never for `Auto` (the default).
+fn tool_choice(req: &ModelRequest) -> Option<WireToolChoice<'_>> {
+    if req.tools.is_empty() {
+        return None;
+    }
+    match &req.tool_choice {
+        ToolChoice::Auto => None,
+        ToolChoice::Required => Some(WireToolChoice::Any),
+        ToolChoice::None => Some(WireToolChoice::None),
+        ToolChoice::Tool(name) => Some(WireToolChoice::Tool { name }),
+    }
+}
+
+fn tool(t: &ToolSpec) -> Tool<'_> {
+    Tool {
+        name: &t.name,
+        description: &t.description,
+        input_schema: &t.input_schema,
+    }
 }
 
 fn stop_reason(s: &str) -> StopReason {
@@ -533,38 +585,6 @@ impl StreamParser for Parser<'_> {
             StopReason::ToolUse
         });
         Ok(out)
-    }
-}
-
-#[async_trait::async_trait]
-impl Provider for Anthropic {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn max_concurrent(&self) -> Option<u32> {
-        self.extras.max_concurrent
-    }
-
-    async fn stream(
-        &self,
-        req: &ModelRequest,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
-        idle_timeout: Duration,
-    ) -> Result<ModelResponse, LlmError> {
-        let mut rb = self
-            .client
-            .post(format!("{}/v1/messages", self.base_url))
-            .header("anthropic-version", API_VERSION)
-            .header(ACCEPT, "text/event-stream")
-            .json(&request_body(req));
-        let key = self.api_key.as_deref().map(expand_env);
-        if let Some(key) = &key {
-            rb = rb.header("x-api-key", key.as_ref());
-        }
-        let rb = self.extras.apply(rb);
-        let key = key.as_deref();
-        stream::run(rb, idle_timeout, key, Parser::new(&req.model, key), on_delta).await
     }
 }
 

@@ -1,13 +1,13 @@
-//! HTTP plumbing shared by the providers: the client, sending a request under the idle timeout,
-//! and the classification of provider errors into [`LlmErrorKind`]s.
+//! HTTP plumbing shared by the providers: sending a request under the idle timeout, and the
+//! classification of provider errors into [`LlmErrorKind`]s.
 
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use serde_json::Value;
 
+use super::error::{LlmError, LlmErrorKind};
 use super::wire::{Json, WireError};
-use super::{LlmError, LlmErrorKind};
 
 /// How much of a provider's error body an error message keeps: enough for the part that says
 /// what went wrong, which local servers put after long stack traces or validation details.
@@ -15,45 +15,6 @@ const MAX_BODY_IN_MESSAGE: usize = 2048;
 /// How much of a provider's non-stream body is read at all (error bodies; the JSON some gateways
 /// answer instead of a stream); the rest is left unread.
 const MAX_ERROR_BODY: usize = 64 * 1024;
-
-/// What a provider adds to every request: headers (values are `${env:NAME}` templates, expanded
-/// as the request is sent) and an overall timeout.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Extras {
-    pub headers: Vec<(String, String)>,
-    pub timeout: Option<Duration>,
-    /// Model requests in flight to this provider at most, across every process (see
-    /// `agent::capacity`); None: no limit.
-    pub max_concurrent: Option<u32>,
-}
-
-impl Extras {
-    pub(crate) fn apply(&self, mut rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        for (name, value) in &self.headers {
-            rb = rb.header(name.as_str(), super::named::expand_env(value).as_ref());
-        }
-        if let Some(timeout) = self.timeout {
-            rb = rb.timeout(timeout);
-        }
-        rb
-    }
-}
-
-/// One client per provider so connections (and TLS sessions) are reused across turns. No overall
-/// timeout: a long answer legitimately streams for minutes; silence is caught by the idle timeout.
-pub(crate) fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .pool_max_idle_per_host(64)
-        .pool_idle_timeout(Duration::from_secs(90))
-        .tcp_nodelay(true)
-        .build()
-        .expect("the HTTP client configuration is static and valid")
-}
-
-pub(crate) fn trim_base_url(url: &str) -> String {
-    url.trim().trim_end_matches('/').to_string()
-}
 
 /// Sends the request and returns the response once it is known to be a successful event stream.
 pub(crate) async fn send(

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{anthropic, openai, Provider};
+use super::provider::Provider;
+use super::{anthropic, openai};
 use crate::domain::provider::{ProviderDef, ProviderKind, DEFAULT_PROVIDER_TIMEOUT_MS};
 
 /// What a named provider is built from. `api_key` and header values are templates: `${env:NAME}`
@@ -73,5 +74,3 @@ impl Cache {
         provider
     }
 }
-
-pub use crate::net::secrets::expand_env;

@@ -1,131 +1,180 @@
 //! OpenAI chat completions (and the many servers that copy it: vLLM, Ollama, LM Studio …).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use reqwest::header::ACCEPT;
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
+use super::endpoint::{HttpProvider, KeyHeader, WireFormat};
+use super::error::LlmError;
 use super::http::{self, ErrorInfo};
-use super::named::expand_env;
 use super::stream::{self, Flow, StreamParser};
-use super::wire::{Json, List, WireError};
-use super::{
-    ContentBlock, Delta, LlmError, Message, ModelRequest, ModelResponse, Provider, RequestBody, Role, StopReason,
-    ToolCall, ToolChoice, Usage,
+use super::types::{
+    Delta, Message, ModelRequest, ModelResponse, Role, StopReason, ToolCall, ToolChoice, ToolSpec, Usage,
 };
+use super::wire::{Json, List, WireError};
+use crate::domain::ContentBlock;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 const NAME: &str = "openai";
 
-#[derive(Clone)]
-pub struct OpenAi {
-    base_url: String,
-    /// A key, or a `${env:NAME}` template expanded per request.
-    api_key: Option<String>,
-    client: reqwest::Client,
-    extras: http::Extras,
-}
+/// An OpenAI-compatible provider; its `base_url` includes the version path, e.g.
+/// `https://api.openai.com/v1`.
+pub type OpenAi = HttpProvider<ChatCompletions>;
 
-impl OpenAi {
-    /// `base_url` includes the version path, e.g. `https://api.openai.com/v1`.
-    pub fn new(base_url: String, api_key: Option<String>) -> Self {
-        OpenAi {
-            base_url: http::trim_base_url(&base_url),
-            api_key: api_key.filter(|k| !k.is_empty()),
-            client: http::client(),
-            extras: http::Extras::default(),
+/// The chat completions wire format.
+pub struct ChatCompletions;
+
+impl WireFormat for ChatCompletions {
+    const NAME: &'static str = NAME;
+    const PATH: &'static str = "/chat/completions";
+    const KEY_HEADER: KeyHeader = KeyHeader::Bearer;
+
+    fn body(req: &ModelRequest) -> impl Serialize + '_ {
+        let mut messages = Vec::new();
+        if !req.system.is_empty() {
+            messages.push(ChatMessage::System { content: &req.system });
+        }
+        for m in &req.messages {
+            map_message(m, &mut messages);
+        }
+        Request {
+            model: &req.model,
+            messages,
+            stream: true,
+            stream_options: StreamOptions { include_usage: true },
+            temperature: req.temperature,
+            max_tokens: req.max_tokens,
+            tool_choice: tool_choice(req),
+            tools: req.tools.iter().map(tool).collect(),
         }
     }
 
-    /// Extra headers (templates) and an overall timeout for each request.
-    pub fn with_extras(mut self, headers: Vec<(String, String)>, timeout: Option<Duration>) -> Self {
-        self.extras = http::Extras {
-            headers,
-            timeout,
-            ..self.extras
-        };
-        self
-    }
-
-    /// At most `n` model requests in flight to this provider across every process; None: no limit.
-    pub fn with_max_concurrent(mut self, n: Option<u32>) -> Self {
-        self.extras.max_concurrent = n;
-        self
-    }
-
-    pub fn base_url(&self) -> &str {
-        &self.base_url
-    }
-
-    pub fn has_key(&self) -> bool {
-        self.api_key.is_some()
+    fn parser<'k>(model: &str, api_key: Option<&'k str>) -> impl StreamParser + 'k {
+        Parser::new(model, api_key)
     }
 }
 
 /// The request body for `POST {base}/chat/completions`.
-fn request_body(req: &ModelRequest) -> RequestBody<Tool<'_>> {
-    let mut messages = Vec::new();
-    if !req.system.is_empty() {
-        messages.push(json!({"role": "system", "content": req.system}));
-    }
-    for m in &req.messages {
-        map_message(m, &mut messages);
-    }
-    let mut body = Map::new();
-    body.insert("model".into(), json!(req.model));
-    body.insert("messages".into(), Value::Array(messages));
-    body.insert("stream".into(), json!(true));
-    body.insert("stream_options".into(), json!({"include_usage": true}));
-    if let Some(t) = req.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(n) = req.max_tokens {
-        body.insert("max_tokens".into(), json!(n));
-    }
-    if !req.tools.is_empty() {
-        let choice = match &req.tool_choice {
-            ToolChoice::Auto => None,
-            ToolChoice::Required => Some(json!("required")),
-            ToolChoice::None => Some(json!("none")),
-            ToolChoice::Tool(name) => Some(json!({"type": "function", "function": {"name": name}})),
-        };
-        if let Some(choice) = choice {
-            body.insert("tool_choice".into(), choice);
-        }
-    }
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| Tool {
-            kind: "function",
-            function: Function {
-                name: &t.name,
-                description: &t.description,
-                parameters: &t.input_schema,
-            },
-        })
-        .collect();
-    RequestBody { fields: body, tools }
+#[derive(Serialize)]
+struct Request<'r> {
+    model: &'r str,
+    messages: Vec<ChatMessage<'r>>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'r>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'r>>,
 }
 
-#[derive(serde::Serialize)]
-struct Tool<'a> {
+#[derive(Serialize)]
+struct StreamOptions {
+    /// The last chunk then carries the usage.
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum ChatMessage<'r> {
+    System {
+        content: &'r str,
+    },
+    User {
+        content: String,
+    },
+    Tool {
+        tool_call_id: &'r str,
+        content: &'r str,
+    },
+    Assistant {
+        /// An empty string, never null: some servers (llama-cpp-python) refuse null content.
+        content: String,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'r>>,
+    },
+}
+
+#[derive(Serialize)]
+struct WireToolCall<'r> {
+    id: &'r str,
     #[serde(rename = "type")]
     kind: &'static str,
-    function: Function<'a>,
+    function: CalledFunction<'r>,
 }
 
-#[derive(serde::Serialize)]
-struct Function<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a serde_json::value::RawValue,
+#[derive(Serialize)]
+struct CalledFunction<'r> {
+    name: &'r str,
+    /// The arguments as JSON text.
+    arguments: String,
 }
 
-fn map_message(m: &Message, out: &mut Vec<Value>) {
+/// `"required"`, `"none"`, or `{"type": "function", "function": {"name": ..}}`.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolChoice<'r> {
+    Mode(&'static str),
+    Function {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: FunctionName<'r>,
+    },
+}
+
+#[derive(Serialize)]
+struct FunctionName<'r> {
+    name: &'r str,
+}
+
+#[derive(Serialize)]
+struct Tool<'r> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'r>,
+}
+
+#[derive(Serialize)]
+struct Function<'r> {
+    name: &'r str,
+    description: &'r str,
+    parameters: &'r RawValue,
+}
+
+/// Sent only with tools, and never for `Auto` (the default).
+fn tool_choice(req: &ModelRequest) -> Option<WireToolChoice<'_>> {
+    if req.tools.is_empty() {
+        return None;
+    }
+    match &req.tool_choice {
+        ToolChoice::Auto => None,
+        ToolChoice::Required => Some(WireToolChoice::Mode("required")),
+        ToolChoice::None => Some(WireToolChoice::Mode("none")),
+        ToolChoice::Tool(name) => Some(WireToolChoice::Function {
+            kind: "function",
+            function: FunctionName { name },
+        }),
+    }
+}
+
+fn tool(t: &ToolSpec) -> Tool<'_> {
+    Tool {
+        kind: "function",
+        function: Function {
+            name: &t.name,
+            description: &t.description,
+            parameters: &t.input_schema,
+        },
+    }
+}
+
+fn map_message<'r>(m: &'r Message, out: &mut Vec<ChatMessage<'r>>) {
     let text: Vec<&str> = m
         .content
         .iter()
@@ -144,38 +193,40 @@ fn map_message(m: &Message, out: &mut Vec<Value>) {
                     tool_use_id, output, ..
                 } = b
                 {
-                    out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": output}));
+                    out.push(ChatMessage::Tool {
+                        tool_call_id: tool_use_id,
+                        content: output,
+                    });
                 }
             }
             if !text.is_empty() {
-                out.push(json!({"role": "user", "content": text}));
+                out.push(ChatMessage::User { content: text });
             }
         }
         Role::Assistant => {
-            let calls: Vec<Value> = m
+            let tool_calls: Vec<WireToolCall<'_>> = m
                 .content
                 .iter()
                 .filter_map(|b| match b {
-                    ContentBlock::ToolUse { id, name, input } => Some(json!({
-                        "id": id,
-                        "type": "function",
-                        "function": {"name": name, "arguments": input.to_string()},
-                    })),
+                    ContentBlock::ToolUse { id, name, input } => Some(WireToolCall {
+                        id,
+                        kind: "function",
+                        function: CalledFunction {
+                            name,
+                            arguments: input.to_string(),
+                        },
+                    }),
                     _ => None,
                 })
                 .collect();
             // Thinking blocks are dropped: chat completions has no way to send them back.
-            if text.is_empty() && calls.is_empty() {
+            if text.is_empty() && tool_calls.is_empty() {
                 return;
             }
-            let mut msg = Map::new();
-            msg.insert("role".into(), json!("assistant"));
-            // An empty string, never null: some servers (llama-cpp-python) refuse null content.
-            msg.insert("content".into(), json!(text));
-            if !calls.is_empty() {
-                msg.insert("tool_calls".into(), Value::Array(calls));
-            }
-            out.push(Value::Object(msg));
+            out.push(ChatMessage::Assistant {
+                content: text,
+                tool_calls,
+            });
         }
     }
 }
@@ -429,37 +480,6 @@ impl StreamParser for Parser<'_> {
             None => StopReason::EndTurn,
         };
         Ok(out)
-    }
-}
-
-#[async_trait::async_trait]
-impl Provider for OpenAi {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn max_concurrent(&self) -> Option<u32> {
-        self.extras.max_concurrent
-    }
-
-    async fn stream(
-        &self,
-        req: &ModelRequest,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
-        idle_timeout: Duration,
-    ) -> Result<ModelResponse, LlmError> {
-        let mut rb = self
-            .client
-            .post(format!("{}/chat/completions", self.base_url))
-            .header(ACCEPT, "text/event-stream")
-            .json(&request_body(req));
-        let key = self.api_key.as_deref().map(expand_env);
-        if let Some(key) = &key {
-            rb = rb.bearer_auth(key);
-        }
-        let rb = self.extras.apply(rb);
-        let key = key.as_deref();
-        stream::run(rb, idle_timeout, key, Parser::new(&req.model, key), on_delta).await
     }
 }
 

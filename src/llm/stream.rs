@@ -10,9 +10,10 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
+use super::error::{LlmError, LlmErrorKind};
 use super::http;
 use super::sse::{SseEvent, SseParser};
-use super::{Delta, LlmError, LlmErrorKind, ModelResponse};
+use super::types::{Delta, ModelResponse};
 
 /// What the stream does after a chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use rmcp::{ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceE
 
 use super::http_client::GuardedHttp;
 use crate::domain::McpTransport;
-use crate::llm::named::expand_env;
+use crate::net::expand_env;
 use crate::net::guard::AddressGuard;
 
 /// The revision asked for in the `initialize` handshake (a server may answer with an older one).

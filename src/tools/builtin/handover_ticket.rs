@@ -2,13 +2,16 @@
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
+use serde::de::{Deserializer, Error};
+use serde::Deserialize;
 use serde_json::Value;
 
+use super::params;
+use super::shape::BuiltinTool;
 use super::text::clip;
 use super::{HANDOVER_TICKET, MAX_FIELD_CHARS};
 use crate::schema::validate_against;
-use crate::tools::args::args_schema;
-use crate::tools::{Finisher, Tool, ToolContext, ToolErrorKind, ToolFailure, ToolOutcome};
+use crate::tools::{Finisher, ToolContext, ToolErrorKind, ToolFailure, ToolOutcome};
 use crate::transitions;
 
 const DESCRIPTION: &str = "Finish the current ticket with a result AND hand the follow-up work to \
@@ -18,132 +21,88 @@ const DESCRIPTION: &str = "Finish the current ticket with a result AND hand the 
     contain the placeholders {parent_key} (this ticket's key) and {parent_result} (the \
     `result` you give here), which are substituted when the new ticket is created.";
 
-#[derive(Debug, JsonSchema)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct Args {
     /// Name of the agent or label that takes the follow-up ticket.
     #[schemars(length(min = 1))]
+    #[serde(deserialize_with = "to")]
     pub to: String,
     /// The follow-up ticket's task, written so the receiver can act on it
     /// without other context. May contain {parent_key} and {parent_result}.
     #[schemars(length(min = 1))]
+    #[serde(deserialize_with = "task")]
     pub task: String,
     /// This ticket's result (non-empty text). It closes the current ticket.
     #[schemars(length(min = 1))]
+    #[serde(deserialize_with = "result")]
     pub result: String,
     /// Optional JSON Schema (draft 2020-12) that the follow-up ticket's
     /// result must satisfy. Omit it when the result is free-form.
     #[schemars(extend("type" = "object"))]
+    #[serde(deserialize_with = "schema")]
     pub schema: Option<Value>,
 }
 
-impl Args {
-    /// The checked arguments: `to` trimmed and a valid label, `task` and `result` non-blank,
-    /// `schema` a valid JSON Schema.
-    pub fn parse(input: &Value) -> Result<Args, ToolFailure> {
-        let to = match input.get("to") {
-            Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
-            Some(Value::String(_)) => {
-                return Err(ToolFailure::invalid(
-                    "`to` must not be empty: name the agent or label that takes the follow-up",
-                ))
-            }
-            None | Some(Value::Null) => return Err(ToolFailure::invalid("missing required parameter `to`")),
-            Some(_) => {
-                return Err(ToolFailure::invalid(
-                    "`to` must be a string: the name of an agent or label",
-                ))
-            }
-        };
-        let to = match transitions::normalize_labels(vec![to]) {
-            Ok(mut labels) if labels.len() == 1 => labels.remove(0),
-            Ok(_) => return Err(ToolFailure::invalid("`to` must name exactly one agent or label")),
-            Err(e) => return Err(ToolFailure::invalid(format!("`to`: {e}"))),
-        };
-        let task = match input.get("task") {
-            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-            Some(Value::String(_)) => return Err(ToolFailure::invalid("`task` must not be empty")),
-            None | Some(Value::Null) => return Err(ToolFailure::invalid("missing required parameter `task`")),
-            Some(_) => return Err(ToolFailure::invalid("`task` must be a string")),
-        };
-        let result = match input.get("result") {
-            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-            Some(Value::String(_)) => return Err(ToolFailure::invalid("`result` must not be empty")),
-            None | Some(Value::Null) => return Err(ToolFailure::invalid("missing required parameter `result`")),
-            Some(_) => {
-                return Err(ToolFailure::invalid(
-                    "`result` must be a string: pass plain prose, not numbers, objects or arrays. \
-                     For a structured result use close_ticket instead.",
-                ))
-            }
-        };
-        let schema = match input.get("schema") {
-            None | Some(Value::Null) => None,
-            Some(schema) => match transitions::check_schema(schema) {
-                Ok(()) => Some(schema.clone()),
-                Err(e) => {
-                    return Err(ToolFailure::invalid(format!(
-                        "cannot hand over: the given `schema` is invalid: {e}"
-                    )))
-                }
-            },
-        };
-        Ok(Args {
-            to,
-            task,
-            result,
-            schema,
-        })
+/// Trimmed, and a valid label.
+fn to<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let to = params::required_text(
+        d,
+        "to",
+        "`to` must not be empty: name the agent or label that takes the follow-up",
+        "`to` must be a string: the name of an agent or label",
+    )?;
+    match transitions::normalize_labels(vec![to.trim().to_string()]) {
+        Ok(mut labels) if labels.len() == 1 => Ok(labels.remove(0)),
+        Ok(_) => Err(D::Error::custom("`to` must name exactly one agent or label")),
+        Err(e) => Err(D::Error::custom(format!("`to`: {e}"))),
     }
 }
 
-pub struct HandoverTicket {
-    schema: Value,
+fn task<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    params::required_text(d, "task", "`task` must not be empty", "`task` must be a string")
 }
 
-impl HandoverTicket {
-    pub fn new() -> Self {
-        HandoverTicket {
-            schema: args_schema::<Args>(),
-        }
+fn result<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    params::required_text(
+        d,
+        "result",
+        "`result` must not be empty",
+        "`result` must be a string: pass plain prose, not numbers, objects or arrays. \
+         For a structured result use close_ticket instead.",
+    )
+}
+
+/// A valid JSON Schema, when given.
+fn schema<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    let Some(schema) = Option::<Value>::deserialize(d)? else {
+        return Ok(None);
+    };
+    match transitions::check_schema(&schema) {
+        Ok(()) => Ok(Some(schema)),
+        Err(e) => Err(D::Error::custom(format!(
+            "cannot hand over: the given `schema` is invalid: {e}"
+        ))),
     }
 }
 
-impl Default for HandoverTicket {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+pub struct HandoverTicket;
 
 #[async_trait]
-impl Tool for HandoverTicket {
-    fn name(&self) -> &str {
-        HANDOVER_TICKET
-    }
-
-    fn description(&self) -> &str {
-        DESCRIPTION
-    }
-
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
+impl BuiltinTool for HandoverTicket {
+    const NAME: &'static str = HANDOVER_TICKET;
+    const DESCRIPTION: &'static str = DESCRIPTION;
     /// The loop applies the handover (the child ticket, the close) at commit.
-    fn writes_nothing(&self) -> bool {
-        true
-    }
+    const WRITES_NOTHING: bool = true;
+    type Args = Args;
 
-    async fn call(&self, ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
+    async fn run(ctx: &ToolContext<'_>, args: Args) -> ToolOutcome {
         let Args {
             to,
             task,
             result,
             schema,
-        } = match Args::parse(input) {
-            Ok(args) => args,
-            Err(failure) => return failure.into(),
-        };
+        } = args;
         // The handover closes this ticket with `result`, so its own schema must accept that string.
         if let Some(own) = &ctx.ticket.schema {
             if let Err(problems) = validate_against(own, &Value::String(result.clone())) {

@@ -3,14 +3,17 @@
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
+use serde::de::{Deserializer, Error};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::view::{self, action, parse_ref, text_param, unknown_action, Filter};
+use super::params;
+use super::shape::BuiltinTool;
+use super::view::{self, parse_ref, Filter};
 use super::{DEFAULT_MAX_ATTEMPTS, MANAGE_TICKETS};
 use crate::db;
 use crate::db::tickets::{NewTicket, TicketPatch};
-use crate::tools::args::args_schema;
-use crate::tools::{Tool, ToolContext, ToolFailure, ToolOutcome};
+use crate::tools::{ToolContext, ToolFailure, ToolOutcome};
 use crate::transitions::{self, DeskError};
 
 const DESCRIPTION: &str = "View, create and edit tickets. Reading works like read_tickets (actions \
@@ -22,8 +25,8 @@ const DESCRIPTION: &str = "View, create and edit tickets. Reading works like rea
 
 const CLAIM_LOST: &str = "this ticket is no longer held by this worker";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-#[schemars(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Action {
     Get,
     List,
@@ -34,70 +37,59 @@ pub enum Action {
 
 /// The text parameters but `task` are trimmed, blank ones count as not given; each label is
 /// trimmed. Which parameters an action needs is checked when it runs.
-#[derive(Debug, JsonSchema)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct Args {
     /// "get", "list" or "search" tickets, "create" a sub-ticket, or "edit" a ticket.
+    #[serde(deserialize_with = "action")]
     pub action: Action,
     /// Ticket key; required for "get" and "edit".
+    #[serde(deserialize_with = "params::key")]
     pub key: Option<String>,
     /// Only tickets with this status ("list" and "search").
+    #[serde(deserialize_with = "params::status")]
     pub status: Option<String>,
     /// Only tickets with this label ("list" and "search").
+    #[serde(deserialize_with = "params::label")]
     pub label: Option<String>,
     /// Text to search for; required for "search".
+    #[serde(deserialize_with = "params::query")]
     pub query: Option<String>,
     /// The ticket's task; required for "create", optional for "edit".
+    #[serde(deserialize_with = "task")]
     pub task: Option<String>,
     /// Labels of the ticket ("create" and "edit"); they decide which agents pick it up.
+    #[serde(deserialize_with = "labels")]
     pub labels: Option<Vec<String>>,
     /// Optional JSON Schema (draft 2020-12) the ticket's result must satisfy ("create" and "edit").
     #[schemars(extend("type" = "object"))]
     pub schema: Option<Value>,
 }
 
-impl Args {
-    pub fn parse(input: &Value) -> Result<Args, ToolFailure> {
-        let action = match action(input) {
-            Some("get") => Action::Get,
-            Some("list") => Action::List,
-            Some("search") => Action::Search,
-            Some("create") => Action::Create,
-            Some("edit") => Action::Edit,
-            other => return Err(unknown_action(other, "get, list, search, create or edit")),
-        };
-        let task = match input.get("task") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => return Err(ToolFailure::invalid("`task` must be a string")),
-        };
-        let labels = match input.get("labels") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(items)) => Some(
-                items
-                    .iter()
-                    .map(|item| item.as_str().map(|s| s.trim().to_string()))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(labels_not_strings)?,
-            ),
-            Some(_) => return Err(labels_not_strings()),
-        };
-        let schema = match input.get("schema") {
-            None | Some(Value::Null) => None,
-            Some(schema) => Some(schema.clone()),
-        };
-        Ok(Args {
-            action,
-            key: text_param(input, "key")?,
-            status: text_param(input, "status")?,
-            label: text_param(input, "label")?,
-            query: text_param(input, "query")?,
-            task,
-            labels,
-            schema,
-        })
-    }
+fn action<'de, D: Deserializer<'de>>(d: D) -> Result<Action, D::Error> {
+    params::known_action(params::action_name(d)?.as_deref(), "get, list, search, create or edit")
+}
 
+fn task<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    params::optional_string(d, "task")
+}
+
+/// Each label trimmed.
+fn labels<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let not_strings = || D::Error::custom("`labels` must be an array of strings");
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| item.as_str().map(|s| s.trim().to_string()))
+            .collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or_else(not_strings),
+        _ => Err(not_strings()),
+    }
+}
+
+impl Args {
     fn filter(&self) -> Filter<'_> {
         Filter {
             status: self.status.as_deref(),
@@ -127,47 +119,17 @@ impl Args {
     }
 }
 
-fn labels_not_strings() -> ToolFailure {
-    ToolFailure::invalid("`labels` must be an array of strings")
-}
-
-pub struct ManageTickets {
-    schema: Value,
-}
-
-impl ManageTickets {
-    pub fn new() -> Self {
-        ManageTickets {
-            schema: args_schema::<Args>(),
-        }
-    }
-}
-
-impl Default for ManageTickets {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+pub struct ManageTickets;
 
 #[async_trait]
-impl Tool for ManageTickets {
-    fn name(&self) -> &str {
-        MANAGE_TICKETS
-    }
+impl BuiltinTool for ManageTickets {
+    const NAME: &'static str = MANAGE_TICKETS;
+    const DESCRIPTION: &'static str = DESCRIPTION;
+    /// Creates and edits commit in the call's own transaction.
+    const WRITES_NOTHING: bool = false;
+    type Args = Args;
 
-    fn description(&self) -> &str {
-        DESCRIPTION
-    }
-
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    async fn call(&self, ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
-        let args = match Args::parse(input) {
-            Ok(args) => args,
-            Err(failure) => return failure.into(),
-        };
+    async fn run(ctx: &ToolContext<'_>, args: Args) -> ToolOutcome {
         let output = match args.action {
             Action::Get => view::get(ctx, args.key.as_deref()).await,
             Action::List => view::list(ctx, args.filter(), false).await,

@@ -4,7 +4,9 @@
 mod close_ticket;
 mod handover_ticket;
 mod manage_tickets;
+mod params;
 mod read_tickets;
+mod shape;
 mod text;
 mod view;
 
@@ -17,6 +19,7 @@ pub use close_ticket::CloseTicket;
 pub use handover_ticket::HandoverTicket;
 pub use manage_tickets::ManageTickets;
 pub use read_tickets::ReadTickets;
+pub use shape::{Builtin, BuiltinTool};
 
 use super::Tool;
 
@@ -35,9 +38,9 @@ const MAX_FIELD_CHARS: usize = 2000;
 /// The built-in tools, in [`BUILTIN_TOOLS`] order. Each builds its input schema when created.
 pub fn all() -> Vec<Arc<dyn Tool>> {
     vec![
-        Arc::new(CloseTicket::new()),
-        Arc::new(HandoverTicket::new()),
-        Arc::new(ReadTickets::new()),
-        Arc::new(ManageTickets::new()),
+        Arc::new(Builtin::<CloseTicket>::new()),
+        Arc::new(Builtin::<HandoverTicket>::new()),
+        Arc::new(Builtin::<ReadTickets>::new()),
+        Arc::new(Builtin::<ManageTickets>::new()),
     ]
 }

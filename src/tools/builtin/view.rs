@@ -1,7 +1,5 @@
 //! What `read_tickets` and `manage_tickets` share: their reading actions (`get`, `list`,
-//! `search`), the parsing of their common parameters, and the views of tickets they show.
-
-use serde_json::Value;
+//! `search`) and the views of tickets they show.
 
 use super::text::{clip, one_line, value_text};
 use super::MAX_FIELD_CHARS;
@@ -17,28 +15,6 @@ const PREVIEW_CHARS: usize = 100;
 /// The latest text comments `get` shows, each cut to `COMMENT_CHARS`.
 const SHOWN_COMMENTS: usize = 3;
 const COMMENT_CHARS: usize = 300;
-
-/// The `action` parameter, trimmed.
-pub(super) fn action(input: &Value) -> Option<&str> {
-    input.get("action").and_then(Value::as_str).map(str::trim)
-}
-
-pub(super) fn unknown_action(action: Option<&str>, valid: &str) -> ToolFailure {
-    match action {
-        Some(a) => ToolFailure::invalid(format!("unknown action {a:?}: use {valid}")),
-        None => ToolFailure::invalid(format!("missing required parameter `action`: use {valid}")),
-    }
-}
-
-/// A string parameter, trimmed; absent, null and blank are all "not given".
-pub(super) fn text_param(input: &Value, name: &str) -> Result<Option<String>, ToolFailure> {
-    match input.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.trim().to_string())),
-        Some(_) => Err(ToolFailure::invalid(format!("`{name}` must be a string"))),
-    }
-}
 
 pub(super) fn parse_ref(key: &str) -> Result<TicketRef, ToolFailure> {
     TicketRef::parse(key)

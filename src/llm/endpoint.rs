@@ -1,0 +1,177 @@
+//! What every HTTP model provider shares, whatever its wire format: where it is (the base URL),
+//! its key, the extra headers and timeout of a provider defined over the API, its concurrency
+//! limit, and the client that keeps its connections. A wire format ([`WireFormat`]) adds only
+//! its request body, its stream parser and how it sends the key, so a new one is one new file.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use reqwest::header::ACCEPT;
+use serde::Serialize;
+
+use super::error::LlmError;
+use super::provider::Provider;
+use super::stream::{self, StreamParser};
+use super::types::{Delta, ModelRequest, ModelResponse};
+use crate::net::expand_env;
+
+/// How a wire format sends the API key.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KeyHeader {
+    /// `Authorization: Bearer <key>`.
+    Bearer,
+    /// The key as the value of this header.
+    Named(&'static str),
+}
+
+/// One provider API: the path requests go to, its fixed headers, its request body and the
+/// reading of its event stream.
+pub(crate) trait WireFormat: Send + Sync + 'static {
+    /// The provider's name, as [`Provider::name`] gives it.
+    const NAME: &'static str;
+    /// Where requests are posted, after the base URL.
+    const PATH: &'static str;
+    /// Headers every request carries (an API version), sent first.
+    const HEADERS: &'static [(&'static str, &'static str)] = &[];
+    const KEY_HEADER: KeyHeader;
+
+    /// The base URL as configured, trimmed, made into the one requests are sent to.
+    fn base_url(trimmed: String) -> String {
+        trimmed
+    }
+
+    /// The request body, borrowing from the request.
+    fn body(req: &ModelRequest) -> impl Serialize + '_;
+
+    /// Accumulates one response; it keeps the key to redact it from error messages.
+    fn parser<'k>(model: &str, api_key: Option<&'k str>) -> impl StreamParser + 'k;
+}
+
+/// What a provider adds to every request: headers (values are `${env:NAME}` templates, expanded
+/// as the request is sent) and an overall timeout.
+#[derive(Clone, Debug, Default)]
+struct Extras {
+    headers: Vec<(String, String)>,
+    timeout: Option<Duration>,
+}
+
+/// A model provider reached over HTTP that speaks the wire format `W`.
+pub struct HttpProvider<W> {
+    base_url: String,
+    /// A key, or a `${env:NAME}` template expanded per request.
+    api_key: Option<String>,
+    client: reqwest::Client,
+    extras: Extras,
+    /// Model requests in flight to this provider at most, across every process (see
+    /// `agent::capacity`); None: no limit.
+    max_concurrent: Option<u32>,
+    format: PhantomData<fn() -> W>,
+}
+
+// Not derived: a derive would ask the format marker to be Clone.
+impl<W> Clone for HttpProvider<W> {
+    fn clone(&self) -> Self {
+        HttpProvider {
+            base_url: self.base_url.clone(),
+            api_key: self.api_key.clone(),
+            client: self.client.clone(),
+            extras: self.extras.clone(),
+            max_concurrent: self.max_concurrent,
+            format: PhantomData,
+        }
+    }
+}
+
+// The wire formats stay inside the crate; outside it a provider is named by its alias (`OpenAi`,
+// `Anthropic`), which satisfies the bound.
+#[expect(private_bounds, reason = "the wire formats are crate-private")]
+impl<W: WireFormat> HttpProvider<W> {
+    /// An empty key counts as none (local servers need no key).
+    pub fn new(base_url: String, api_key: Option<String>) -> Self {
+        HttpProvider {
+            base_url: W::base_url(base_url.trim().trim_end_matches('/').to_string()),
+            api_key: api_key.filter(|k| !k.is_empty()),
+            client: client(),
+            extras: Extras::default(),
+            max_concurrent: None,
+            format: PhantomData,
+        }
+    }
+
+    /// Extra headers (templates) and an overall timeout for each request.
+    pub fn with_extras(mut self, headers: Vec<(String, String)>, timeout: Option<Duration>) -> Self {
+        self.extras = Extras { headers, timeout };
+        self
+    }
+
+    /// At most `n` model requests in flight to this provider across every process; None: no limit.
+    pub fn with_max_concurrent(mut self, n: Option<u32>) -> Self {
+        self.max_concurrent = n;
+        self
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    pub fn has_key(&self) -> bool {
+        self.api_key.is_some()
+    }
+
+    /// The streaming POST of `body`, with the key (already expanded) and the extras.
+    fn request(&self, body: &impl Serialize, api_key: Option<&str>) -> reqwest::RequestBuilder {
+        let mut rb = self.client.post(format!("{}{}", self.base_url, W::PATH));
+        for (name, value) in W::HEADERS {
+            rb = rb.header(*name, *value);
+        }
+        rb = rb.header(ACCEPT, "text/event-stream").json(body);
+        if let Some(key) = api_key {
+            rb = match W::KEY_HEADER {
+                KeyHeader::Bearer => rb.bearer_auth(key),
+                KeyHeader::Named(name) => rb.header(name, key),
+            };
+        }
+        for (name, value) in &self.extras.headers {
+            rb = rb.header(name.as_str(), expand_env(value).as_ref());
+        }
+        match self.extras.timeout {
+            Some(timeout) => rb.timeout(timeout),
+            None => rb,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<W: WireFormat> Provider for HttpProvider<W> {
+    fn name(&self) -> &'static str {
+        W::NAME
+    }
+
+    fn max_concurrent(&self) -> Option<u32> {
+        self.max_concurrent
+    }
+
+    async fn stream(
+        &self,
+        req: &ModelRequest,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+        idle_timeout: Duration,
+    ) -> Result<ModelResponse, LlmError> {
+        let key = self.api_key.as_deref().map(expand_env);
+        let key = key.as_deref();
+        let rb = self.request(&W::body(req), key);
+        stream::run(rb, idle_timeout, key, W::parser(&req.model, key), on_delta).await
+    }
+}
+
+/// One client per provider so connections (and TLS sessions) are reused across turns. No overall
+/// timeout: a long answer legitimately streams for minutes; silence is caught by the idle timeout.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(64)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .tcp_nodelay(true)
+        .build()
+        .expect("the HTTP client configuration is static and valid")
+}
