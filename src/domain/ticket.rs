@@ -92,6 +92,9 @@ pub struct TicketError {
     pub message: String,
 }
 
+/// Attempts a ticket gets when its creator names none (over the API, a schedule or a tool).
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
+
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct Ticket {
     pub id: Uuid,

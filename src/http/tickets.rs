@@ -67,7 +67,7 @@ pub struct CreateTicket {
 /// The longest deadline: ten years.
 pub const MAX_DEADLINE_SECS: i32 = 315_360_000;
 
-pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
+pub use crate::domain::ticket::DEFAULT_MAX_ATTEMPTS;
 
 /// Canonical JSON (object keys sorted) so that an idempotent repeat matches whatever its key order.
 fn canonical_hash(value: &Value) -> String {

@@ -4,10 +4,10 @@
 use serde_json::{json, Value};
 use sqlx::PgConnection;
 
-use super::builtin::DEFAULT_MAX_ATTEMPTS;
 use super::placeholders::substitute_parent;
 use crate::db::claims::Fence;
 use crate::db::tickets::NewTicket;
+use crate::domain::ticket::DEFAULT_MAX_ATTEMPTS;
 use crate::domain::Ticket;
 use crate::transitions::{self, DeskError};
 

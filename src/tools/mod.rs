@@ -11,12 +11,16 @@
 
 pub mod args;
 pub mod builtin;
+#[cfg(test)]
+mod builtin_contract;
 pub mod catalog;
 pub mod coerce;
 pub mod finish;
 pub mod http;
 pub mod placeholders;
 pub mod prepare;
+#[cfg(test)]
+mod prepare_tests;
 pub mod registry;
 pub mod repair;
 

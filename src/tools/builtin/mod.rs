@@ -10,9 +10,6 @@ mod shape;
 mod text;
 mod view;
 
-#[cfg(test)]
-mod contract_tests;
-
 use std::sync::Arc;
 
 pub use close_ticket::CloseTicket;
@@ -31,7 +28,7 @@ pub const MANAGE_TICKETS: &str = "manage_tickets";
 pub const BUILTIN_TOOLS: [&str; 4] = [CLOSE_TICKET, HANDOVER_TICKET, READ_TICKETS, MANAGE_TICKETS];
 
 /// Sub-tickets get the same attempt budget as tickets created over the API by default.
-pub(crate) const DEFAULT_MAX_ATTEMPTS: i32 = 3;
+pub(crate) use crate::domain::ticket::DEFAULT_MAX_ATTEMPTS;
 /// Long fields (a schema, an error) shown to the model are cut to this many characters.
 const MAX_FIELD_CHARS: usize = 2000;
 

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::{BUILTIN_TOOLS, CLOSE_TICKET, HANDOVER_TICKET, MANAGE_TICKETS, READ_TICKETS};
+use super::builtin::{BUILTIN_TOOLS, CLOSE_TICKET, HANDOVER_TICKET, MANAGE_TICKETS, READ_TICKETS};
 use crate::schema::validate_against;
 use crate::tools::ToolRegistry;
 
