@@ -1,10 +1,14 @@
-//! End to end against a real OpenAI-compatible model server with a real (tiny) model: SmolLM2-135M
-//! on llama-cpp-python's stock server, as `.ci/real-model.sh` starts it. The server's base URL
-//! (ending in `/v1`) comes from `AGENTDESK_REAL_MODEL_URL`; without it every test here is skipped
-//! with a note, so `cargo test` stays fast on a machine without the server.
+//! End to end against real OpenAI-compatible model servers of the two families people run
+//! locally, both with a real (tiny) model, SmolLM2-135M, on CPU, as `.ci/real-model.sh` starts them:
+//! - llama-cpp-python's stock server (`AGENTDESK_REAL_MODEL_URL`);
+//! - llama.cpp's `llama-server --jinja --parallel 2` (`AGENTDESK_LLAMA_SERVER_URL`).
 //!
-//! A 135M model follows instructions poorly, so the agents lean on what the server guarantees: with
-//! `tool_choice` naming a tool, llama-cpp-python constrains the reply to a call of that tool.
+//! Each base URL ends in `/v1`; a test whose server is not given is skipped with a note, so
+//! `cargo test` stays fast on a machine without them. Every check runs on both servers.
+//!
+//! A 135M model follows instructions poorly, so the agents lean on what the servers guarantee: with
+//! `tool_choice` naming a tool (llama-cpp-python) or `"required"` (llama-server, which reads only
+//! the string forms) the reply is constrained by a grammar to a call of the one tool offered.
 
 mod support;
 
@@ -25,14 +29,14 @@ struct RealServer {
     name: &'static str,
     /// The variable holding its base URL.
     url_var: &'static str,
-    /// The model name sent (the server serves its one model whatever the name).
+    /// The model name sent (both servers serve their one model whatever the name).
     model: &'static str,
-    /// The context length the server runs with (`--n_ctx`).
+    /// The context length of one request (`--n_ctx`; llama-server's `-c` over `--parallel`).
     window: u64,
     /// The agent's `tool_choice` that makes the server constrain a reply to a tool call.
     tool_choice: &'static str,
     /// The provider's `max_concurrent`: llama-cpp-python serves one request at a time and
-    /// interrupts it for the next.
+    /// interrupts it for the next; llama-server serves one per slot.
     max_concurrent: u32,
 }
 
@@ -45,13 +49,22 @@ const LLAMA_CPP_PYTHON: RealServer = RealServer {
     max_concurrent: 1,
 };
 
-/// The model runs on CPU, next to the service and Postgres.
+const LLAMA_SERVER: RealServer = RealServer {
+    name: "llama-server",
+    url_var: "AGENTDESK_LLAMA_SERVER_URL",
+    model: "smollm2-135m",
+    window: 2048,
+    tool_choice: "required",
+    max_concurrent: 2,
+};
+
+/// The models run on CPU, next to the service and Postgres.
 const TICKET_TIMEOUT: Duration = Duration::from_secs(300);
-/// Twelve tickets through one request at a time: a few seconds each on an idle 2-core machine,
-/// up to a minute each while a build shares its cores.
+/// Twelve tickets through one or two requests at a time: a few seconds each on an idle 2-core
+/// machine, up to a minute each while a build shares its cores.
 const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(1200);
 
-/// One model server: the tests take turns.
+/// The servers share the machine's cores: the tests take turns.
 static TURN: Mutex<()> = Mutex::const_new(());
 
 impl RealServer {
@@ -63,8 +76,8 @@ impl RealServer {
                 // Written past the test harness's capture, so a skip shows in a passing run's output.
                 let _ = writeln!(
                     std::io::stderr(),
-                    "SKIPPED real_model::{test} on {}: {} is not set (bash .ci/real-model.sh starts a \
-                     server and prints it)",
+                    "SKIPPED real_model::{test} on {}: {} is not set (bash .ci/real-model.sh starts the \
+                     servers and prints their URLs)",
                     self.name,
                     self.url_var
                 );
@@ -176,9 +189,33 @@ async fn server_reports_streaming_usage(server: &RealServer, url: &str) -> bool 
         .any(|chunk| chunk["usage"].is_object())
 }
 
-#[tokio::test]
-async fn an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket() {
-    let server = &LLAMA_CPP_PYTHON;
+
+/// Each check runs once per server, as a test of its own: `CHECK::on_llama_cpp_python` and
+/// `CHECK::on_llama_server`.
+macro_rules! on_both_servers {
+    ($($check:ident),* $(,)?) => {$(
+        mod $check {
+            #[tokio::test]
+            async fn on_llama_cpp_python() {
+                super::$check(&super::LLAMA_CPP_PYTHON).await;
+            }
+
+            #[tokio::test]
+            async fn on_llama_server() {
+                super::$check(&super::LLAMA_SERVER).await;
+            }
+        }
+    )*};
+}
+
+on_both_servers!(
+    an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket,
+    usage_is_estimated_when_the_server_reports_none,
+    compaction_on_a_2048_token_window_keeps_the_task_verbatim,
+    twelve_ordinary_tickets_at_once_finish,
+);
+
+async fn an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket(server: &RealServer) {
     let Some(url) = server.url("an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket") else {
         return;
     };
@@ -200,9 +237,7 @@ async fn an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket() {
     app.shutdown().await;
 }
 
-#[tokio::test]
-async fn usage_is_estimated_when_the_server_reports_none() {
-    let server = &LLAMA_CPP_PYTHON;
+async fn usage_is_estimated_when_the_server_reports_none(server: &RealServer) {
     let Some(url) = server.url("usage_is_estimated_when_the_server_reports_none") else {
         return;
     };
@@ -250,9 +285,7 @@ fn notes(n: usize) -> String {
     text
 }
 
-#[tokio::test]
-async fn compaction_on_a_2048_token_window_keeps_the_task_verbatim() {
-    let server = &LLAMA_CPP_PYTHON;
+async fn compaction_on_a_2048_token_window_keeps_the_task_verbatim(server: &RealServer) {
     let Some(url) = server.url("compaction_on_a_2048_token_window_keeps_the_task_verbatim") else {
         return;
     };
@@ -356,9 +389,7 @@ fn is_answer(result: &Value) -> bool {
 /// The workload a new user tries first: twelve tickets posted at once to an agent on a named
 /// provider with the server's documented `max_concurrent`, the server as it is run. Eleven of
 /// twelve must be done with an answer, and none may be left `waiting` or working.
-#[tokio::test]
-async fn twelve_ordinary_tickets_at_once_finish() {
-    let server = &LLAMA_CPP_PYTHON;
+async fn twelve_ordinary_tickets_at_once_finish(server: &RealServer) {
     let Some(url) = server.url("twelve_ordinary_tickets_at_once_finish") else {
         return;
     };
