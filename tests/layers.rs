@@ -173,22 +173,10 @@ const RULES: &[(&str, &[&str])] = &[
 /// as `crate::<name>`.
 fn used_modules(module: &str) -> BTreeSet<String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = vec![];
+    let mut files = rust_files(&src.join(module));
     let file = src.join(format!("{module}.rs"));
     if file.exists() {
         files.push(file);
-    }
-    let mut dirs = vec![src.join(module)];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
     }
     assert!(!files.is_empty(), "no sources for module {module}");
     let mut used = BTreeSet::new();

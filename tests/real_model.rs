@@ -189,7 +189,6 @@ async fn server_reports_streaming_usage(server: &RealServer, url: &str) -> bool 
         .any(|chunk| chunk["usage"].is_object())
 }
 
-
 /// Each check runs once per server, as a test of its own: `CHECK::on_llama_cpp_python` and
 /// `CHECK::on_llama_server`.
 macro_rules! on_both_servers {
