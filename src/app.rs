@@ -15,7 +15,7 @@ use crate::db;
 use crate::domain::agent::{default_model, DEFAULT_AGENT_ROLE};
 use crate::domain::Agent;
 use crate::events::EventHub;
-use crate::http::{self, AppState};
+use crate::http::{self, ApiServices, AppState};
 use crate::llm::Providers;
 use crate::tools::BUILTIN_TOOLS;
 
@@ -90,7 +90,7 @@ impl App {
         }
 
         let (addr, health_addr) = if mode.runs_api() {
-            let state = AppState {
+            let state = AppState::new(ApiServices {
                 pool: pool.clone(),
                 hub: hub.clone(),
                 config: config.clone(),
@@ -99,7 +99,7 @@ impl App {
                 mcp: mcp.clone(),
                 intake: crate::transitions::intake::Intake::start(pool.clone(), hub.clone()),
                 shutdown: shutdown.clone(),
-            };
+            });
             let (server, addr) = serve_api(state, config.addr, shutdown.clone())?;
             tasks.push(server);
             (Some(addr), None)

@@ -42,6 +42,8 @@ scenarios: api_latency, throughput, retention_sweep, quiet_desk, scale_out, conc
   --webhook             throughput with one webhook subscribed to every event (a receiver in the
                         bench answers 200 at once)
   --minutes M           how long soak runs (default 60; --quick: 4)
+  --pg-seconds S        how long each of throughput's pgbench runs lasts (default 10; --quick: 3):
+                        shorter runs fit a sweep of several machine sizes into one device session
 
 soak (not part of `all`): an hour of mixed load on one desk, sampled every minute, to see that
 nothing grows: tools, approvals, a webhook, SSE readers coming and going, retention on.
@@ -143,6 +145,7 @@ fn parse_args(args: &[String]) -> Result<(Opts, Vec<String>), String> {
             "--clients" => opts.clients = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
             "--rate" => opts.rate = Some(number::<f64>(arg, value(arg)?)?).filter(|r| *r > 0.0),
             "--minutes" => opts.minutes = Some(number::<f64>(arg, value(arg)?)?).filter(|m| *m > 0.0),
+            "--pg-seconds" => opts.pg_seconds = Some(number::<f64>(arg, value(arg)?)?).filter(|s| *s >= 1.0),
             other if other.starts_with('-') => return Err(format!("unknown option {other}")),
             name => names.push(name.to_string()),
         }

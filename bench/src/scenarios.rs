@@ -48,6 +48,8 @@ pub struct Opts {
     pub webhook: bool,
     /// `--minutes`: how long the soak runs.
     pub minutes: Option<f64>,
+    /// `--pg-seconds`: how long each of throughput's pgbench runs lasts.
+    pub pg_seconds: Option<f64>,
 }
 
 impl Opts {
@@ -125,7 +127,9 @@ pub async fn throughput_round(
 /// the two so both see the same machine noise; the medians are compared.
 async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     let (tickets, clients, rounds) = (opts.pick(200, 2000), opts.clients.unwrap_or(16), opts.pick(1, 3));
-    let pg_duration = Duration::from_secs(opts.pick(3, 10));
+    let pg_duration = opts
+        .pg_seconds
+        .map_or(Duration::from_secs(opts.pick(3, 10)), Duration::from_secs_f64);
     let workers = opts.workers.unwrap_or(THROUGHPUT_WORKERS);
     let db_connections = opts.db_connections.unwrap_or(16);
     let spec = ServerSpec {

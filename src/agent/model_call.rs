@@ -241,6 +241,9 @@ impl Step<'_> {
 
     /// A live-only delta to the ticket's subscribers (never stored).
     fn publish_delta(&self, delta: Delta) {
+        if !self.rt.hub.wants_deltas() {
+            return;
+        }
         let (delta_kind, data) = match &delta {
             Delta::Text(t) => (kind::TEXT_DELTA, hub::delta_data(t)),
             Delta::Thinking(t) => (kind::THINKING_DELTA, hub::delta_data(t)),

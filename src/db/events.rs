@@ -12,9 +12,9 @@
 
 use std::fmt;
 
-use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgConnection, PgExecutor, PgPool};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, PgExecutor, PgPool, Row};
 use uuid::Uuid;
 
 use super::fence::Fence;
@@ -60,41 +60,28 @@ pub struct LoggedEvent {
     pub ticket_agent: Option<String>,
 }
 
-#[derive(sqlx::FromRow)]
-struct EventRow {
-    id: i64,
-    txid: String,
-    ticket_id: Uuid,
-    ticket_key: String,
-    seq: i64,
-    kind: String,
-    agent: Option<String>,
-    data: sqlx::types::Json<Box<serde_json::value::RawValue>>,
-    at: DateTime<Utc>,
-    labels: Vec<String>,
-    ticket_agent: Option<String>,
-}
-
-impl From<EventRow> for LoggedEvent {
-    fn from(r: EventRow) -> LoggedEvent {
-        LoggedEvent {
-            cursor: GlobalCursor {
-                txid: r.txid.parse().unwrap_or(0),
-                id: r.id,
-            },
-            event: TicketEvent {
-                ticket_id: r.ticket_id,
-                ticket_key: r.ticket_key,
-                seq: Some(r.seq),
-                kind: r.kind,
-                agent: r.agent,
-                at: r.at,
-                data: r.data.0,
-            },
-            ticket_labels: r.labels,
-            ticket_agent: r.ticket_agent,
-        }
-    }
+/// A row of `EVENT_COLUMNS`, read by position: the columns come first in every statement that
+/// reads events, and looking each one up by name cost more than decoding it.
+fn logged_event(row: &PgRow) -> Result<LoggedEvent, sqlx::Error> {
+    let txid: String = row.try_get(1)?;
+    let data: sqlx::types::Json<Box<serde_json::value::RawValue>> = row.try_get(7)?;
+    Ok(LoggedEvent {
+        cursor: GlobalCursor {
+            txid: txid.parse().unwrap_or(0),
+            id: row.try_get(0)?,
+        },
+        event: TicketEvent {
+            ticket_id: row.try_get(2)?,
+            ticket_key: row.try_get(3)?,
+            seq: Some(row.try_get(4)?),
+            kind: row.try_get(5)?,
+            agent: row.try_get(6)?,
+            data: data.0,
+            at: row.try_get(8)?,
+        },
+        ticket_labels: row.try_get(9)?,
+        ticket_agent: row.try_get(10)?,
+    })
 }
 
 /// Appends events to a ticket's log inside the caller's transaction. If the transaction rolls
@@ -291,6 +278,7 @@ pub async fn insert_reserved(
     Ok(())
 }
 
+/// The columns `logged_event` reads, in its order.
 const EVENT_COLUMNS: &str =
     "e.id, e.txid::text AS txid, e.ticket_id, e.ticket_key, e.seq, e.kind, e.agent, e.data, e.at, \
      t.labels, t.agent AS ticket_agent";
@@ -302,7 +290,7 @@ pub async fn read_ticket<'e>(
     after_seq: i64,
     limit: i64,
 ) -> Result<Vec<LoggedEvent>, sqlx::Error> {
-    let rows: Vec<EventRow> = sqlx::query_as(&format!(
+    let rows = sqlx::query(&format!(
         "SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
          WHERE e.ticket_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3"
     ))
@@ -311,7 +299,7 @@ pub async fn read_ticket<'e>(
     .bind(limit)
     .fetch_all(db)
     .await?;
-    Ok(rows.into_iter().map(LoggedEvent::from).collect())
+    rows.iter().map(logged_event).collect()
 }
 
 /// The seq of a ticket's latest event (0 when it has none).
@@ -371,7 +359,6 @@ pub async fn read_global_page(
     after: GlobalCursor,
     limit: i64,
 ) -> Result<GlobalPage, sqlx::Error> {
-    use sqlx::{FromRow, Row};
     // Some event is after the cursor and at or above the horizon exactly when the newest event is,
     // so one step down the cursor index answers it. (An `EXISTS` over a range got a generic plan
     // that scanned the whole log.) The page joins it laterally: one row with no event when the
@@ -395,18 +382,15 @@ pub async fn read_global_page(
     let mut page = GlobalPage::default();
     let mut newest_and_horizon = None;
     for row in &rows {
-        let (txid, id, horizon): (String, i64, Option<String>) = (
-            row.try_get("newest_txid")?,
-            row.try_get("newest_id")?,
-            row.try_get("horizon")?,
-        );
+        // After the page's columns (`logged_event`'s): the newest event and the horizon.
+        let (txid, id, horizon): (String, i64, Option<String>) = (row.try_get(11)?, row.try_get(12)?, row.try_get(13)?);
         let newest = GlobalCursor {
             txid: txid.parse().unwrap_or(u64::MAX),
             id,
         };
         newest_and_horizon = Some((newest, horizon));
-        if row.try_get::<Option<i64>, _>("id")?.is_some() {
-            page.events.push(EventRow::from_row(row)?.into());
+        if row.try_get::<Option<i64>, _>(0)?.is_some() {
+            page.events.push(logged_event(row)?);
         }
     }
     // In cursor order, whatever order the join returned them in.

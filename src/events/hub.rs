@@ -1,6 +1,6 @@
 //! The in-process broadcast hub fed from the event log.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,7 +26,8 @@ const MIN_ROUND_INTERVAL: Duration = Duration::from_millis(5);
 /// Re-read soon when committed events wait behind an older open transaction.
 const HELD_BACK_RETRY: Duration = Duration::from_millis(10);
 
-/// An event ready to send: serialised once, shared by every subscriber.
+/// An event ready to send: serialised at most once, when the first subscriber that wants it
+/// asks, and then shared by every subscriber.
 #[derive(Debug)]
 pub struct StreamItem {
     /// None for live-only deltas.
@@ -34,24 +35,45 @@ pub struct StreamItem {
     pub event: TicketEvent,
     pub ticket_labels: Vec<String>,
     pub ticket_agent: Option<String>,
-    /// The event as JSON text, for the SSE `data:` line (a slice of `frame`).
-    pub json: Bytes,
-    /// The whole SSE frame of the global stream (`id: <cursor>` when persisted, then `data:`), built
-    /// once here so that every subscriber sends the same bytes without copying them.
-    pub frame: Bytes,
+    /// `(frame, json)` of `sse_frame`, made on first use: most events of a busy desk go to no
+    /// stream at all (a filtered stream, or none), and serialising each one cost a tenth of the
+    /// process's CPU.
+    frame: OnceLock<(Bytes, Bytes)>,
 }
 
 impl StreamItem {
     pub fn from_logged(e: LoggedEvent) -> StreamItem {
-        let (frame, json) = sse_frame(Some(e.cursor), &e.event);
+        StreamItem::new(Some(e.cursor), e.event, e.ticket_labels, e.ticket_agent)
+    }
+
+    fn new(
+        cursor: Option<GlobalCursor>,
+        event: TicketEvent,
+        ticket_labels: Vec<String>,
+        ticket_agent: Option<String>,
+    ) -> StreamItem {
         StreamItem {
-            cursor: Some(e.cursor),
-            event: e.event,
-            ticket_labels: e.ticket_labels,
-            ticket_agent: e.ticket_agent,
-            json,
-            frame,
+            cursor,
+            event,
+            ticket_labels,
+            ticket_agent,
+            frame: OnceLock::new(),
         }
+    }
+
+    fn frame_and_json(&self) -> &(Bytes, Bytes) {
+        self.frame.get_or_init(|| sse_frame(self.cursor, &self.event))
+    }
+
+    /// The whole SSE frame of the global stream (`id: <cursor>` when persisted, then `data:`):
+    /// every subscriber sends the same bytes without copying them.
+    pub fn frame(&self) -> Bytes {
+        self.frame_and_json().0.clone()
+    }
+
+    /// The event as JSON text, for an SSE `data:` line (a slice of the frame).
+    pub fn json(&self) -> &Bytes {
+        &self.frame_and_json().1
     }
 }
 
@@ -179,21 +201,30 @@ fn delta_payloads(items: &[Arc<StreamItem>]) -> Vec<String> {
 #[derive(Debug)]
 pub struct EventBatch {
     pub items: Vec<StreamItem>,
-    /// Every item's `frame`, joined: what an unfiltered global stream sends for the whole batch,
-    /// in one write and without copying per subscriber.
-    pub frames: Bytes,
+    /// Every item's frame, joined on first use: what an unfiltered global stream sends for the
+    /// whole batch, in one write and without copying per subscriber.
+    frames: OnceLock<Bytes>,
 }
 
 impl EventBatch {
     fn new(items: Vec<StreamItem>) -> EventBatch {
-        let mut frames = bytes::BytesMut::with_capacity(items.iter().map(|i| i.frame.len()).sum());
-        for item in &items {
-            frames.extend_from_slice(&item.frame);
-        }
         EventBatch {
             items,
-            frames: frames.freeze(),
+            frames: OnceLock::new(),
         }
+    }
+
+    pub fn frames(&self) -> Bytes {
+        self.frames
+            .get_or_init(|| {
+                let frames: Vec<&(Bytes, Bytes)> = self.items.iter().map(StreamItem::frame_and_json).collect();
+                let mut joined = bytes::BytesMut::with_capacity(frames.iter().map(|(f, _)| f.len()).sum());
+                for (frame, _) in frames {
+                    joined.extend_from_slice(frame);
+                }
+                joined.freeze()
+            })
+            .clone()
     }
 
     /// The cursor of the first item (None for an empty batch, which is never sent).
@@ -206,6 +237,15 @@ impl EventBatch {
 pub enum HubMessage {
     Events(Arc<EventBatch>),
     Delta(Arc<StreamItem>),
+}
+
+/// A subscription's interest in deltas (see [`EventHub::delta_interest`]); dropped with it.
+pub struct DeltaInterest(Arc<Inner>);
+
+impl Drop for DeltaInterest {
+    fn drop(&mut self) {
+        self.0.delta_watchers.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 #[derive(Clone)]
@@ -223,6 +263,10 @@ struct Inner {
     /// Set in worker-only processes: deltas go to the API processes through `DELTAS_CHANNEL`.
     delta_forwarder: std::sync::OnceLock<tokio::sync::mpsc::Sender<Arc<StreamItem>>>,
     sender: broadcast::Sender<HubMessage>,
+    /// Subscribers that show deltas (held `DeltaInterest`s). With none, deltas are not sent: every
+    /// message wakes every subscriber, and a stream filtered to `ticket.done` would wake a few
+    /// times per ticket for nothing.
+    delta_watchers: std::sync::atomic::AtomicUsize,
     wake: Notify,
     /// The last cursor broadcast; new "from now" subscribers start here.
     position: std::sync::Mutex<GlobalCursor>,
@@ -246,6 +290,7 @@ impl EventHub {
                 work: Notify::new(),
                 delta_forwarder: std::sync::OnceLock::new(),
                 sender,
+                delta_watchers: std::sync::atomic::AtomicUsize::new(0),
                 wake: Notify::new(),
                 position: std::sync::Mutex::new(head),
                 advanced: tokio::sync::watch::Sender::new(head),
@@ -320,19 +365,31 @@ impl EventHub {
         self.inner.wake.notify_one();
     }
 
+    /// Whether a published delta would be shown to anyone: a subscriber here that holds a
+    /// [`DeltaInterest`], or the API processes through the forwarder. A subscriber that comes
+    /// later never sees earlier deltas, so a delta nobody would show need not be made.
+    pub fn wants_deltas(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.inner.delta_watchers.load(Ordering::Acquire) > 0 || self.inner.delta_forwarder.get().is_some()
+    }
+
+    /// Declares that the caller's subscription shows deltas, for as long as it is held. Taken
+    /// before the subscriber waits for messages; a subscriber without one still receives the
+    /// deltas published for others, and must ignore them.
+    pub fn delta_interest(&self) -> DeltaInterest {
+        use std::sync::atomic::Ordering;
+        self.inner.delta_watchers.fetch_add(1, Ordering::AcqRel);
+        DeltaInterest(self.inner.clone())
+    }
+
     /// Publishes a live-only delta (`text.delta`, `thinking.delta`, `tool_call.delta`) to local
-    /// subscribers.
+    /// subscribers, when one shows deltas (see `wants_deltas`).
     pub fn publish_delta(&self, event: TicketEvent, ticket_labels: Vec<String>, ticket_agent: Option<String>) {
         debug_assert!(kind::is_delta(&event.kind));
-        let (frame, json) = sse_frame(None, &event);
-        let item = Arc::new(StreamItem {
-            cursor: None,
-            event,
-            ticket_labels,
-            ticket_agent,
-            json,
-            frame,
-        });
+        if !self.wants_deltas() {
+            return;
+        }
+        let item = Arc::new(StreamItem::new(None, event, ticket_labels, ticket_agent));
         if let Some(forwarder) = self.inner.delta_forwarder.get() {
             // Full while Postgres is slow or away: this delta is dropped (they are best effort;
             // the step's persisted events carry the whole text) rather than queued without end.
@@ -587,15 +644,7 @@ mod tests {
             at: chrono::Utc::now(),
             data,
         };
-        let (frame, json) = sse_frame(None, &event);
-        Arc::new(StreamItem {
-            cursor: None,
-            event,
-            ticket_labels: vec![],
-            ticket_agent: None,
-            json,
-            frame,
-        })
+        Arc::new(StreamItem::new(None, event, vec![], None))
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::hub::{EventHub, HubMessage, StreamItem};
+use super::hub::{DeltaInterest, EventHub, HubMessage, StreamItem};
 use crate::db;
 use crate::db::events::GlobalCursor;
 use crate::domain::event::kind;
@@ -46,6 +46,13 @@ impl GlobalFilter {
     /// True when the filter lets everything through.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty() && self.agents.is_empty() && self.kinds.is_empty()
+    }
+
+    /// Whether a delta can pass: the stream then asks the hub for them.
+    fn may_match_deltas(&self) -> bool {
+        [kind::TEXT_DELTA, kind::THINKING_DELTA, kind::TOOL_CALL_DELTA]
+            .iter()
+            .any(|k| kind_matches(&self.kinds, k))
     }
 
     pub fn matches(&self, item: &StreamItem) -> bool {
@@ -103,6 +110,8 @@ enum Wake {
 struct Subscriber<F> {
     hub: EventHub,
     live: broadcast::Receiver<HubMessage>,
+    /// Held while the stream can show deltas (see `EventHub::delta_interest`).
+    _deltas: Option<DeltaInterest>,
     pings: Interval,
     shutdown: CancellationToken,
     /// Frames read from the log, not sent yet.
@@ -121,6 +130,7 @@ impl<F> Subscriber<F> {
         phase: Phase,
         ping: Duration,
         shutdown: CancellationToken,
+        deltas: Option<DeltaInterest>,
         kind: F,
     ) -> Self {
         let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + ping, ping);
@@ -130,6 +140,7 @@ impl<F> Subscriber<F> {
         Subscriber {
             hub,
             live,
+            _deltas: deltas,
             pings,
             shutdown,
             pending,
@@ -209,7 +220,8 @@ pub fn global(
         Some(cursor) => (cursor, Phase::Replay),
         None => (hub.position(), Phase::Live),
     };
-    let sub = Subscriber::new(hub, live, phase, ping, shutdown, Global { cursor, filter });
+    let deltas = filter.may_match_deltas().then(|| hub.delta_interest());
+    let sub = Subscriber::new(hub, live, phase, ping, shutdown, deltas, Global { cursor, filter });
     futures::stream::unfold(sub, |mut sub| async move {
         let frame = next_global(&mut sub).await?;
         Some((Ok(frame), sub))
@@ -241,7 +253,7 @@ async fn next_global(sub: &mut Subscriber<Global>) -> Option<Bytes> {
                     sub.kind.cursor = logged.cursor;
                     let item = StreamItem::from_logged(logged);
                     if sub.kind.filter.matches(&item) {
-                        sub.pending.push_back(item.frame.clone());
+                        sub.pending.push_back(item.frame());
                     }
                 }
             }
@@ -278,7 +290,7 @@ fn take_global(sub: &mut Subscriber<Global>, msg: Result<HubMessage, RecvError>)
             if first > sub.kind.cursor && sub.kind.filter.is_empty() {
                 // The common case: the whole batch is new and wanted, and its frames are shared.
                 sub.kind.cursor = last;
-                sub.pending.push_back(batch.frames.clone());
+                sub.pending.push_back(batch.frames());
                 return;
             }
             for item in &batch.items {
@@ -288,13 +300,13 @@ fn take_global(sub: &mut Subscriber<Global>, msg: Result<HubMessage, RecvError>)
                 }
                 sub.kind.cursor = c;
                 if sub.kind.filter.matches(item) {
-                    sub.pending.push_back(item.frame.clone());
+                    sub.pending.push_back(item.frame());
                 }
             }
         }
         Ok(HubMessage::Delta(item)) => {
             if sub.kind.filter.matches(&item) {
-                sub.pending.push_back(item.frame.clone());
+                sub.pending.push_back(item.frame());
             }
         }
     }
@@ -316,12 +328,14 @@ pub fn ticket(
     shutdown: CancellationToken,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> {
     let live = hub.subscribe();
+    let deltas = Some(hub.delta_interest());
     let sub = Subscriber::new(
         hub,
         live,
         Phase::Replay,
         ping,
         shutdown,
+        deltas,
         Ticket {
             ticket_id,
             last: after_seq,
@@ -384,7 +398,7 @@ async fn take_ticket(sub: &mut Subscriber<Ticket>, msg: Result<HubMessage, RecvE
                     break;
                 }
                 sub.kind.last = seq;
-                sub.pending.push_back(seq_frame(seq, &item.json));
+                sub.pending.push_back(seq_frame(seq, item.json()));
                 if kind::is_final(&item.event.kind) {
                     let pool = sub.hub.pool().clone();
                     if sub.read(Box::pin(is_latest(pool, ticket_id, seq))).await? {
@@ -394,7 +408,7 @@ async fn take_ticket(sub: &mut Subscriber<Ticket>, msg: Result<HubMessage, RecvE
                 }
             }
         }
-        Ok(HubMessage::Delta(item)) if item.event.ticket_id == ticket_id => sub.pending.push_back(item.frame.clone()),
+        Ok(HubMessage::Delta(item)) if item.event.ticket_id == ticket_id => sub.pending.push_back(item.frame()),
         Ok(HubMessage::Delta(_)) => {}
     }
     Some(())
@@ -413,7 +427,7 @@ async fn replay_ticket(pool: PgPool, ticket_id: Uuid, last: i64) -> Result<(Vec<
         last = seq;
         final_seq = kind::is_final(&logged.event.kind).then_some(seq);
         let item = StreamItem::from_logged(logged);
-        frames.push(seq_frame(seq, &item.json));
+        frames.push(seq_frame(seq, item.json()));
     }
     if n == REPLAY_BATCH {
         return Ok((frames, last, Phase::Replay));

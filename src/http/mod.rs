@@ -48,8 +48,27 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 /// 431. The connection layer refuses more than 100 headers, or about 400 KiB of them, by itself.
 pub const HEADERS_LIMIT: usize = 32 * 1024;
 
+/// What every handler shares, behind one `Arc`: axum clones the state for each extractor and
+/// layer that asks for it, several times per request, and one reference count costs less than
+/// one per service.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<ApiServices>);
+
+impl AppState {
+    pub fn new(services: ApiServices) -> AppState {
+        AppState(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = ApiServices;
+
+    fn deref(&self) -> &ApiServices {
+        &self.0
+    }
+}
+
+pub struct ApiServices {
     pub pool: PgPool,
     pub hub: EventHub,
     pub config: Arc<Config>,
