@@ -364,7 +364,7 @@ mod tests {
         let value = unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_ARENA_EAGER_COMMIT) };
         assert_eq!(value, 0);
         // SAFETY: reads an option; the one after it in the list (purge_decommits), never set here.
-        let shown = unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_ARENA_EAGER_COMMIT + 1) };
-        assert_eq!(shown, 1, "mi_option_purge_decommits keeps its default");
+        let next = unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_ARENA_EAGER_COMMIT + 1) };
+        assert_eq!(next, 1, "mi_option_purge_decommits keeps its default");
     }
 }

@@ -155,6 +155,36 @@ async fn text_deltas_stream_live_on_the_ticket_stream_without_ids() {
     app.shutdown().await;
 }
 
+/// Deltas are made only while some stream can show them: a global stream whose `kind` filter
+/// names a delta kind is such a stream, even when it is the only one open.
+#[tokio::test]
+async fn a_global_stream_filtered_to_deltas_receives_them_while_a_stream_of_other_kinds_is_open() {
+    let (app, llm) = start(|_| {}).await;
+    let mut others = app.sse("/v1/events?kind=ticket.done,ticket.waiting", None).await;
+    let mut exact = app.sse("/v1/events?kind=text.delta", None).await;
+    let mut wildcard = app.sse("/v1/events?kind=text.*", None).await;
+    llm.push(Reply::text("Which city do you mean?").chunk_delay(Duration::from_millis(30)));
+    let ticket = app.create_ticket(json!({ "task": "Weather?" })).await;
+    for stream in [&mut exact, &mut wildcard] {
+        let mut text = String::new();
+        let deltas = stream
+            .collect_until(
+                |e| {
+                    text.push_str(e.data["data"]["delta"].as_str().unwrap_or_default());
+                    text == "Which city do you mean?"
+                },
+                WAIT,
+            )
+            .await;
+        assert!(deltas.len() >= 2, "{deltas:?}");
+        assert!(deltas.iter().all(|e| e.kind() == "text.delta"), "{deltas:?}");
+    }
+    let waiting = others.collect_until(|e| e.kind() == "ticket.waiting", WAIT).await;
+    assert!(waiting.iter().all(|e| e.kind() == "ticket.waiting"), "{waiting:?}");
+    assert_eq!(waiting.last().unwrap().data["ticket_key"], ticket["key"]);
+    app.shutdown().await;
+}
+
 use support::SseEvent;
 
 #[tokio::test]

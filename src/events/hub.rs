@@ -36,8 +36,8 @@ pub struct StreamItem {
     pub ticket_labels: Vec<String>,
     pub ticket_agent: Option<String>,
     /// `(frame, json)` of `sse_frame`, made on first use: most events of a busy desk go to no
-    /// stream at all (a filtered stream, or none), and serialising each one cost a tenth of the
-    /// process's CPU.
+    /// stream at all (a filtered stream, or none), and serialising each one anyway was several
+    /// per cent of the process's CPU.
     frame: OnceLock<(Bytes, Bytes)>,
 }
 

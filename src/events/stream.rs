@@ -475,3 +475,33 @@ where
     }
     Err(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::GlobalFilter;
+
+    fn kinds(kinds: &[&str]) -> GlobalFilter {
+        GlobalFilter {
+            kinds: kinds.iter().map(|k| k.to_string()).collect(),
+            ..GlobalFilter::default()
+        }
+    }
+
+    #[test]
+    fn only_a_filter_that_lets_a_delta_through_asks_for_deltas() {
+        assert!(kinds(&[]).may_match_deltas());
+        assert!(kinds(&["text.delta"]).may_match_deltas());
+        assert!(kinds(&["ticket.done", "tool_call.*"]).may_match_deltas());
+        assert!(kinds(&["thinking.*"]).may_match_deltas());
+        assert!(!kinds(&["ticket.done", "ticket.failed"]).may_match_deltas());
+        assert!(!kinds(&["ticket.*", "request.started"]).may_match_deltas());
+        let labelled = GlobalFilter {
+            labels: vec!["billing".into()],
+            ..GlobalFilter::default()
+        };
+        assert!(
+            labelled.may_match_deltas(),
+            "labels and agents filter deltas as they come"
+        );
+    }
+}
