@@ -84,6 +84,9 @@ fn logged_event(row: &PgRow) -> Result<LoggedEvent, sqlx::Error> {
     })
 }
 
+/// How many columns `EVENT_COLUMNS` (and `logged_event`) has: where a statement's own begin.
+const EVENT_COLUMN_COUNT: usize = 11;
+
 /// Appends events to a ticket's log inside the caller's transaction. If the transaction rolls
 /// back, the events vanish with the change they describe. After the commit, call `EventHub::wake`.
 pub async fn append(conn: &mut PgConnection, ticket_id: Uuid, events: &[NewEvent]) -> Result<(), sqlx::Error> {
@@ -278,7 +281,7 @@ pub async fn insert_reserved(
     Ok(())
 }
 
-/// The columns `logged_event` reads, in its order.
+/// The columns `logged_event` reads, in its order; a statement's own columns follow them.
 const EVENT_COLUMNS: &str =
     "e.id, e.txid::text AS txid, e.ticket_id, e.ticket_key, e.seq, e.kind, e.agent, e.data, e.at, \
      t.labels, t.agent AS ticket_agent";
@@ -383,7 +386,9 @@ pub async fn read_global_page(
     let mut newest_and_horizon = None;
     for row in &rows {
         // After the page's columns (`logged_event`'s): the newest event and the horizon.
-        let (txid, id, horizon): (String, i64, Option<String>) = (row.try_get(11)?, row.try_get(12)?, row.try_get(13)?);
+        let own = EVENT_COLUMN_COUNT;
+        let (txid, id, horizon): (String, i64, Option<String>) =
+            (row.try_get(own)?, row.try_get(own + 1)?, row.try_get(own + 2)?);
         let newest = GlobalCursor {
             txid: txid.parse().unwrap_or(u64::MAX),
             id,
@@ -432,4 +437,12 @@ pub async fn call_was_answered(conn: &mut PgConnection, ticket_id: Uuid, call_id
     .bind(call_id)
     .fetch_one(conn)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_column_count_is_the_event_columns_length() {
+        assert_eq!(super::EVENT_COLUMNS.split(',').count(), super::EVENT_COLUMN_COUNT);
+    }
 }

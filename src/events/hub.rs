@@ -217,10 +217,10 @@ impl EventBatch {
     pub fn frames(&self) -> Bytes {
         self.frames
             .get_or_init(|| {
-                let frames: Vec<&(Bytes, Bytes)> = self.items.iter().map(StreamItem::frame_and_json).collect();
-                let mut joined = bytes::BytesMut::with_capacity(frames.iter().map(|(f, _)| f.len()).sum());
-                for (frame, _) in frames {
-                    joined.extend_from_slice(frame);
+                let size = self.items.iter().map(|i| i.frame_and_json().0.len()).sum();
+                let mut joined = bytes::BytesMut::with_capacity(size);
+                for item in &self.items {
+                    joined.extend_from_slice(&item.frame_and_json().0);
                 }
                 joined.freeze()
             })
