@@ -11,8 +11,11 @@
 #   bundle by hand, when it has one), c8, c4,
 #   c2 (the whole run pinned with taskset: agentdesk, the bench and PostgreSQL share the cores),
 #   then c16 with AGENTDESK_RUNTIME_THREADS at 8 and 4.
-# Every run's summary.txt has tickets/s, the ratio to pgbench and agentdesk's CPU per ticket;
-# sweep.txt gathers their main lines.
+# SWEEP=stages runs instead the set that asks where a 16-core desk queues: c16 and c2, each
+# beside the build before, then c16 with 64 clients (on both sides) and c8.
+# Every run's summary.txt has tickets/s, the ratio to pgbench and agentdesk's CPU per ticket, and
+# its run.log each round's stages (POST latency, the batched stages' load, what Postgres's sessions
+# waited on); sweep.txt gathers their main lines.
 set -u
 OUT=${OUT:-$PWD/devbundle-out}
 PG_SECONDS=${PG_SECONDS:-4}
@@ -22,9 +25,10 @@ TOTAL_S=${TOTAL_S:-570}
 CORES=$(nproc)
 mkdir -p "$OUT"
 
-# name, cores (0: all), runtime threads ("": the default), agentdesk binary ("": the bundle's)
+# name, cores (0: all), runtime threads ("": the default), agentdesk binary ("": the bundle's),
+# more bench arguments
 run() {
-  local name=$1 cores=$2 threads=$3 program=$4 pin=()
+  local name=$1 cores=$2 threads=$3 program=$4 more=${5:-} pin=()
   local left=$(( T0 + TOTAL_S - $(date +%s) ))
   if [ "$left" -lt 45 ]; then
     echo "== $name: skipped, $left s left" | tee -a "$OUT/sweep.txt"
@@ -33,11 +37,12 @@ run() {
   [ "$cores" -gt 0 ] && [ "$cores" -lt "$CORES" ] && pin=(taskset -c "0-$((cores - 1))")
   local extra="--pg-seconds $PG_SECONDS"
   [ -n "$program" ] && extra="$extra --agentdesk $program"
+  [ -n "$more" ] && extra="$extra $more"
   echo "== $name: ${pin[*]:-all $CORES cores} threads=${threads:-default} $extra ($left s left)" | tee -a "$OUT/sweep.txt"
   env OUT="$OUT/$name" SCENARIOS=throughput TOTAL_S=$(( left < RUN_S ? left : RUN_S )) FINAL_RESERVE=8 \
     BENCH_EXTRA_ARGS="$extra" ${threads:+AGENTDESK_RUNTIME_THREADS=$threads} \
     "${pin[@]}" bash devbundle/run.sh > "$OUT/$name.log" 2>&1
-  grep -E "agentdesk / pgbench tickets/s|process CPU per ticket|Postgres CPU per ticket|round [0-9]:" \
+  grep -E "agentdesk / pgbench tickets/s|process CPU per ticket|Postgres CPU per ticket|round [0-9]:|stages [0-9]:|pgbench [0-9]:" \
     "$OUT/$name/run.log" 2>/dev/null | sed 's/^/   /' | tee -a "$OUT/sweep.txt"
 }
 
@@ -47,11 +52,23 @@ BASE=""
 if [ -f devbundle/agentdesk-base.xz ] && xz -dc devbundle/agentdesk-base.xz > /tmp/agentdesk-base; then
   chmod +x /tmp/agentdesk-base && BASE=/tmp/agentdesk-base
 fi
-run c16 0 "" ""
-[ -n "$BASE" ] && run c16-base 0 "" "$BASE"
-run c8 8 "" ""
-run c4 4 "" ""
-run c2 2 "" ""
-run c16-t8 0 8 ""
-run c16-t4 0 4 ""
+case "${SWEEP:-scaling}" in
+  stages)
+    run c16 0 "" ""
+    [ -n "$BASE" ] && run c16-base 0 "" "$BASE"
+    run c2 2 "" ""
+    [ -n "$BASE" ] && run c2-base 2 "" "$BASE"
+    run c16-clients64 0 "" "" "--clients 64"
+    run c8 8 "" ""
+    ;;
+  *)
+    run c16 0 "" ""
+    [ -n "$BASE" ] && run c16-base 0 "" "$BASE"
+    run c8 8 "" ""
+    run c4 4 "" ""
+    run c2 2 "" ""
+    run c16-t8 0 8 ""
+    run c16-t4 0 4 ""
+    ;;
+esac
 echo "== sweep done in $(( $(date +%s) - T0 )) s" | tee -a "$OUT/sweep.txt"

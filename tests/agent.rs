@@ -690,3 +690,59 @@ async fn a_lease_renewal_skips_a_locked_ticket_and_never_takes_a_claim_made_mean
     assert_eq!(requeued, 0, "no ticket was re-queued");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_backlog_is_claimed_by_claims_side_by_side_that_never_take_more_tickets_than_the_workers() {
+    // A backlog waits before any worker runs: the worker's claims come back full, so further
+    // claims run beside them, and together they must still stop at `workers` tickets in flight.
+    const TICKETS: usize = 400;
+    const WORKERS: usize = 100;
+    let llm = FakeLlm::start().await;
+    llm.set_responder(|_| {
+        Reply::tool_call("close_ticket", json!({ "result": "ok" })).first_byte_delay(Duration::from_millis(300))
+    });
+    let api = TestApp::spawn_full(agentdesk::app::Mode::Api, agentdesk::llm::Providers::default(), |_| {}).await;
+    let creates = (0..TICKETS).map(|i| api.create_ticket(json!({ "task": format!("backlog {i}") })));
+    futures::future::join_all(creates).await;
+
+    let providers = agentdesk::llm::Providers::new(
+        Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
+        None,
+    );
+    let database_url = api.database_url.clone();
+    let worker = TestApp::spawn_full(agentdesk::app::Mode::Worker, providers, |c| {
+        c.database_url = Some(database_url);
+        c.workers = WORKERS;
+        c.claimers = 4;
+    })
+    .await;
+    let (mut peak, mut done) = (0i64, 0i64);
+    let until = std::time::Instant::now() + WAIT;
+    while done < TICKETS as i64 && std::time::Instant::now() < until {
+        let (in_progress, finished): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE status = 'in_progress'), count(*) FILTER (WHERE status = 'done')
+             FROM tickets",
+        )
+        .fetch_one(&api.pool)
+        .await
+        .unwrap();
+        (peak, done) = (peak.max(in_progress), finished);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(done, TICKETS as i64, "every ticket of the backlog was done");
+    assert!(
+        peak <= WORKERS as i64,
+        "{peak} tickets in flight, past the {WORKERS} workers"
+    );
+    assert!(
+        peak > 64,
+        "the workers filled up beyond one claim's batch (peak {peak})"
+    );
+    let claimed_again: i64 = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE attempts <> 1")
+        .fetch_one(&api.pool)
+        .await
+        .unwrap();
+    assert_eq!(claimed_again, 0, "each ticket was claimed once");
+    worker.shutdown().await;
+    api.shutdown().await;
+}

@@ -263,6 +263,18 @@ async fn a_ticket_run_moves_the_metrics_with_the_contract_names_types_and_labels
             "{kind} events"
         );
     }
+    // The batched stages the ticket passed through, each statement timed and sized.
+    for stage in ["intake", "claims", "steps", "event_reader"] {
+        for name in ["agentdesk_db_batch_duration_seconds", "agentdesk_db_batch_size"] {
+            assert_eq!(after.types.get(name).map(String::as_str), Some("histogram"));
+            assert!(
+                moved(&format!("{name}_count"), &[("stage", stage)]) >= 1.0,
+                "{name} of {stage}"
+            );
+        }
+    }
+    assert!(moved("agentdesk_db_batch_size_sum", &[("stage", "claims")]) >= 1.0);
+    assert!(moved("agentdesk_db_batch_wait_seconds_count", &[("stage", "intake")]) >= 1.0);
     assert!(
         after.value("agentdesk_sse_subscribers", &[]) >= 1.0,
         "the open stream counts"

@@ -16,6 +16,7 @@ mod scenarios;
 mod server;
 mod soak;
 mod sse;
+mod stages;
 
 use std::fmt::Write as _;
 use std::process::ExitCode;

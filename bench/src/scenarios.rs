@@ -16,6 +16,7 @@ use crate::pgbench::{self, Protocol};
 use crate::report::{median, percentile, Bar, Check, Report};
 use crate::server::{self, ServerSpec};
 use crate::sse::{self, SseConn};
+use crate::stages;
 
 /// Latency first, on a quiet machine; the 10 000-connection fan-out last, as tearing down its
 /// connections disturbs whatever runs right after it.
@@ -182,12 +183,30 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
     // And what the client side spends: agentdesk's process (with the bench's HTTP clients and
     // fake model when it runs in the bench process), and pgbench's.
     let (mut agentdesk_cpu, mut pgbench_cpu) = (vec![], vec![]);
+    // Where the tickets queued inside agentdesk, round by round (see `stages`).
+    let mut stage_lines = vec![];
     for round in 0..rounds {
         let finished = warm_up + round * tickets;
         let before = PgSpend::now(&scratch).await?;
         let process_before = server::cpu_secs(fx.server.pid());
+        let bench_before = server::cpu_secs(std::process::id());
+        let stages_before = stages::Snapshot::take(&fx).await?;
+        let waits = stages::WaitSampler::start(&scratch, stages::database_name(&fx.db_url)).await?;
+        let round_started = Instant::now();
         let (tps, create_rate) =
             throughput_round(&fx, &mut watcher, finished, tickets, clients, timeout, report).await?;
+        let stages_line = format!(
+            "bench process {:.0} µs/ticket; {}; {}",
+            1e6 * (server::cpu_secs(std::process::id()) - bench_before) / tickets as f64,
+            stages::describe(
+                &stages_before,
+                &stages::Snapshot::take(&fx).await?,
+                round_started.elapsed()
+            ),
+            waits.finish().await?,
+        );
+        println!("  stages {}: {stages_line}", round + 1);
+        stage_lines.push(stages_line);
         agentdesk_spend.push(PgSpend::now(&scratch).await?.since(before, tickets as i64));
         agentdesk_cpu.push((server::cpu_secs(fx.server.pid()) - process_before) / tickets as f64);
         agentdesk_tps.push(tps);
@@ -196,7 +215,9 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         let before = PgSpend::now(&scratch).await?;
         // pgbench is this process's child: its CPU is counted here once it has been waited for.
         let pgbench_before = server::reaped_children_cpu_secs(std::process::id());
+        let waits = stages::WaitSampler::start(&scratch, stages::database_name(&scratch)).await?;
         let runs = run_pgbench(pg_duration, Protocol::Prepared).await?;
+        println!("  pgbench {}: {}", round + 1, waits.finish().await?);
         let done = done_count(&scratch).await? - done_before;
         pg_spend.push(PgSpend::now(&scratch).await?.since(before, done));
         pgbench_cpu.push((server::reaped_children_cpu_secs(std::process::id()) - pgbench_before) / done.max(1) as f64);
@@ -288,6 +309,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         Check::info("WAL per ticket", per_ticket(&agentdesk_spend, wal), "bytes")
             .baseline("pgbench", per_ticket(&pg_spend, wal)),
     );
+    report.figure("stages", json!(stage_lines));
     report.figure("workers", workers);
     report.figure("db_connections", db_connections);
     report.figure("agentdesk_tickets_per_s_default_workers", default_tps);

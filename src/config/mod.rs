@@ -40,6 +40,9 @@ pub struct Config {
     pub addr: SocketAddr,
     /// Tickets one process works on at once.
     pub workers: usize,
+    /// Claim statements that may run at once while a backlog lasts (`stage_parallelism(1)`: one
+    /// per four cores, at most 4). Not a setting: tests raise it to claim side by side anywhere.
+    pub claimers: usize,
     pub lease: Duration,
     pub stream_idle: Duration,
     /// Bearer tokens as configured; one written `read:TOKEN` may only read (GET and streams).
@@ -123,6 +126,7 @@ impl Default for Config {
             database_url: None,
             addr: LOOPBACK_ADDR,
             workers: 64,
+            claimers: stage_parallelism(1),
             lease: Duration::from_secs(60),
             stream_idle: Duration::from_secs(90),
             api_tokens: vec![],
@@ -168,6 +172,16 @@ impl Default for Config {
 pub fn default_db_connections() -> u32 {
     let cores = std::thread::available_parallelism().map_or(4, |n| n.get()) as u32;
     (cores * 4).clamp(16, 64)
+}
+
+/// How many statements of one batched stage (the claims; the steps' group commits) may run at
+/// once: one per four cores, from `min` to 4. Each such statement runs in one Postgres backend, so
+/// on a big machine a stage that runs one at a time caps the desk at about a batch per statement
+/// (BENCHMARKS.md, round 19), while on a small one statements side by side only share the same
+/// cores and make smaller batches.
+pub fn stage_parallelism(min: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / 4).clamp(min, 4)
 }
 
 /// The runtime's default size: one thread per core (what tokio would choose).

@@ -204,7 +204,7 @@ impl EventAppender {
 
     /// Starts the writer (one: an append is small, and a group of them commits quickly).
     pub fn start(pool: PgPool) -> EventAppender {
-        GroupWriter::spawn(pool, Self::MAX_GROUP, 1)
+        GroupWriter::spawn(pool, "events", Self::MAX_GROUP, 1)
     }
 
     /// Appends `events` if the claim still holds; false (nothing written) when it was lost.

@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres};
@@ -54,7 +54,12 @@ async fn write_with<W: GroupWrite>(
     result
 }
 
-type Job<W> = (W, oneshot::Sender<Result<<W as GroupWrite>::Reply, sqlx::Error>>);
+/// A write, when it was queued, and where its answer goes.
+type Job<W> = (
+    W,
+    Instant,
+    oneshot::Sender<Result<<W as GroupWrite>::Reply, sqlx::Error>>,
+);
 
 /// Hands writes to the writer tasks; clones share them.
 pub struct GroupWriter<W: GroupWrite> {
@@ -72,15 +77,17 @@ impl<W: GroupWrite> Clone for GroupWriter<W> {
 impl<W: GroupWrite> GroupWriter<W> {
     /// Starts `writers` tasks, each writing groups of up to `max_group`: a write that arrives
     /// while a group commits joins the next group, on another writer if one is free. They end
-    /// when every handle is dropped and the queue is drained.
-    pub fn spawn(pool: PgPool, max_group: usize, writers: usize) -> GroupWriter<W> {
-        Self::spawn_with(pool, max_group, writers, || {})
+    /// when every handle is dropped and the queue is drained. `stage` names them in the metrics
+    /// (`metric::DB_STAGES`).
+    pub fn spawn(pool: PgPool, stage: &'static str, max_group: usize, writers: usize) -> GroupWriter<W> {
+        Self::spawn_with(pool, stage, max_group, writers, || {})
     }
 
     /// `spawn`, calling `committed` after each commit, before the callers hear of it: what must
     /// follow a commit (waking the workers) happens even when a caller stopped waiting.
     pub fn spawn_with(
         pool: PgPool,
+        stage: &'static str,
         max_group: usize,
         writers: usize,
         committed: impl Fn() + Send + Sync + 'static,
@@ -89,7 +96,7 @@ impl<W: GroupWrite> GroupWriter<W> {
         let rx = Arc::new(Mutex::new(rx));
         let committed: Arc<dyn Fn() + Send + Sync> = Arc::new(committed);
         for _ in 0..writers {
-            tokio::spawn(writer(pool.clone(), rx.clone(), max_group, committed.clone()));
+            tokio::spawn(writer(pool.clone(), stage, rx.clone(), max_group, committed.clone()));
         }
         GroupWriter { jobs }
     }
@@ -98,7 +105,7 @@ impl<W: GroupWrite> GroupWriter<W> {
     pub async fn write(&self, write: W) -> Result<W::Reply, sqlx::Error> {
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .send((write, reply))
+            .send((write, Instant::now(), reply))
             .await
             .map_err(|_| sqlx::Error::PoolClosed)?;
         answer.await.map_err(|_| sqlx::Error::PoolClosed)?
@@ -107,6 +114,7 @@ impl<W: GroupWrite> GroupWriter<W> {
 
 async fn writer<W: GroupWrite>(
     pool: PgPool,
+    stage: &'static str,
     rx: Arc<Mutex<mpsc::Receiver<Job<W>>>>,
     max_group: usize,
     committed: Arc<dyn Fn() + Send + Sync>,
@@ -136,8 +144,17 @@ async fn writer<W: GroupWrite>(
         if received == 0 {
             return;
         }
-        let (writes, replies): (Vec<W>, Vec<_>) = group.drain(..).unzip();
+        let started = Instant::now();
+        let mut queued = Vec::with_capacity(group.len());
+        let (writes, replies): (Vec<W>, Vec<_>) = group
+            .drain(..)
+            .map(|(write, at, reply)| {
+                queued.push(started.saturating_duration_since(at));
+                (write, reply)
+            })
+            .unzip();
         let first = write_with(&pool, &mut conn, &writes).await;
+        crate::telemetry::metric::db_batch(stage, writes.len(), started.elapsed(), queued);
         if !keep {
             conn = None;
         }

@@ -67,12 +67,12 @@ pub type StepWriter = GroupWriter<StepWrite>;
 impl StepWriter {
     /// The most step results one statement takes.
     const MAX_GROUP: usize = 64;
-    /// Groups written at once: a step result carries comments and several events, so a group
-    /// takes a while to commit, and the next one starts beside it.
-    const WRITERS: usize = 2;
 
+    /// Groups written at once: a step result carries comments and several events, so a group
+    /// takes a while to commit, and the next one starts beside it; at least two, more on a big
+    /// machine (`config::stage_parallelism`).
     pub fn start(pool: PgPool) -> StepWriter {
-        GroupWriter::spawn(pool, Self::MAX_GROUP, Self::WRITERS)
+        GroupWriter::spawn(pool, "steps", Self::MAX_GROUP, crate::config::stage_parallelism(2))
     }
 
     /// Stores the step if the claim still holds; false (nothing written) when it was lost.

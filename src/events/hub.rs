@@ -495,7 +495,9 @@ impl EventHub {
     async fn catch_up(&self, conn: &mut PgConnection, cursor: &mut GlobalCursor) -> Result<bool, sqlx::Error> {
         loop {
             // Each page is read below the horizon of its own snapshot (see `read_global_page`).
+            let started = std::time::Instant::now();
             let page = db::events::read_global_page(&mut *conn, *cursor, BATCH).await?;
+            crate::telemetry::metric::db_batch("event_reader", page.events.len(), started.elapsed(), []);
             let (batch, held_back) = (page.events, page.held_back);
             let full = batch.len() as i64 == BATCH;
             if let Some(last) = batch.last() {

@@ -32,6 +32,13 @@ pub const RUNTIME_THREADS: &str = "agentdesk_runtime_threads";
 pub const SCHEDULES: &str = "agentdesk_schedules";
 pub const SCHEDULE_FIRINGS: &str = "agentdesk_schedule_firings_total";
 pub const SCHEDULER_POLLS: &str = "agentdesk_scheduler_polls_total";
+pub const DB_BATCH_DURATION: &str = "agentdesk_db_batch_duration_seconds";
+pub const DB_BATCH_SIZE: &str = "agentdesk_db_batch_size";
+pub const DB_BATCH_WAIT: &str = "agentdesk_db_batch_wait_seconds";
+
+/// The stages that pass every ticket through batched statements, one batch at a time per task
+/// (the `stage` label of the `db_batch_*` histograms): where a desk at saturation queues.
+pub const DB_STAGES: [&str; 5] = ["intake", "claims", "steps", "events", "event_reader"];
 
 /// The `route` label of a request that matched no route (never the raw path: unbounded).
 pub const UNMATCHED_ROUTE: &str = "unmatched";
@@ -44,6 +51,9 @@ const SLOW_BUCKETS: &[f64] = &[
 const FAST_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+
+/// Writes in one batched statement.
+const SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1000.0];
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -76,7 +86,10 @@ fn build() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> 
     for name in [MODEL_REQUEST_DURATION, MODEL_TTFT, TOOL_DURATION] {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), SLOW_BUCKETS)?;
     }
-    builder = builder.set_buckets_for_metric(Matcher::Full(HTTP_DURATION.into()), FAST_BUCKETS)?;
+    for name in [HTTP_DURATION, DB_BATCH_DURATION, DB_BATCH_WAIT] {
+        builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), FAST_BUCKETS)?;
+    }
+    builder = builder.set_buckets_for_metric(Matcher::Full(DB_BATCH_SIZE.into()), SIZE_BUCKETS)?;
     builder.install_recorder()
 }
 
@@ -126,6 +139,21 @@ fn describe() {
         SCHEDULER_POLLS,
         "Times this process's scheduler read the earliest next_run_at (it sleeps in between)"
     );
+    describe_histogram!(
+        DB_BATCH_DURATION,
+        Unit::Seconds,
+        "Batched statements of the stages every ticket passes (intake, claims, steps, events, event_reader), \
+         by stage: their time to commit; the sum over the elapsed time is how busy a stage is"
+    );
+    describe_histogram!(
+        DB_BATCH_SIZE,
+        "Writes (or claims, or events read) per batched statement, by stage"
+    );
+    describe_histogram!(
+        DB_BATCH_WAIT,
+        Unit::Seconds,
+        "Time a write queued before its batch started, by stage (the group-committed ones)"
+    );
     describe_gauge!(
         RUNTIME_THREADS,
         "Threads of the async runtime that runs this process's tasks (AGENTDESK_RUNTIME_THREADS)"
@@ -162,6 +190,17 @@ pub fn scheduler_polled() {
 /// A schedule's fire time handled (or a "run now"), by outcome.
 pub fn schedule_firing(outcome: &'static str) {
     counter!(SCHEDULE_FIRINGS, "outcome" => outcome).increment(1);
+}
+
+/// One batched statement of a stage (`DB_STAGES`): how many items it took, how long it took, and
+/// how long each of its writes had queued for it (empty for the stages that do not queue).
+pub fn db_batch(stage: &'static str, items: usize, took: Duration, waits: impl IntoIterator<Item = Duration>) {
+    histogram!(DB_BATCH_DURATION, "stage" => stage).record(took.as_secs_f64());
+    histogram!(DB_BATCH_SIZE, "stage" => stage).record(items as f64);
+    let wait = histogram!(DB_BATCH_WAIT, "stage" => stage);
+    for waited in waits {
+        wait.record(waited.as_secs_f64());
+    }
 }
 
 /// The `reason` of `ticket.requeued` events.

@@ -34,7 +34,7 @@ impl Intake {
             hub.work_available();
         };
         Intake {
-            writer: GroupWriter::spawn_with(pool, MAX_GROUP, WRITERS, committed),
+            writer: GroupWriter::spawn_with(pool, "intake", MAX_GROUP, WRITERS, committed),
         }
     }
 

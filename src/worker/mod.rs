@@ -2,6 +2,7 @@
 //! agent loop on each, up to `AGENTDESK_WORKERS` at once.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,8 +43,13 @@ struct Shared {
     worker_id: String,
     /// Keyed by claim: a ticket lost and claimed again here runs under a new generation.
     running: Mutex<HashMap<Fence, Running>>,
-    /// Work may be claimable (NOTIFY, or a slot freed).
+    /// Slots promised to claim statements in flight (changed under `running`'s lock, read with
+    /// it), so that claimers running at once never take more tickets than `workers` allows.
+    reserved: AtomicI64,
+    /// Work may be claimable (NOTIFY, or a slot freed): wakes the lead claimer.
     wake: Notify,
+    /// A claim came back full, so more may be waiting: wakes another claimer.
+    more: Notify,
     /// Stop claiming.
     stop: CancellationToken,
     tasks: TaskTracker,
@@ -85,18 +91,26 @@ impl WorkerPool {
             runtime,
             worker_id,
             running: Mutex::new(HashMap::new()),
+            reserved: AtomicI64::new(0),
             wake: Notify::new(),
+            more: Notify::new(),
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
         let background_stop = CancellationToken::new();
-        let background = vec![
-            tokio::spawn(claim_loop(shared.clone())),
+        // A claim is one transaction that locks, updates and logs its batch in one backend, so a
+        // single claimer caps a busy desk at about a batch per claim, however many cores Postgres
+        // has. While a backlog lasts (claims come back full), further claimers take the next
+        // batches beside it (see `claim_loop`).
+        let mut background: Vec<_> = (0..shared.config.claimers.max(1))
+            .map(|i| tokio::spawn(claim_loop(shared.clone(), i == 0)))
+            .collect();
+        background.extend([
             tokio::spawn(renew_loop(shared.clone(), background_stop.clone())),
             tokio::spawn(reap_loop(shared.clone(), background_stop.clone())),
             tokio::spawn(deadline_loop(shared.clone(), background_stop.clone())),
             tokio::spawn(listen_loop(shared.clone(), background_stop.clone())),
-        ];
+        ]);
         tracing::info!(worker_id = %shared.worker_id, slots = shared.config.workers, "worker pool started");
         WorkerPool {
             shared,
@@ -152,21 +166,44 @@ impl WorkerPool {
     }
 }
 
-fn free_slots(shared: &Shared) -> i64 {
-    let running = shared.running.lock().map(|r| r.len()).unwrap_or(usize::MAX);
-    shared.config.workers.saturating_sub(running) as i64
+/// Reserves up to `MAX_CLAIM_BATCH` free slots for one claim; `release_slots` gives them back
+/// once the claimed tickets are in `running`.
+fn reserve_slots(shared: &Shared) -> i64 {
+    let Ok(running) = shared.running.lock() else {
+        return 0;
+    };
+    let taken = running.len() as i64 + shared.reserved.load(Ordering::Relaxed);
+    let free = (shared.config.workers as i64 - taken).clamp(0, MAX_CLAIM_BATCH);
+    shared.reserved.fetch_add(free, Ordering::Relaxed);
+    free
 }
 
-async fn claim_loop(shared: Arc<Shared>) {
+fn release_slots(shared: &Shared, reserved: i64) {
+    // Until this runs, the claimed tickets count twice (reserved and running): a claim beside
+    // this one takes fewer, never more.
+    shared.reserved.fetch_sub(reserved, Ordering::Relaxed);
+}
+
+/// Claims tickets while there are free slots. The lead claimer (one per pool) wakes for new work,
+/// freed slots and its poll; the others only when a claim came back full, and each goes back to
+/// sleep once its own claim is not: so claims overlap only while a backlog lasts, and a quiet desk
+/// makes one claim at a time, as with a single claimer.
+async fn claim_loop(shared: Arc<Shared>, lead: bool) {
     let mut failures = 0u32;
     // Kept between claims when the pool allows it (see `db::may_keep_connection`): on a quiet
     // desk, claims come about once a ticket.
     let pool = &shared.runtime.pool;
     let keep = db::may_keep_connection(pool);
     let mut conn: Option<PoolConnection<Postgres>> = None;
+    if !lead {
+        tokio::select! {
+            _ = shared.stop.cancelled() => return,
+            _ = shared.more.notified() => {}
+        }
+    }
     while !shared.stop.is_cancelled() {
         let claim_started = tokio::time::Instant::now();
-        let free = free_slots(&shared).min(MAX_CLAIM_BATCH);
+        let free = reserve_slots(&shared);
         let mut wait = IDLE_POLL;
         if free > 0 {
             let claimed = match conn.as_mut() {
@@ -192,6 +229,7 @@ async fn claim_loop(shared: Arc<Shared>) {
             }
             match claimed {
                 Ok(claims) => {
+                    metric::db_batch("claims", claims.len(), claim_started.elapsed(), []);
                     failures = 0;
                     let full = claims.len() as i64 == free;
                     if !claims.is_empty() {
@@ -201,12 +239,16 @@ async fn claim_loop(shared: Arc<Shared>) {
                     for claim in claims {
                         spawn_run(&shared, claim);
                     }
+                    release_slots(&shared, free);
                     if full {
-                        // More may be waiting: claim again at once if slots allow.
+                        // More may be waiting: claim again at once if slots allow, and let
+                        // another claimer take the batch after this one meanwhile.
+                        shared.more.notify_one();
                         wait = Duration::ZERO;
                     }
                 }
                 Err(err) => {
+                    release_slots(&shared, free);
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(30) {
                         tracing::warn!(error = %err, "cannot claim tickets; retrying");
@@ -218,6 +260,14 @@ async fn claim_loop(shared: Arc<Shared>) {
         if wait.is_zero() {
             tokio::task::yield_now().await;
             continue;
+        }
+        if !lead {
+            // Idle until the next backlog: its connection goes back to the pool meanwhile.
+            conn = None;
+            tokio::select! {
+                _ = shared.stop.cancelled() => break,
+                _ = shared.more.notified() => continue,
+            }
         }
         tokio::select! {
             _ = shared.stop.cancelled() => break,
