@@ -75,6 +75,8 @@ fn zero_and_tiny_durations_and_sizes_are_refused_naming_the_variable() {
         ("AGENTDESK_RUNTIME_THREADS", "0"),
         ("AGENTDESK_RUNTIME_THREADS", "-2"),
         ("AGENTDESK_RUNTIME_THREADS", "100000"),
+        ("AGENTDESK_CLAIMERS", "0"),
+        ("AGENTDESK_CLAIMERS", "1000"),
         ("AGENTDESK_ALLOW_NO_AUTH", "maybe"),
         ("AGENTDESK_REQUEST_TIMEOUT_SECS", "0"),
         ("AGENTDESK_REQUEST_TIMEOUT_SECS", "0.01"),

@@ -6,6 +6,7 @@
 //! process, prints a table, and writes `bench-results/<scenario>.json`; `all` also rewrites
 //! BENCHMARKS.md. See BENCHMARKS.md for what each scenario measures.
 
+mod backlog;
 mod floor;
 mod harness;
 mod pgbench;
@@ -27,8 +28,8 @@ use crate::scenarios::{Opts, ALL};
 
 const USAGE: &str = "usage: agentdesk-bench <scenario|all> [--quick] [--child] [OPTIONS]
 
-scenarios: api_latency, throughput, retention_sweep, quiet_desk, scale_out, concurrency, step_overhead,
-           sse_fanout
+scenarios: api_latency, throughput, claim_backlog, retention_sweep, quiet_desk, scale_out, concurrency,
+           step_overhead, sse_fanout
 
   --quick               shrink every scenario to a smoke run of seconds
   --child               run agentdesk as a child process in every scenario (concurrency, sse_fanout,
@@ -300,7 +301,12 @@ claim one with `FOR UPDATE SKIP LOCKED` and log it; finish it and log it) on age
 scratch database of the same server, with prepared statements as agentdesk uses (`-M prepared`); each \
 round also runs it with pgbench's default simple protocol, for information. Both warm up unmeasured \
 first (1000 tickets; pgbench for 3 s), then rounds of the two alternate and their medians are \
-compared. Postgres CPU and WAL per ticket are shown for both sides. Bar: agentdesk / pgbench ≥ 0.6.
+compared. Postgres CPU and WAL per ticket are shown for both sides. Bar: agentdesk / pgbench ≥ 0.6. \
+Each round also shows where the tickets queued inside agentdesk (the batched stages' statements from \
+`/metrics`) and what Postgres's sessions waited on (`pg_stat_activity`, sampled).
+- **claim_backlog**: how fast a backlog of 3000 tickets is claimed, with one claim statement at a time \
+(`AGENTDESK_CLAIMERS=1`) against four side by side, alternating (3 rounds each); the model never \
+answers within a round, so only the claims count. No bar.
 - **concurrency**: 2000 tickets in flight at once (`AGENTDESK_WORKERS=2000`); every model request takes \
 2 s (40 tokens at 20 tokens/s, then `close_ticket`). Bars: all finish; peak RSS of the agentdesk \
 process < 300 MB; at most 20 database connections.

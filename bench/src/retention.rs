@@ -53,6 +53,8 @@ pub async fn retention_sweep(opts: Opts, report: &mut Report) -> Result<()> {
         db_max_connections: opts.db_connections.unwrap_or(16),
         child: opts.child,
         retention: None,
+        claimers: None,
+        shutdown_grace: None,
     };
     let timeout = Duration::from_secs(opts.pick(120, 900));
 

@@ -52,6 +52,8 @@ impl Fleet {
             db_max_connections: opts.db_connections.unwrap_or(16),
             child: true,
             retention: None,
+            claimers: None,
+            shutdown_grace: None,
         };
         let dir = harness::results_dir();
         let mut fleet = Fleet {
@@ -226,6 +228,8 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
         db_max_connections: opts.db_connections.unwrap_or(16),
         child: true,
         retention: None,
+        claimers: None,
+        shutdown_grace: None,
     };
     let fx = harness::Fixture::start("quiet_desk", &spec).await?;
     fx.fake.set_reply(close_ticket());

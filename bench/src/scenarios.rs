@@ -20,9 +20,10 @@ use crate::stages;
 
 /// Latency first, on a quiet machine; the 10 000-connection fan-out last, as tearing down its
 /// connections disturbs whatever runs right after it.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     "api_latency",
     "throughput",
+    "claim_backlog",
     "retention_sweep",
     "quiet_desk",
     "scale_out",
@@ -66,6 +67,7 @@ impl Opts {
 pub async fn run(name: &str, opts: Opts, report: &mut Report) -> Result<()> {
     match name {
         "throughput" => throughput(opts, report).await,
+        "claim_backlog" => crate::backlog::claim_backlog(opts, report).await,
         "concurrency" => concurrency(opts, report).await,
         "sse_fanout" => sse_fanout(opts, report).await,
         "api_latency" => api_latency(opts, report).await,
@@ -139,6 +141,8 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         db_max_connections: db_connections,
         child: opts.child,
         retention: None,
+        claimers: None,
+        shutdown_grace: None,
     };
     let pgbench = pgbench::find_pgbench().context("pgbench not found (install postgresql-contrib or the client)")?;
 
@@ -411,6 +415,8 @@ async fn concurrency(opts: Opts, report: &mut Report) -> Result<()> {
         db_max_connections: 16,
         child: true,
         retention: None,
+        claimers: None,
+        shutdown_grace: None,
     };
     let fx = Fixture::start("concurrency", &spec).await?;
     fx.fake.set_reply(close_ticket().tokens_per_second(20, 40));
@@ -485,6 +491,8 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
         db_max_connections: 16,
         child: true,
         retention: None,
+        claimers: None,
+        shutdown_grace: None,
     };
     let progress = Progress::new();
     let fx = Fixture::start("sse_fanout", &spec).await?;
@@ -781,6 +789,8 @@ async fn api_latency(opts: Opts, report: &mut Report) -> Result<()> {
         db_max_connections: 16,
         child: opts.child,
         retention: None,
+        claimers: None,
+        shutdown_grace: None,
     };
     let fx = Fixture::start("api_latency", &spec).await?;
     let body = json!({"task": "triage this", "labels": ["nobody"], "metadata": {"source": "bench"}});
@@ -884,6 +894,8 @@ async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
         db_max_connections: 16,
         child: true,
         retention: None,
+        claimers: None,
+        shutdown_grace: None,
     };
     let fx = Fixture::start("step_overhead", &spec).await?;
     fx.fake.set_responder(move |req| {

@@ -21,6 +21,10 @@ pub struct ServerSpec {
     pub child: bool,
     /// `AGENTDESK_RETENTION_DAYS`: finished tickets older than this are deleted; None keeps all.
     pub retention: Option<Duration>,
+    /// `AGENTDESK_CLAIMERS`; None: the service's default (or the bench's own environment's).
+    pub claimers: Option<usize>,
+    /// `AGENTDESK_SHUTDOWN_GRACE_SECS`; None: the service's default.
+    pub shutdown_grace: Option<Duration>,
 }
 
 pub enum Server {
@@ -58,6 +62,11 @@ impl Server {
                 allow_private_urls: true,
                 retention: spec.retention,
                 ..Config::default()
+            };
+            let config = Config {
+                claimers: spec.claimers.unwrap_or(config.claimers),
+                shutdown_grace: spec.shutdown_grace.unwrap_or(config.shutdown_grace),
+                ..config
             };
             let providers = Providers::new(Some(OpenAi::new(openai_base_url.to_string(), None)), None);
             let app = tokio::time::timeout(Duration::from_secs(60), App::start(config, spec.mode, providers))
@@ -211,9 +220,18 @@ async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &st
     };
     let mut command = Command::new(&program);
     command.args(&pre_args).arg(subcommand).env_clear();
-    // The only setting taken from the bench's environment: the child's runtime size, to compare.
-    if let Some(threads) = std::env::var_os("AGENTDESK_RUNTIME_THREADS") {
-        command.env("AGENTDESK_RUNTIME_THREADS", threads);
+    // The only settings taken from the bench's environment: the child's runtime size and its
+    // claimers, to compare.
+    for name in ["AGENTDESK_RUNTIME_THREADS", "AGENTDESK_CLAIMERS"] {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    if let Some(claimers) = spec.claimers {
+        command.env("AGENTDESK_CLAIMERS", claimers.to_string());
+    }
+    if let Some(grace) = spec.shutdown_grace {
+        command.env("AGENTDESK_SHUTDOWN_GRACE_SECS", grace.as_secs_f64().to_string());
     }
     if let Some(keep) = spec.retention {
         command.env("AGENTDESK_RETENTION_DAYS", (keep.as_secs_f64() / 86_400.0).to_string());

@@ -249,6 +249,8 @@ pub async fn soak(opts: Opts, report: &mut Report) -> Result<()> {
         db_max_connections: opts.db_connections.unwrap_or(16),
         child: true,
         retention: Some(keep),
+        claimers: None,
+        shutdown_grace: None,
     };
     let fx = Arc::new(Fixture::start("soak", &spec).await?);
     fx.fake.set_responder(model);

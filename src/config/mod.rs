@@ -13,8 +13,8 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser};
 
 pub use host::HostEnv;
 use values::{
-    address, boolean, days, interval, log_format, max_concurrent, optional_address, parsed, path, positive, public_url,
-    runtime_threads, seconds, seconds_list, text, Setting,
+    address, boolean, claimers, days, interval, log_format, max_concurrent, optional_address, parsed, path, positive,
+    public_url, runtime_threads, seconds, seconds_list, text, Setting,
 };
 pub use values::{Address, Days, MaxConcurrent, SecondsList};
 
@@ -40,8 +40,8 @@ pub struct Config {
     pub addr: SocketAddr,
     /// Tickets one process works on at once.
     pub workers: usize,
-    /// Claim statements that may run at once while a backlog lasts (`stage_parallelism(1)`: one
-    /// per four cores, at most 4). Not a setting: tests raise it to claim side by side anywhere.
+    /// Claim statements that may run at once while a backlog lasts (`AGENTDESK_CLAIMERS`; default
+    /// `stage_parallelism(1)`: one per four cores, at most 4).
     pub claimers: usize,
     pub lease: Duration,
     pub stream_idle: Duration,
@@ -286,6 +286,11 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_RUNTIME_THREADS", value_name = "N", allow_negative_numbers = true,
         default_value_t = Config::default().runtime_threads, value_parser = Setting(runtime_threads))]
     pub runtime_threads: usize,
+    /// Claim statements that may run at once while tickets wait (default: one per four cores, 1 to
+    /// 4; at most 16)
+    #[arg(long, env = "AGENTDESK_CLAIMERS", value_name = "N", allow_negative_numbers = true,
+        default_value_t = Config::default().claimers, value_parser = Setting(claimers))]
+    pub claimers: usize,
     /// A YAML or JSON file of providers and agents applied at start-up, as `agentdesk agents apply`
     /// does; a bad file stops start-up
     #[arg(long, env = "AGENTDESK_AGENTS_FILE", value_name = "FILE", value_parser = Setting(text))]
@@ -416,6 +421,7 @@ impl Config {
             config.shutdown_grace = Duration::from_secs_f64(server.shutdown_grace_secs);
             config.db_max_connections = server.db_max_connections;
             config.runtime_threads = server.runtime_threads;
+            config.claimers = server.claimers;
             config.agents_file = server
                 .agents_file
                 .as_deref()

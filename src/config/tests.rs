@@ -139,6 +139,13 @@ fn unset_and_blank_values_mean_the_defaults() {
     assert_eq!(c.workers, 8);
     let c = Config::from_lookup(|n| (n == "AGENTDESK_RUNTIME_THREADS").then(|| "3".to_owned())).unwrap();
     assert_eq!(c.runtime_threads, 3);
+    assert_eq!(Config::default().claimers, stage_parallelism(1));
+    let c = Config::from_lookup(|n| (n == "AGENTDESK_CLAIMERS").then(|| "3".to_owned())).unwrap();
+    assert_eq!(c.claimers, 3);
+    for bad in ["0", "17", "two"] {
+        let err = Config::from_lookup(|n| (n == "AGENTDESK_CLAIMERS").then(|| bad.to_owned())).unwrap_err();
+        assert!(err.to_string().contains("AGENTDESK_CLAIMERS"), "{bad}: {err}");
+    }
     let c = Config::from_lookup(|n| (n == "AGENTDESK_SSE_PING_SECS").then(|| "60".to_owned())).unwrap();
     assert_eq!(c.sse_ping, Duration::from_secs(15));
 }

@@ -116,6 +116,17 @@ pub(super) fn runtime_threads(name: &str, value: &str) -> Result<usize, String> 
     Ok(n)
 }
 
+/// At most this many claimers: each holds a pooled connection while it claims.
+const MAX_CLAIMERS: usize = 16;
+
+pub(super) fn claimers(name: &str, value: &str) -> Result<usize, String> {
+    let n: usize = positive(name, value)?;
+    if n > MAX_CLAIMERS {
+        return Err(format!("{name}: must be at most {MAX_CLAIMERS}"));
+    }
+    Ok(n)
+}
+
 /// The largest `max_concurrent` a provider takes (as `PUT /v1/providers` accepts).
 const MAX_PROVIDER_CONCURRENCY: u32 = 1024;
 
