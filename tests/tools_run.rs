@@ -811,7 +811,7 @@ async fn a_step_group_that_fails_stores_each_step_alone() {
     let pool = pool().await;
     let good = claimed(&pool, None).await;
     let bad = claimed(&pool, None).await;
-    let writer = agentdesk::db::steps::StepWriter::start(pool.clone());
+    let writer = agentdesk::db::steps::StepWriter::start(pool.clone(), 2);
     // Postgres's jsonb cannot hold a NUL character: this step fails whatever group it is in.
     let (good_write, bad_write) = (
         step_write(&good, good.fence(), "fine", None),

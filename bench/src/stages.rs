@@ -16,7 +16,6 @@ use tokio::task::JoinHandle;
 
 use crate::harness::Fixture;
 
-const STAGES: [&str; 5] = ["intake", "claims", "steps", "events", "event_reader"];
 const POST_TICKETS: &str = "{method=\"POST\",route=\"/v1/tickets\"}";
 
 /// The sums and counts of the histograms this module reads, by series (name and labels).
@@ -67,7 +66,7 @@ pub fn describe(before: &Snapshot, after: &Snapshot, elapsed: Duration) -> Strin
     let mut line = String::new();
     let (post_s, posts) = after.since(before, "agentdesk_http_request_duration_seconds", POST_TICKETS);
     let _ = write!(line, "POST {:.2} ms", 1e3 * post_s / posts.max(1.0));
-    for stage in STAGES {
+    for stage in agentdesk::telemetry::metric::DB_STAGES {
         let labels = format!("{{stage=\"{stage}\"}}");
         let (busy_s, batches) = after.since(before, "agentdesk_db_batch_duration_seconds", &labels);
         let (items, _) = after.since(before, "agentdesk_db_batch_size", &labels);

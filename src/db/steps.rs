@@ -68,11 +68,10 @@ impl StepWriter {
     /// The most step results one statement takes.
     const MAX_GROUP: usize = 64;
 
-    /// Groups written at once: a step result carries comments and several events, so a group
-    /// takes a while to commit, and the next one starts beside it; at least two, more on a big
-    /// machine (`config::stage_parallelism`).
-    pub fn start(pool: PgPool) -> StepWriter {
-        GroupWriter::spawn(pool, "steps", Self::MAX_GROUP, crate::config::stage_parallelism(2))
+    /// Starts `writers` writers: a step result carries comments and several events, so a group
+    /// takes a while to commit, and the next one starts beside it.
+    pub fn start(pool: PgPool, writers: usize) -> StepWriter {
+        GroupWriter::spawn(pool, "steps", Self::MAX_GROUP, writers)
     }
 
     /// Stores the step if the claim still holds; false (nothing written) when it was lost.

@@ -78,7 +78,8 @@ impl WorkerPool {
         );
         let runtime = Runtime {
             appender: crate::db::events::EventAppender::start(pool.clone()),
-            steps: crate::db::steps::StepWriter::start(pool.clone()),
+            // At least two, more on a big machine, for the reason claims run side by side.
+            steps: crate::db::steps::StepWriter::start(pool.clone(), crate::config::stage_parallelism(2)),
             slots: crate::agent::capacity::ProviderSlots::new(pool.clone(), config.lease),
             pool,
             hub,
