@@ -112,7 +112,12 @@ impl WorkerPool {
             tokio::spawn(deadline_loop(shared.clone(), background_stop.clone())),
             tokio::spawn(listen_loop(shared.clone(), background_stop.clone())),
         ]);
-        tracing::info!(worker_id = %shared.worker_id, slots = shared.config.workers, "worker pool started");
+        tracing::info!(
+            worker_id = %shared.worker_id,
+            slots = shared.config.workers,
+            claimers = shared.config.claimers.max(1),
+            "worker pool started"
+        );
         WorkerPool {
             shared,
             background,
