@@ -620,10 +620,7 @@ async fn deltas_of_a_worker_only_process_reach_the_clients_of_an_api_process() {
     let llm = FakeLlm::start().await;
     let api = TestApp::spawn_full(agentdesk::app::Mode::Api, agentdesk::llm::Providers::default(), |_| {}).await;
     let database_url = api.database_url.clone();
-    let providers = agentdesk::llm::Providers::new(
-        Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
-        None,
-    );
+    let providers = support::fake_providers(&llm);
     let worker = TestApp::spawn_full(agentdesk::app::Mode::Worker, providers, |c| {
         c.database_url = Some(database_url);
     })
@@ -705,10 +702,7 @@ async fn a_backlog_is_claimed_by_claims_side_by_side_that_never_take_more_ticket
     let creates = (0..TICKETS).map(|i| api.create_ticket(json!({ "task": format!("backlog {i}") })));
     futures::future::join_all(creates).await;
 
-    let providers = agentdesk::llm::Providers::new(
-        Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
-        None,
-    );
+    let providers = support::fake_providers(&llm);
     let database_url = api.database_url.clone();
     let worker = TestApp::spawn_full(agentdesk::app::Mode::Worker, providers, |c| {
         c.database_url = Some(database_url);

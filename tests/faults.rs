@@ -141,10 +141,7 @@ async fn a_postgres_restart_mid_run_is_survived_and_the_tickets_finish() {
     llm.set_responder(|_| {
         Reply::tool_call("close_ticket", json!({ "result": "ok" })).first_byte_delay(Duration::from_millis(1500))
     });
-    let providers = agentdesk::llm::Providers::new(
-        Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
-        None,
-    );
+    let providers = support::fake_providers(&llm);
     let url = pg.url();
     let app = TestApp::spawn_full(agentdesk::app::Mode::Serve, providers, |c| {
         c.database_url = Some(url.clone());

@@ -74,6 +74,7 @@ pub async fn claim_backlog(opts: Opts, report: &mut Report) -> Result<()> {
             }
         }
     }
+    let server_kind = fx.server.describe();
     fx.shutdown().await;
     pool.close().await;
 
@@ -90,22 +91,13 @@ pub async fn claim_backlog(opts: Opts, report: &mut Report) -> Result<()> {
     report.figure("claimed_per_s_one_claimer", json!(alone));
     report.figure("claimed_per_s_side_by_side", json!(beside));
     report.note(format!(
-        "agentdesk ran {}; each round: a backlog of {tickets} tickets created through an API-only process, \
+        "agentdesk ran {server_kind}; each round: a backlog of {tickets} tickets created through an API-only process, \
          then the service started with AGENTDESK_WORKERS={tickets} and AGENTDESK_CLAIMERS at 1 or {SIDE_BY_SIDE} \
          (alternating), against a model that does not answer within the round; rate = tickets claimed from the \
          first seen in progress to the last, counted every {} ms",
-        fx_kind(opts.child),
         POLL.as_millis()
     ));
     Ok(())
-}
-
-fn fx_kind(child: bool) -> &'static str {
-    if child {
-        "as a child process"
-    } else {
-        "in the bench process (App::start)"
-    }
 }
 
 /// Tickets claimed per second, from the first seen in progress until `tickets` are; and how long

@@ -109,20 +109,21 @@ pub(super) fn positive<T: FromStr + PartialOrd + Default>(name: &str, value: &st
 const MAX_RUNTIME_THREADS: usize = 1024;
 
 pub(super) fn runtime_threads(name: &str, value: &str) -> Result<usize, String> {
-    let n: usize = positive(name, value)?;
-    if n > MAX_RUNTIME_THREADS {
-        return Err(format!("{name}: must be at most {MAX_RUNTIME_THREADS}"));
-    }
-    Ok(n)
+    count_up_to(name, value, MAX_RUNTIME_THREADS)
 }
 
 /// At most this many claimers: each holds a pooled connection while it claims.
 const MAX_CLAIMERS: usize = 16;
 
 pub(super) fn claimers(name: &str, value: &str) -> Result<usize, String> {
+    count_up_to(name, value, MAX_CLAIMERS)
+}
+
+/// A whole number from 1 to `max`.
+fn count_up_to(name: &str, value: &str, max: usize) -> Result<usize, String> {
     let n: usize = positive(name, value)?;
-    if n > MAX_CLAIMERS {
-        return Err(format!("{name}: must be at most {MAX_CLAIMERS}"));
+    if n > max {
+        return Err(format!("{name}: must be at most {max}"));
     }
     Ok(n)
 }

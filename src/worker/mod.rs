@@ -43,8 +43,10 @@ struct Shared {
     worker_id: String,
     /// Keyed by claim: a ticket lost and claimed again here runs under a new generation.
     running: Mutex<HashMap<Fence, Running>>,
-    /// Slots promised to claim statements in flight (changed under `running`'s lock, read with
-    /// it), so that claimers running at once never take more tickets than `workers` allows.
+    /// Slots promised to claim statements in flight, so that claimers running at once never take
+    /// more tickets than `workers` allows: read and raised under `running`'s lock, lowered without
+    /// it once the claimed tickets are in `running` (a claimer reading meanwhile sees fewer free
+    /// slots, never more).
     reserved: AtomicI64,
     /// Work may be claimable (NOTIFY, or a slot freed): wakes the lead claimer.
     wake: Notify,

@@ -61,6 +61,14 @@ pub struct Counts {
     pub agents: i64,
 }
 
+/// The OpenAI-compatible provider pointed at a fake model server, and no other.
+pub fn fake_providers(llm: &testkit::fake_llm::FakeLlm) -> Providers {
+    Providers::new(
+        Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
+        None,
+    )
+}
+
 impl TestApp {
     /// The API alone (no worker claims anything) with the test defaults.
     pub async fn spawn() -> TestApp {
@@ -80,11 +88,7 @@ impl TestApp {
 
     /// API and workers with the OpenAI-compatible provider pointed at a fake model server.
     pub async fn spawn_with_llm(llm: &testkit::fake_llm::FakeLlm, configure: impl FnOnce(&mut Config)) -> TestApp {
-        let providers = Providers::new(
-            Some(agentdesk::llm::openai::OpenAi::new(llm.openai_base_url(), None)),
-            None,
-        );
-        TestApp::spawn_full(Mode::Serve, providers, configure).await
+        TestApp::spawn_full(Mode::Serve, fake_providers(llm), configure).await
     }
 
     pub async fn spawn_full(mode: Mode, providers: Providers, configure: impl FnOnce(&mut Config)) -> TestApp {
