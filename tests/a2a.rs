@@ -189,6 +189,22 @@ async fn a_message_becomes_a_ticket_and_its_result_the_artifact() {
     let id = body["result"]["task"]["id"].as_str().unwrap().to_owned();
     let (_, ticket) = app.get(&format!("/v1/tickets/{id}")).await;
     assert_eq!(ticket["task"], json!({"n": 1}));
+
+    // A message whose metadata names no skill or labels takes them from the request's metadata;
+    // the ticket keeps the message's.
+    let mut aside = message("hello again");
+    aside["metadata"] = json!({"origin": "message"});
+    let body = rpc(
+        &app,
+        TOKEN,
+        "SendMessage",
+        json!({"message": aside, "metadata": {"skill": "echo"}}),
+    )
+    .await;
+    let id = body["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let (_, ticket) = app.get(&format!("/v1/tickets/{id}")).await;
+    assert_eq!(ticket["labels"], json!(["echo"]));
+    assert_eq!(ticket["metadata"]["origin"], "message");
 }
 
 #[tokio::test]
@@ -497,5 +513,21 @@ async fn errors_are_the_protocols_own() {
     )
     .await;
     assert_eq!(code, StatusCode::FORBIDDEN);
+
+    // A path that is not UTF-8 names no task; a body over 1 MiB is refused in the API's shape.
+    for (method, path) in [
+        (reqwest::Method::GET, "/a2a/tasks/%FF"),
+        (reqwest::Method::GET, "/a2a/tasks/%FF:subscribe"),
+        (reqwest::Method::POST, "/a2a/tasks/%FF:cancel"),
+    ] {
+        let (code, body) = rest(&app, TOKEN, method, path, None).await;
+        assert_eq!(code, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert_eq!(body["error"]["details"][0]["reason"], "TASK_NOT_FOUND", "{path}");
+    }
+    let oversized = json!({"message": message(&"x".repeat(1100 * 1024))});
+    for path in ["/a2a/message:send", "/a2a/jsonrpc"] {
+        let answer = support::send(app.client.post(app.endpoint(path)).bearer_auth(TOKEN).json(&oversized)).await;
+        support::assert_error(&answer, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+    }
     assert_eq!(app.counts().await, before, "refused requests changed nothing");
 }

@@ -277,6 +277,47 @@ async fn without_a_valid_token_there_is_no_session() {
     assert_eq!(body["error"]["code"], "unauthorized");
 }
 
+/// The transport's refusals speak the API's error shape, with the status the MCP transport gives.
+#[tokio::test]
+async fn transport_errors_have_the_api_error_shape() {
+    let (_llm, app) = desk().await;
+    let post = |body: reqwest::Body| {
+        app.client
+            .post(app.endpoint("/mcp"))
+            .bearer_auth(TOKEN)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json")
+            .body(body)
+    };
+    // Malformed JSON, a batch and an object that is no message are malformed requests.
+    for body in ["{not json", "[1,2]", "{}"] {
+        let answer = support::send(post(body.into())).await;
+        support::assert_error(&answer, StatusCode::BAD_REQUEST, "bad_request");
+    }
+    let oversized = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(1100 * 1024)
+    );
+    support::assert_error(
+        &support::send(post(oversized.into())).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    );
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let no_accept = app.client.post(app.endpoint("/mcp")).bearer_auth(TOKEN).json(&list);
+    support::assert_error(
+        &support::send(no_accept).await,
+        StatusCode::NOT_ACCEPTABLE,
+        "not_acceptable",
+    );
+    let unknown_session = post(list.to_string().into()).header("Mcp-Session-Id", "no-such-session");
+    support::assert_error(
+        &support::send(unknown_session).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
 #[tokio::test]
 async fn the_stateless_revision_checks_its_headers() {
     let (_llm, app) = desk().await;

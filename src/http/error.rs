@@ -118,3 +118,73 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// How much of a plain-text error body is kept as the message.
+const PLAIN_ERROR_LIMIT: usize = 16 * 1024;
+
+/// Puts every error answered in plain text into the API's shape. The desk's own handlers answer
+/// `ApiError`s; the layers under them do not: axum's extractors on the `/a2a` routes (a body over
+/// 1 MiB, a path that is not UTF-8) and rmcp's transport on `/mcp` (a missing `Accept`, an
+/// unknown session) write a line of text, and a client reading `error.code` should not have to
+/// know which layer refused it. The status and the other headers (`Allow`, `WWW-Authenticate`,
+/// `Retry-After`) are kept; a 5xx never passes its text on.
+pub async fn plain_errors_in_api_shape(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_none_or(|value| value.as_bytes().starts_with(b"text/plain"));
+    if !plain || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, PLAIN_ERROR_LIMIT).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let message = if status.is_server_error() || text.trim().is_empty() {
+        status.canonical_reason().unwrap_or("error").to_lowercase()
+    } else {
+        text.trim().to_owned()
+    };
+    let shaped = (
+        status,
+        Json(ErrorBody {
+            error: ErrorDetail {
+                code: code_of(status),
+                message,
+            },
+        }),
+    )
+        .into_response();
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    parts.headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, shaped.into_body())
+}
+
+/// The code of an error that only has a status.
+fn code_of(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "bad_request",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        406 => "not_acceptable",
+        408 => "timeout",
+        409 => "conflict",
+        411 => "length_required",
+        413 => "payload_too_large",
+        414 => "uri_too_long",
+        415 => "unsupported_media_type",
+        422 => "validation_failed",
+        429 => "too_many_requests",
+        431 => "headers_too_large",
+        501 => "not_implemented",
+        503 => "unavailable",
+        _ if status.is_client_error() => "client_error",
+        _ => "internal",
+    }
+}

@@ -65,7 +65,30 @@ pub fn routes(state: AppState) -> axum::Router<AppState> {
     );
     axum::Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(unreadable_body_is_bad_request))
         .layer(axum::middleware::from_fn_with_state(state, require_caller))
+}
+
+/// rmcp answers 415 both to a body that is not JSON by its content type and to a JSON body it
+/// cannot read as a message (malformed JSON, a batch, `{}`). The second is a malformed request,
+/// 400 `bad_request` as everywhere else in the API.
+async fn unreadable_body_is_bad_request(request: Request, next: Next) -> Response {
+    let says_json = request
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
+    let response = next.run(request).await;
+    if !says_json || response.status() != axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), 16 * 1024)
+        .await
+        .unwrap_or_default();
+    ApiError::BadRequest(format!(
+        "the body is not a JSON-RPC message: {}",
+        String::from_utf8_lossy(&text).trim()
+    ))
+    .into_response()
 }
 
 /// Who is calling, put into the request's extensions for the handler.

@@ -113,6 +113,12 @@ fn comment_from_parts(parts: &[Part]) -> Result<String, A2aError> {
     })
 }
 
+fn asks_for_labels(metadata: &Map<String, Value>) -> bool {
+    ["skill", "labels"]
+        .iter()
+        .any(|key| metadata.get(*key).is_some_and(|v| !v.is_null()))
+}
+
 /// The labels a message asks for: `metadata.skill` (an agent's name) or `metadata.labels`.
 fn labels_from(metadata: &Map<String, Value>) -> Result<Vec<String>, A2aError> {
     if let Some(skill) = metadata.get("skill").filter(|v| !v.is_null()) {
@@ -173,12 +179,20 @@ async fn accept_message(state: &AppState, request: &SendMessageRequest) -> Resul
         return Ok(transitions::find(&state.pool, &ticket.id.to_string()).await?);
     }
 
-    // The message's metadata, else the request's.
-    let mut metadata = object(message.metadata.as_ref(), "message.metadata")?;
-    if metadata.is_empty() {
-        metadata = object(request.metadata.as_ref(), "metadata")?;
-    }
-    let labels = labels_from(&metadata)?;
+    // The labels the message's metadata asks for, else those the request's does; the ticket
+    // keeps the message's metadata, else the request's.
+    let message_metadata = object(message.metadata.as_ref(), "message.metadata")?;
+    let request_metadata = object(request.metadata.as_ref(), "metadata")?;
+    let labels = if asks_for_labels(&message_metadata) {
+        labels_from(&message_metadata)?
+    } else {
+        labels_from(&request_metadata)?
+    };
+    let mut metadata = if message_metadata.is_empty() {
+        request_metadata
+    } else {
+        message_metadata
+    };
     if let Some(context) = message.context_id.as_deref().filter(|c| !c.is_empty()) {
         metadata.insert(CONTEXT_KEY.into(), Value::String(context.to_owned()));
     }

@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -30,6 +31,13 @@ fn query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> Result<T, A2aErro
         .map(|(name, value)| (name.into_owned(), Value::String(value.into_owned())))
         .collect();
     serde_json::from_value(Value::Object(map)).map_err(|err| A2aError::InvalidParams(err.to_string()))
+}
+
+/// The `{id}` of a task's path. One that cannot be read (not UTF-8) names no task: 404, as on
+/// `/v1`.
+fn task_in(path: Result<Path<String>, PathRejection>) -> Result<String, A2aError> {
+    path.map(|Path(task)| task)
+        .map_err(|_| A2aError::TaskNotFound("no such task: the path is not UTF-8".into()))
 }
 
 fn sse<S>(items: S) -> Response
@@ -106,9 +114,13 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap, RawQuery(q)
 pub async fn get_task_or_subscribe(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(task): Path<String>,
+    task: Result<Path<String>, PathRejection>,
     RawQuery(q): RawQuery,
 ) -> Response {
+    let task = match task_in(task) {
+        Ok(task) => task,
+        Err(not_found) => return not_found.into_response(),
+    };
     if let Some(id) = task.strip_suffix(":subscribe") {
         return subscribe(&state, &headers, q.as_deref(), id).await;
     }
@@ -129,10 +141,14 @@ pub async fn get_task_or_subscribe(
 pub async fn task_action(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(task): Path<String>,
+    task: Result<Path<String>, PathRejection>,
     RawQuery(q): RawQuery,
     _body: Bytes,
 ) -> Response {
+    let task = match task_in(task) {
+        Ok(task) => task,
+        Err(not_found) => return not_found.into_response(),
+    };
     if let Some(id) = task.strip_suffix(":subscribe") {
         return subscribe(&state, &headers, q.as_deref(), id).await;
     }
