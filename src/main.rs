@@ -282,20 +282,10 @@ async fn serve(mut config: Config, mode: Mode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The providers, agents and schedules of `AGENTDESK_AGENTS_FILE` (the other sections are for
-/// `agents apply`).
+/// `AGENTDESK_AGENTS_FILE`: the file `agentdesk agents apply` reads, all of it (providers, tools,
+/// MCP servers, agents and schedules), so that a container needs no second step.
 fn read_agents_file(path: &std::path::Path) -> anyhow::Result<cli::apply::AgentsFile> {
-    use cli::apply::{AgentsFile, Section};
-    let file = AgentsFile::read(path).map_err(|e| anyhow::anyhow!("AGENTDESK_AGENTS_FILE {e}"))?;
-    let applied = file.only(&[Section::Providers, Section::Agents, Section::Schedules]);
-    if applied.entries.len() < file.entries.len() {
-        tracing::warn!(
-            file = %path.display(),
-            "AGENTDESK_AGENTS_FILE: only providers, agents and schedules are applied at start-up; apply tools \
-             and MCP servers with `agentdesk agents apply`"
-        );
-    }
-    Ok(applied)
+    cli::apply::AgentsFile::read(path).map_err(|e| anyhow::anyhow!("AGENTDESK_AGENTS_FILE {e}"))
 }
 
 /// Applies the file through this process's own API, once it listens: the same validation, the

@@ -460,7 +460,9 @@ async fn the_agents_file_is_applied_at_start_up() {
         &dir,
         "agents.yaml",
         "providers:\n  local: {kind: openai, base_url: \"http://127.0.0.1:9/v1\"}\n\
-         agents:\n  researcher: {role: You research., provider: local, model: m, labels: [research]}\n",
+         tools:\n  weather: {description: Weather., input_schema: {type: object}, url: \"https://weather.example/now\"}\n\
+         mcp_servers:\n  github: {url: \"https://mcp.example/mcp\"}\n\
+         agents:\n  researcher: {role: You research., provider: local, model: m, labels: [research], tools: [close_ticket, weather]}\n",
     );
     let server = |file: &str| {
         let mut cmd = command(&url, &["api"]);
@@ -486,6 +488,11 @@ async fn the_agents_file_is_applied_at_start_up() {
         (agent["provider"].as_str(), agent["model"].as_str()),
         (Some("local"), Some("m"))
     );
+    // The whole file, as `agents apply` reads it: the tools and MCP servers too.
+    for path in ["/v1/tools/weather", "/v1/mcp-servers/github"] {
+        let response = client.get(format!("{url}{path}")).send().await.unwrap();
+        assert_eq!(response.status(), reqwest::StatusCode::OK, "{path}");
+    }
     child.kill().await.unwrap();
     let _ = child.wait().await;
 

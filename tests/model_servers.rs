@@ -262,6 +262,16 @@ async fn a_stream_that_ends_without_a_finish_reason_is_sent_again() {
     let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
     assert_eq!(failed["error"]["kind"], "stream_interrupted", "{failed}");
     assert_eq!(llm.request_count() - before, 3);
+
+    // Nothing before the end (a stream of [DONE] alone) is an empty reply, retried as one.
+    llm.set_reply(Reply::text("").without_finish());
+    let before = llm.request_count();
+    let ticket = app.create_ticket(json!({ "task": "once more" })).await;
+    let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
+    assert_eq!(failed["error"]["kind"], "empty_response", "{failed}");
+    assert_eq!(llm.request_count() - before, 3);
+    let retried = event_data(&app, failed["id"].as_str().unwrap(), "request.retried").await;
+    assert!(retried.iter().all(|r| r["kind"] == "empty_response"), "{retried:?}");
     app.shutdown().await;
 }
 

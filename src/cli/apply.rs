@@ -116,14 +116,6 @@ impl AgentsFile {
         }
         Ok(AgentsFile { entries })
     }
-
-    /// Only the entries of these sections.
-    pub fn only(&self, sections: &[Section]) -> AgentsFile {
-        let entries = self.entries.iter().filter(|(s, ..)| sections.contains(s)).cloned();
-        AgentsFile {
-            entries: entries.collect(),
-        }
-    }
 }
 
 /// A JSON or YAML file as JSON: by its extension, else JSON first, then YAML.
@@ -337,7 +329,6 @@ mod tests {
                 ("schedule", "d")
             ]
         );
-        assert_eq!(file.only(&[Section::Agents]).entries.len(), 1);
         assert!(AgentsFile::parse(&json!({"agent": {}}))
             .unwrap_err()
             .contains("unknown section"));

@@ -567,6 +567,15 @@ impl StreamParser for Parser<'_> {
 
     fn finish(self, stopped: bool) -> Result<ModelResponse, LlmError> {
         if !stopped {
+            let nothing = self.out.text.trim().is_empty()
+                && self
+                    .blocks
+                    .values()
+                    .all(|block| matches!(block, Block::Text | Block::Other));
+            if nothing {
+                // Nothing came: an empty reply, whether or not the stream was whole.
+                return Err(super::error::empty_reply(NAME));
+            }
             return Err(stream::interrupted(NAME, "message_stop"));
         }
         let Parser {

@@ -40,11 +40,13 @@ pub fn excerpt(s: &str, max: usize) -> String {
 
 const BACKOFF_CAP: Duration = Duration::from_secs(32);
 
-/// base·2^(attempt−1) plus 0–25 % jitter, capped at 32 s with the jitter included; a Retry-After
-/// hint wins over cap and jitter (the provider knows when its limit resets). `attempt` is 1-based.
+/// base·2^(attempt−1) plus 0–25 % jitter, capped at 32 s with the jitter included. A Retry-After
+/// hint replaces the backoff (the provider knows when its limit resets) but not the cap: a
+/// ticket never sleeps longer than 32 s on one failure, and a hint that is still too early costs
+/// one more attempt, not a stalled ticket. `attempt` is 1-based.
 pub fn backoff_delay(attempt: u32, base: Duration, retry_after: Option<Duration>) -> Duration {
     if let Some(hint) = retry_after {
-        return hint;
+        return hint.min(BACKOFF_CAP);
     }
     let exp = attempt.max(1) - 1;
     let factor = 1u32.checked_shl(exp.min(31)).unwrap_or(u32::MAX);
@@ -107,9 +109,13 @@ mod tests {
     }
 
     #[test]
-    fn backoff_retry_after_wins() {
-        let hint = Duration::from_secs(90);
+    fn backoff_retry_after_wins_below_the_cap() {
+        let hint = Duration::from_secs(20);
         assert_eq!(backoff_delay(1, Duration::from_secs(1), Some(hint)), hint);
+        assert_eq!(
+            backoff_delay(1, Duration::from_secs(1), Some(Duration::from_secs(90))),
+            BACKOFF_CAP
+        );
         assert_eq!(
             backoff_delay(9, Duration::from_secs(1), Some(Duration::from_millis(1))),
             Duration::from_millis(1)

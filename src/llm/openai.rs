@@ -454,6 +454,10 @@ impl StreamParser for Parser<'_> {
             mut out, calls, finish, ..
         } = self;
         if finish.is_none() {
+            if out.text.trim().is_empty() && out.thinking.is_empty() && calls.is_empty() {
+                // Nothing came: an empty reply, whether or not the stream was whole.
+                return Err(super::error::empty_reply(NAME));
+            }
             // Without a finish_reason the reply is not known to be whole, even after [DONE]:
             // llama-cpp-python ends a request it interrupts with [DONE] alone.
             let what = if stopped {

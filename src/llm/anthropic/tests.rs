@@ -245,6 +245,14 @@ fn incomplete_or_garbled_streams_fail() {
     let (r, _) = run(&named(&[
         START,
         (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"cut"}}"#,
+        ),
+        (
             "message_delta",
             r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
         ),
@@ -252,6 +260,16 @@ fn incomplete_or_garbled_streams_fail() {
     let e = r.unwrap_err();
     assert_eq!(e.kind, LlmErrorKind::StreamInterrupted);
     assert_eq!(e.message, "anthropic: stream ended before message_stop");
+
+    // Nothing before the end: an empty reply, not an interrupted one.
+    let (r, _) = run(&named(&[
+        START,
+        (
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+        ),
+    ]));
+    assert_eq!(r.unwrap_err().kind, LlmErrorKind::EmptyResponse);
 
     // OpenAI's end marker means nothing here.
     for data in ["[DONE]", "{not json"] {

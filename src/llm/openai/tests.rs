@@ -146,6 +146,15 @@ fn incomplete_or_garbled_streams_fail() {
         e.message
     );
 
+    // Nothing before the end, whole or not: an empty reply.
+    for events in [
+        &["[DONE]"][..],
+        &[r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#][..],
+    ] {
+        let (r, _) = run(events);
+        assert_eq!(r.unwrap_err().kind, LlmErrorKind::EmptyResponse, "{events:?}");
+    }
+
     let (r, _) = run(&[r#"{"choices":[{"index":0,"delta":{"content":"x"}}"#]);
     let e = r.unwrap_err();
     assert_eq!(e.kind, LlmErrorKind::ResponseMalformed);
