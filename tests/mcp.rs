@@ -111,6 +111,18 @@ async fn servers_are_defined_read_replaced_and_deleted_through_the_api() {
     assert_eq!(got["tools"], view["tools"]);
     let (_, list) = app.get("/v1/mcp-servers").await;
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let (_, page) = app.get("/v1/mcp-servers?limit=1").await;
+    assert_eq!(
+        (page["items"][0]["name"].as_str(), &page["next_cursor"]),
+        (Some("files"), &Value::Null)
+    );
+    for bad in ["limit=0", "cursor=zzz"] {
+        support::assert_error(
+            &app.get(&format!("/v1/mcp-servers?{bad}")).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        );
+    }
 
     assert!(hub(&app).knows("mcp:files"));
     assert!(hub(&app).knows("files__echo"));

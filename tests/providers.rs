@@ -63,6 +63,20 @@ async fn providers_are_defined_listed_read_and_deleted_with_the_key_shown_as_its
     assert_eq!(list["items"][0]["base_url"], llm.openai_base_url());
     assert_eq!(list["items"][1]["configured"], false);
     assert_eq!(list["next_cursor"], Value::Null);
+    // Paged like every list, in the same order.
+    let (_, first) = app.get("/v1/providers?limit=2").await;
+    assert_eq!(first["items"].as_array().unwrap().len(), 2);
+    let cursor = first["next_cursor"].as_str().expect("a next page");
+    let (_, rest) = app.get(&format!("/v1/providers?limit=2&cursor={cursor}")).await;
+    assert_eq!(rest["items"][0]["name"], "local");
+    assert_eq!(rest["next_cursor"], Value::Null);
+    for bad in ["limit=0", "limit=abc", "cursor=zzz"] {
+        support::assert_error(
+            &app.get(&format!("/v1/providers?{bad}")).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        );
+    }
     let (code, one) = app.get("/v1/providers/local").await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(one["api_key"], "${env:AGENTDESK_TEST_KEY_CRUD}");

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult, ErrorBody};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::pagination::{page_of_names, NamePageQuery};
 use super::AppState;
 use crate::domain::mcp_server::{
     is_valid_mcp_server_name, DEFAULT_MCP_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS, MIN_MCP_TIMEOUT_MS,
@@ -143,13 +144,16 @@ pub async fn get_mcp_server(
 }
 
 /// List MCP servers: the config file's, then the API's, by name
-#[utoipa::path(get, path = "/mcp-servers", tag = "mcp-servers",
-    responses((status = 200, body = McpServerList)))]
-pub async fn list_mcp_servers(State(state): State<AppState>) -> ApiResult<Json<McpServerList>> {
-    Ok(Json(McpServerList {
-        items: state.mcp.list().await?,
-        next_cursor: None,
-    }))
+#[utoipa::path(get, path = "/mcp-servers", tag = "mcp-servers", params(NamePageQuery),
+    responses((status = 200, body = McpServerList), (status = 400, body = ErrorBody)))]
+pub async fn list_mcp_servers(
+    State(state): State<AppState>,
+    ApiQuery(q): ApiQuery<NamePageQuery>,
+) -> ApiResult<Json<McpServerList>> {
+    let all = state.mcp.list().await?;
+    let config_first = |name: &str| usize::from(!state.mcp.is_config_server(name));
+    let (items, next_cursor) = page_of_names(&q, all, |s| &s.name, config_first)?;
+    Ok(Json(McpServerList { items, next_cursor }))
 }
 
 /// Delete an MCP server

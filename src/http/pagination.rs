@@ -140,6 +140,36 @@ impl Page {
     }
 }
 
+/// A page of a short list read whole (providers, MCP servers), in the order of `rank` and then
+/// of names (which are unique): the items after the cursor's, at most `limit`, and the cursor of
+/// the next page. The cursor is a name, so a page stays right when items before it go away.
+pub fn page_of_names<T>(
+    q: &NamePageQuery,
+    mut items: Vec<T>,
+    name: impl Fn(&T) -> &str,
+    rank: impl Fn(&str) -> usize,
+) -> Result<(Vec<T>, Option<String>), ApiError> {
+    let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let after = match page.cursor {
+        None => None,
+        Some(c) => Some(c.into_name().ok_or_else(Page::bad_cursor)?),
+    };
+    let key = |n: &str| (rank(n), n.to_owned());
+    items.sort_by_cached_key(|item| key(name(item)));
+    if let Some(after) = after {
+        let after = key(&after);
+        items.retain(|item| key(name(item)) > after);
+    }
+    let more = items.len() as i64 > page.limit;
+    items.truncate(page.limit as usize);
+    let next_cursor = if more {
+        items.last().map(|item| Cursor::Name(name(item).to_owned()).encode())
+    } else {
+        None
+    };
+    Ok((items, next_cursor))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult, ErrorBody};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::pagination::{page_of_names, NamePageQuery};
 use super::AppState;
 use crate::db;
 use crate::domain::agent::is_valid_agent_name;
@@ -176,18 +177,25 @@ pub async fn get_provider(
 }
 
 /// List providers: the built-in ones, then the defined ones by name
-#[utoipa::path(get, path = "/providers", tag = "providers",
-    responses((status = 200, body = ProviderList)))]
-pub async fn list_providers(State(state): State<AppState>) -> ApiResult<Json<ProviderList>> {
-    let mut items: Vec<ProviderDef> = BUILTIN_PROVIDERS
+#[utoipa::path(get, path = "/providers", tag = "providers", params(NamePageQuery),
+    responses((status = 200, body = ProviderList), (status = 400, body = ErrorBody)))]
+pub async fn list_providers(
+    State(state): State<AppState>,
+    ApiQuery(q): ApiQuery<NamePageQuery>,
+) -> ApiResult<Json<ProviderList>> {
+    let mut all: Vec<ProviderDef> = BUILTIN_PROVIDERS
         .iter()
         .map(|name| builtin(&state.providers, name))
         .collect();
-    items.extend(db::providers::all(&state.pool).await?);
-    Ok(Json(ProviderList {
-        items,
-        next_cursor: None,
-    }))
+    all.extend(db::providers::all(&state.pool).await?);
+    let builtin_first = |name: &str| {
+        BUILTIN_PROVIDERS
+            .iter()
+            .position(|b| *b == name)
+            .unwrap_or(BUILTIN_PROVIDERS.len())
+    };
+    let (items, next_cursor) = page_of_names(&q, all, |p| &p.name, builtin_first)?;
+    Ok(Json(ProviderList { items, next_cursor }))
 }
 
 /// Delete a named provider
