@@ -129,8 +129,6 @@ async fn endpoints_are_created_listed_changed_and_deleted() {
         json!({"url": "https://example.com", "labels": [""]}),
         json!({"url": "https://example.com", "secret": "hunter2"}),
         json!({"url": "https://example.com", "secret": "whsec_c2hvcnQ="}),
-        json!({"url": "http://127.0.0.1:9/hook"}),
-        json!({"url": "http://169.254.169.254/latest"}),
         json!({"events": ["ticket.done"]}),
     ] {
         assert_error(
@@ -540,26 +538,26 @@ fn a_delivery_interrupted_by_a_crash_is_sent_again_with_the_same_id() {
 async fn the_address_guard_refuses_inward_addresses() {
     let receiver = Receiver::start(vec![]).await;
     let app = spawn(|c| c.allow_private_urls = false).await;
-    let (status, _) = app.post("/v1/webhooks", json!({"url": receiver.url})).await;
-    assert_eq!(
-        status,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "a loopback literal is refused"
-    );
-    // A name is checked where the connection is made: `localhost` resolves inward.
+    // Checked where the connection is made, for an address literal and for a name that
+    // resolves inward (`localhost`) alike: the delivery fails, and says why.
     let by_name = receiver.url.replace("127.0.0.1", "localhost");
-    let hook = create_hook(&app, json!({"url": by_name})).await;
+    let hooks = [
+        create_hook(&app, json!({"url": receiver.url})).await,
+        create_hook(&app, json!({"url": by_name})).await,
+    ];
     ticket(&app, &[]).await;
-    let log = wait_deliveries(&app, &hook, 1).await;
-    assert_eq!(log[0]["error"], "forbidden_address");
-    assert_eq!(log[0]["status_code"], Value::Null);
-    let (_, test) = app
-        .post(
-            &format!("/v1/webhooks/{}/test", hook["id"].as_str().unwrap()),
-            json!({}),
-        )
-        .await;
-    assert_eq!(test["error"], "forbidden_address");
+    for hook in &hooks {
+        let log = wait_deliveries(&app, hook, 1).await;
+        assert_eq!(log[0]["error"], "forbidden_address");
+        assert_eq!(log[0]["status_code"], Value::Null);
+        let (_, test) = app
+            .post(
+                &format!("/v1/webhooks/{}/test", hook["id"].as_str().unwrap()),
+                json!({}),
+            )
+            .await;
+        assert_eq!(test["error"], "forbidden_address");
+    }
     assert!(receiver.received().is_empty(), "nothing reached the receiver");
     app.shutdown().await;
 }

@@ -17,7 +17,6 @@ use crate::db::webhooks::{NewWebhook, WebhookPatch};
 use crate::domain::webhook::{
     check_pattern, generate_secret, secret_key, Delivery, Webhook, MAX_DESCRIPTION_LEN, MAX_PATTERNS, MAX_URL_LEN,
 };
-use crate::net::AddressGuard;
 use crate::transitions;
 
 #[derive(Deserialize, ToSchema)]
@@ -90,7 +89,7 @@ fn parse_id(id: &str) -> ApiResult<Uuid> {
     Uuid::parse_str(id).map_err(|_| not_found(id))
 }
 
-fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
+fn check_url(url: &str) -> ApiResult<String> {
     let url = url.trim();
     if url.len() > MAX_URL_LEN {
         return Err(invalid(format!("url is longer than {MAX_URL_LEN} characters")));
@@ -101,12 +100,9 @@ fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
             "url must be an http or https URL with a host, not {url:?}"
         )));
     }
-    // Address literals are refused now; names are checked each time a delivery connects.
-    AddressGuard {
-        allow_private: state.config.allow_private_urls,
-    }
-    .check_url(&parsed)
-    .map_err(|e| invalid(e.to_string()))?;
+    // Where it points is checked each time a delivery connects (the address guard), not here:
+    // a name's addresses change, and an endpoint refused by the guard shows it in its deliveries
+    // (`forbidden_address`), as a tool or an MCP server does.
     Ok(url.to_owned())
 }
 
@@ -144,7 +140,7 @@ pub async fn create_webhook(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<CreateWebhook>,
 ) -> ApiResult<(StatusCode, Json<CreatedWebhook>)> {
-    let url = check_url(&state, &req.url)?;
+    let url = check_url(&req.url)?;
     let events = check_events(req.events)?;
     let labels = transitions::normalize_labels(req.labels).map_err(invalid)?;
     let description = check_description(req.description)?;
@@ -216,7 +212,7 @@ pub async fn patch_webhook(
 ) -> ApiResult<Json<Webhook>> {
     let webhook_id = parse_id(&id)?;
     let patch = WebhookPatch {
-        url: req.url.map(|u| check_url(&state, &u)).transpose()?,
+        url: req.url.map(|u| check_url(&u)).transpose()?,
         events: req.events.map(check_events).transpose()?,
         labels: req
             .labels
