@@ -129,6 +129,22 @@ async fn servers_are_defined_read_replaced_and_deleted_through_the_api() {
     assert!(!hub(&app).knows("mcp:nope"));
     assert!(!hub(&app).knows("nope__echo"));
     assert!(!hub(&app).knows("files"));
+    // An agent may name the server's listed tools, not others of a server whose listing is known.
+    let (status, body) = app
+        .put(
+            "/v1/agents/filer",
+            json!({"tools": ["close_ticket", "files__echo", "mcp:files"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let unlisted = app
+        .put("/v1/agents/filer", json!({"tools": ["close_ticket", "files__nosuch"]}))
+        .await;
+    assert_error(&unlisted, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    assert!(unlisted.1["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("files__nosuch"));
     let all = hub(&app).resolve("mcp:files").await;
     assert_eq!(all.len(), 8);
     assert!(all.iter().any(|t| t.name() == "files__exit" && t.requires_approval()));

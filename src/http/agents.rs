@@ -115,6 +115,14 @@ pub async fn put_agent(
                     BUILTIN_TOOLS.join(", ")
                 )));
             }
+            for name in &tools {
+                if let Some(server) = state.mcp.listing_without(name).await? {
+                    return Err(ApiError::Validation(format!(
+                        "unknown tool {name:?}: MCP server {server:?} did not list it (see GET /v1/mcp-servers/{server}; \
+                         list its tools again with POST /v1/mcp-servers/{server}/refresh if it has new ones)"
+                    )));
+                }
+            }
             let mut unique: Vec<String> = vec![];
             for t in tools {
                 if !unique.contains(&t) {

@@ -120,6 +120,20 @@ impl McpHub {
         self.split(name).is_some()
     }
 
+    /// For a `{server}__{tool}` entry of a server that exists: the tool's server, when its last
+    /// listing went well and did not hold the tool. A server not listed yet, or not reachable
+    /// now, is given the benefit of the doubt: the tool is looked up when the agent runs.
+    pub async fn listing_without(&self, name: &str) -> Result<Option<String>, sqlx::Error> {
+        let Some((server, Some(tool))) = self.split(name) else {
+            return Ok(None);
+        };
+        let Some(view) = self.get(server).await? else {
+            return Ok(None);
+        };
+        let lacks = view.status == "ok" && !view.tools.iter().any(|t| t.name == tool);
+        Ok(lacks.then(|| server.to_owned()))
+    }
+
     /// The server and (for `{server}__{tool}`) the tool an entry names, when the server exists.
     fn split<'n>(&self, name: &'n str) -> Option<(&'n str, Option<&'n str>)> {
         let exists = |server: &str| {
