@@ -476,6 +476,21 @@ async fn an_inward_address_is_refused_and_nothing_is_sent() {
     assert!(server.state.protocol_versions.lock().unwrap().is_empty());
 }
 
+/// A template may stand for the host as well: it is expanded when connecting, and shown as written.
+#[tokio::test]
+async fn a_url_template_may_name_the_host() {
+    let app = app().await;
+    let server = McpHttpServer::start(ProtocolVersion::V_2025_11_25, true).await;
+    let host = server.url.trim_start_matches("http://").trim_end_matches("/mcp");
+    std::env::set_var("AGENTDESK_TEST_MCP_HOST", host);
+    let templated = "http://${env:AGENTDESK_TEST_MCP_HOST}/mcp";
+    let view = put_server(&app, "hosted", json!({ "url": templated })).await;
+    assert_eq!(
+        (view["status"].as_str(), view["url"].as_str()),
+        (Some("ok"), Some(templated))
+    );
+}
+
 #[tokio::test]
 async fn expanded_secrets_never_leak() {
     const SECRET: &str = "s3cret-mcp-token-9731";

@@ -67,9 +67,10 @@ fn config_refused(name: &str) -> ApiError {
 
 fn validate(name: &str, req: PutMcpServer) -> ApiResult<McpServerDef> {
     check_name(name)?;
-    // A template in the host cannot be checked before it is expanded; the rest must be a URL.
+    // `${env:NAME}` templates are expanded only when connecting; the rest must be a URL.
     let url = req.url.trim();
-    let parsed = reqwest::Url::parse(url).map_err(|e| validation(format!("url {url:?} is not a URL: {e}")))?;
+    let parsed = reqwest::Url::parse(&super::tools::url_shape(url))
+        .map_err(|e| validation(format!("url {url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
         return Err(validation(format!(
             "url must be an http or https URL with a host, not {url:?}"

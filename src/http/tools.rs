@@ -57,7 +57,7 @@ fn invalid(message: String) -> ApiError {
 }
 
 /// `url` with its placeholders and templates replaced by a plain word, to check its form.
-fn url_shape(url: &str) -> String {
+pub(crate) fn url_shape(url: &str) -> String {
     let mut out = String::with_capacity(url.len());
     let mut depth = 0;
     for c in url.chars() {
