@@ -346,6 +346,7 @@ async fn tool_definitions_are_validated_listed_and_deleted() {
         ("a__b", ok.clone()),
         ("t", json!({"url": "not a url"})),
         ("t", json!({"url": "ftp://example.com/x"})),
+        ("t", json!({"url": format!("https://e.com/{}", "a".repeat(2048))})),
         ("t", json!({"url": "https://e.com", "method": "TRACE"})),
         ("t", json!({"url": "https://e.com", "timeout_ms": 5})),
         ("t", json!({"url": "https://e.com", "timeout_ms": 600001})),

@@ -202,6 +202,7 @@ async fn bad_bodies_and_names_are_422() {
         ("ok", json!({})),
         ("ok", json!({"url": "ftp://example.com/mcp"})),
         ("ok", json!({"url": "not a url"})),
+        ("ok", json!({"url": format!("https://e.com/{}", "a".repeat(2048))})),
         ("ok", json!({"url": "http://example.com/mcp", "timeout_ms": 5})),
         (
             "ok",

@@ -88,6 +88,10 @@ async fn providers_are_defined_listed_read_and_deleted_with_the_key_shown_as_its
         ("local", json!({ "kind": "cohere", "base_url": url })),
         ("local", json!({ "kind": "openai", "base_url": "ftp://example.com" })),
         ("local", json!({ "kind": "openai", "base_url": "not a url" })),
+        (
+            "local",
+            json!({ "kind": "openai", "base_url": format!("https://e.com/{}", "a".repeat(2048)) }),
+        ),
         ("local", json!({ "kind": "openai", "base_url": url, "timeout_ms": 0 })),
         (
             "local",

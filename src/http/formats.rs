@@ -58,6 +58,15 @@ const URL_PATTERN: &str = concat!(
     r"([/?#][^\s]*)?$"
 );
 
+/// `Err` when a URL is longer than every URL's schema allows.
+pub fn check_url_length(url: &str) -> Result<(), String> {
+    let max = crate::domain::webhook::MAX_URL_LEN;
+    match url.len() > max {
+        true => Err(format!("url is longer than {max} characters")),
+        false => Ok(()),
+    }
+}
+
 fn url_json(types: Value, description: &str, example: &str) -> Value {
     json!({
         "type": types,

@@ -69,6 +69,7 @@ fn validate(name: &str, req: PutMcpServer) -> ApiResult<McpServerDef> {
     check_name(name)?;
     // `${env:NAME}` templates are expanded only when connecting; the rest must be a URL.
     let url = req.url.trim();
+    super::formats::check_url_length(url).map_err(validation)?;
     let parsed = reqwest::Url::parse(&super::tools::url_shape(url))
         .map_err(|e| validation(format!("url {url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {

@@ -94,6 +94,7 @@ fn validate(name: &str, req: PutProvider) -> ApiResult<ProviderDef> {
             "invalid provider name {name:?}: use 1 to 64 letters, digits, '-', '_' or '.'"
         )));
     }
+    super::formats::check_url_length(req.base_url.trim()).map_err(validation)?;
     let url = reqwest::Url::parse(req.base_url.trim())
         .map_err(|e| validation(format!("base_url {:?} is not a URL: {e}", req.base_url)))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {

@@ -91,6 +91,7 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
         )));
     }
     let url = req.url.trim();
+    super::formats::check_url_length(url).map_err(invalid)?;
     let parsed = reqwest::Url::parse(&url_shape(url)).map_err(|e| invalid(format!("url {url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
         return Err(invalid(format!(

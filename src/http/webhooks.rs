@@ -15,7 +15,7 @@ use super::AppState;
 use crate::db;
 use crate::db::webhooks::{NewWebhook, WebhookPatch};
 use crate::domain::webhook::{
-    check_pattern, generate_secret, secret_key, Delivery, Webhook, MAX_DESCRIPTION_LEN, MAX_PATTERNS, MAX_URL_LEN,
+    check_pattern, generate_secret, secret_key, Delivery, Webhook, MAX_DESCRIPTION_LEN, MAX_PATTERNS,
 };
 use crate::transitions;
 
@@ -91,9 +91,7 @@ fn parse_id(id: &str) -> ApiResult<Uuid> {
 
 fn check_url(url: &str) -> ApiResult<String> {
     let url = url.trim();
-    if url.len() > MAX_URL_LEN {
-        return Err(invalid(format!("url is longer than {MAX_URL_LEN} characters")));
-    }
+    super::formats::check_url_length(url).map_err(invalid)?;
     let parsed = reqwest::Url::parse(url).map_err(|e| invalid(format!("url {url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
         return Err(invalid(format!(
