@@ -138,7 +138,7 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
 /// Takes effect with the next step of every agent that names it, in every process. Header values
 /// are stored and shown as written: `${env:NAME}` is expanded only when a call is sent.
 #[utoipa::path(put, path = "/tools/{name}", tag = "tools", request_body = PutTool,
-    params(("name" = String, Path, description = "1 to 64 letters, digits, '_' or '-'; not a built-in tool's name",
+    params(("name" = String, Path, description = "1 to 64 letters, digits, '_' or '-'; not a built-in tool's name, and no '__' (kept for MCP tools' names)",
         pattern = "^[a-zA-Z0-9_-]{1,64}$")),
     responses((status = 201, description = "Created", body = HttpToolDef),
         (status = 200, description = "Replaced", body = HttpToolDef),
