@@ -331,6 +331,17 @@ async fn a_cancel_mid_stream_keeps_the_text_already_streamed() {
         "{kinds:?}"
     );
     assert_eq!(wait_status(&app, key, "cancelled").await["status"], "cancelled");
+    // A stream read now, from the start or from the cancel on, sends the kept text and ends.
+    let cancelled_seq = (kinds.len() - 1).to_string();
+    for from in [None, Some(cancelled_seq.as_str())] {
+        let mut late = app.sse(&format!("/v1/tickets/{key}/events"), from).await;
+        let sent = late.collect_for(Duration::from_secs(3)).await;
+        assert!(late.ended(), "the stream from {from:?} ended");
+        assert_eq!(sent.last().unwrap().kind(), "comment.created", "{from:?}");
+    }
+    // The stream that watched the cancel ended too, with or without the kept text.
+    stream.collect_for(Duration::from_secs(3)).await;
+    assert!(stream.ended(), "the watching stream ended");
 
     // A retry continues from it.
     llm.push(Reply::tool_call("close_ticket", json!({ "result": "done" })));

@@ -305,13 +305,13 @@ pub async fn read_ticket<'e>(
     rows.iter().map(logged_event).collect()
 }
 
-/// The seq of a ticket's latest event (0 when it has none).
-pub async fn last_ticket_seq<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Result<i64, sqlx::Error> {
-    let seq: Option<i64> = sqlx::query_scalar("SELECT last_event_seq FROM tickets WHERE id = $1")
+/// Whether a ticket is finished (done, failed or cancelled) and the `seq` of its latest event;
+/// None when there is no such ticket (any more).
+pub async fn ticket_standing<'e>(db: impl PgExecutor<'e>, ticket_id: Uuid) -> Result<Option<(bool, i64)>, sqlx::Error> {
+    sqlx::query_as("SELECT status IN ('done', 'failed', 'cancelled'), last_event_seq FROM tickets WHERE id = $1")
         .bind(ticket_id)
         .fetch_optional(db)
-        .await?;
-    Ok(seq.unwrap_or(0))
+        .await
 }
 
 /// The horizon of the global stream, as an SQL expression of type `xid8` over the statement's own

@@ -316,10 +316,14 @@ struct Ticket {
     ticket_id: Uuid,
     /// The last `seq` sent.
     last: i64,
+    /// The ticket was finished when last looked at: every event it logs from here may be its
+    /// last (the assistant text a cancel kept comes after `ticket.cancelled`).
+    finished: bool,
 }
 
-/// `GET /v1/tickets/{ticket}/events`: the ticket's events after `after_seq`, then live; ends after
-/// the ticket's latest event when that one is final.
+/// `GET /v1/tickets/{ticket}/events`: the ticket's events after `after_seq`, then live; ends once
+/// it has sent the ticket's latest event and the ticket is finished (done, failed or cancelled):
+/// after its final event, or after what the worker logged behind it (the text a cancel kept).
 pub fn ticket(
     hub: EventHub,
     ticket_id: Uuid,
@@ -339,6 +343,7 @@ pub fn ticket(
         Ticket {
             ticket_id,
             last: after_seq,
+            finished: false,
         },
     );
     futures::stream::unfold(sub, |mut sub| async move {
@@ -357,8 +362,9 @@ async fn next_ticket(sub: &mut Subscriber<Ticket>) -> Option<Bytes> {
             Phase::Ending => return None,
             Phase::Replay => {
                 let (last, pool) = (sub.kind.last, sub.hub.pool().clone());
-                let (frames, last, next) = sub.read(Box::pin(replay_ticket(pool, ticket_id, last))).await?;
+                let (frames, last, next, finished) = sub.read(Box::pin(replay_ticket(pool, ticket_id, last))).await?;
                 sub.kind.last = last;
+                sub.kind.finished = finished;
                 sub.pending.extend(frames);
                 sub.phase = next;
             }
@@ -399,9 +405,11 @@ async fn take_ticket(sub: &mut Subscriber<Ticket>, msg: Result<HubMessage, RecvE
                 }
                 sub.kind.last = seq;
                 sub.pending.push_back(seq_frame(seq, item.json()));
-                if kind::is_final(&item.event.kind) {
+                if kind::is_final(&item.event.kind) || sub.kind.finished {
                     let pool = sub.hub.pool().clone();
-                    if sub.read(Box::pin(is_latest(pool, ticket_id, seq))).await? {
+                    let (sent_all, finished) = sub.read(Box::pin(sent_all(pool, ticket_id, seq))).await?;
+                    sub.kind.finished = finished;
+                    if sent_all {
                         sub.phase = Phase::Ending;
                         break;
                     }
@@ -414,47 +422,39 @@ async fn take_ticket(sub: &mut Subscriber<Ticket>, msg: Result<HubMessage, RecvE
     Some(())
 }
 
-/// One batch of the logged events after `last`: their frames, the new `last`, and what comes next
-/// (more replay, live, or the end when a final event is the ticket's latest).
-async fn replay_ticket(pool: PgPool, ticket_id: Uuid, last: i64) -> Result<(Vec<Bytes>, i64, Phase), ()> {
+/// One batch of the logged events after `last`: their frames, the new `last`, what comes next
+/// (more replay, live, or the end when the ticket is finished and that was its latest event), and
+/// whether the ticket was finished.
+async fn replay_ticket(pool: PgPool, ticket_id: Uuid, last: i64) -> Result<(Vec<Bytes>, i64, Phase, bool), ()> {
     let batch = read_with_retry(|| db::events::read_ticket(&pool, ticket_id, last, REPLAY_BATCH)).await?;
     let n = batch.len() as i64;
     let mut last = last;
-    let mut final_seq = None;
     let mut frames = Vec::with_capacity(batch.len());
     for logged in batch {
         let seq = logged.event.seq.unwrap_or(0);
         last = seq;
-        final_seq = kind::is_final(&logged.event.kind).then_some(seq);
         let item = StreamItem::from_logged(logged);
         frames.push(seq_frame(seq, item.json()));
     }
     if n == REPLAY_BATCH {
-        return Ok((frames, last, Phase::Replay));
+        return Ok((frames, last, Phase::Replay, false));
     }
-    let end = match final_seq {
-        Some(seq) => is_latest(pool, ticket_id, seq).await?,
-        None if n == 0 && last > 0 => resumed_at_final_event(&pool, ticket_id, last).await?,
-        None => false,
+    // Caught up: one look at the ticket says whether anything can follow.
+    let (end, finished) = if last > 0 {
+        sent_all(pool, ticket_id, last).await?
+    } else {
+        (false, false)
     };
-    Ok((frames, last, if end { Phase::Ending } else { Phase::Live }))
+    Ok((frames, last, if end { Phase::Ending } else { Phase::Live }, finished))
 }
 
-/// Whether the client resumed right after the ticket's latest event and that one is final: such
-/// a stream has nothing more to send, so it ends as it would have after sending that event.
-async fn resumed_at_final_event(pool: &PgPool, ticket_id: Uuid, last: i64) -> Result<bool, ()> {
-    let at_last = read_with_retry(|| db::events::read_ticket(pool, ticket_id, last - 1, 1)).await?;
-    match at_last.first() {
-        Some(e) if e.event.seq == Some(last) && kind::is_final(&e.event.kind) => {
-            is_latest(pool.clone(), ticket_id, last).await
-        }
-        _ => Ok(false),
+/// Whether a stream that has sent up to `seq` has sent all it ever will (the ticket is finished
+/// and `seq` is its latest event, or the ticket is gone), and whether the ticket is finished.
+async fn sent_all(pool: PgPool, ticket_id: Uuid, seq: i64) -> Result<(bool, bool), ()> {
+    match read_with_retry(|| db::events::ticket_standing(&pool, ticket_id)).await? {
+        None => Ok((true, true)),
+        Some((finished, latest)) => Ok((finished && latest <= seq, finished)),
     }
-}
-
-async fn is_latest(pool: PgPool, ticket_id: Uuid, seq: i64) -> Result<bool, ()> {
-    let latest = read_with_retry(|| db::events::last_ticket_seq(&pool, ticket_id)).await?;
-    Ok(latest == seq)
 }
 
 /// Reads from the log, riding out a short database outage (e.g. a restart) instead of ending
