@@ -338,13 +338,12 @@ async fn an_empty_summary_compacts_without_the_summariser() {
     let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
     assert_eq!(done["result"], "fine");
     let id = done["id"].as_str().unwrap();
-    let failed = event_data(&app, id, "compaction.failed").await;
-    assert_eq!(failed.len(), 1);
-    assert!(failed[0]["message"].as_str().unwrap().contains("empty"), "{failed:?}");
+    // One compaction, finished without the summariser (not failed: it made room).
+    assert!(event_data(&app, id, "compaction.failed").await.is_empty());
     assert_eq!(event_data(&app, id, "compaction.finished").await.len(), 1);
     let last = llm.requests().last().unwrap().body["messages"].to_string();
     assert!(
-        last.contains("Keep this task.") && last.contains("without a summary"),
+        last.contains("Keep this task.") && last.contains("without a summary") && last.contains("empty summary"),
         "{last}"
     );
     assert!(

@@ -118,7 +118,11 @@ impl Step<'_> {
             Err(err) => Err(format!("{}: {}", err.kind.as_str(), err.message)),
         };
         let mut tx = self.fenced(&usage).await?;
-        let compacted = match outcome {
+        let threshold = blocking_threshold(window);
+        // One `compaction.started`, then one `compaction.finished` or `compaction.failed`: when
+        // the summary does not fit, or the summariser gave none, the compaction goes on without
+        // it, and that part says how it ended.
+        let why = match outcome {
             Ok(summary) => {
                 // Only what the summariser saw is replaced: a comment written meanwhile stays.
                 let summarised = comments.iter().map(|c| c.seq).max().unwrap_or(0);
@@ -129,64 +133,76 @@ impl Step<'_> {
                     .map(|c| c.seq);
                 db::comments::delete_non_system(&mut tx, self.ticket.id, summarised, kept).await?;
                 let content = summary_comment(&summary);
-                self.append_compacted(&mut tx, &content, reason, tokens_before).await?;
-                true
-            }
-            Err(message) => {
-                let failed = NewEvent::new(
-                    Some(name),
-                    EventData::CompactionFailed {
-                        reason: reason.as_str().into(),
-                        message: message.clone(),
-                    },
-                );
-                db::events::append(&mut tx, self.ticket.id, &[failed]).await?;
+                let after = self
+                    .append_compacted(&mut tx, &content, reason, tokens_before, Some(threshold))
+                    .await?;
                 tx.commit().await?;
                 self.rt.hub.wake();
-                if reason == Reason::Proactive {
-                    // The request still fits: go on as it is.
-                    return Ok(false);
+                if after < threshold {
+                    return Ok(true);
                 }
-                // The request does not fit: make room without the summariser.
-                let why = format!("the summariser failed: {message}");
-                let target = Target::Tokens(blocking_threshold(window));
-                self.trim_transcript(window, target, reason, &why, tokens_before)
-                    .await?;
-                return Ok(true);
+                format!("the summary did not fit: about {after} tokens for a limit of {threshold}")
+            }
+            Err(message) if reason == Reason::Proactive => {
+                // The request still fits: go on as it is.
+                let failed = EventData::CompactionFailed {
+                    reason: reason.as_str().into(),
+                    message,
+                };
+                db::events::append(&mut tx, self.ticket.id, &[NewEvent::new(Some(name), failed)]).await?;
+                tx.commit().await?;
+                self.rt.hub.wake();
+                return Ok(false);
+            }
+            Err(message) => {
+                tx.commit().await?;
+                format!("the summariser failed: {message}")
             }
         };
-        tx.commit().await?;
-        self.rt.hub.wake();
-        Ok(compacted)
+        // The request does not fit: make room without the summariser.
+        let target = Target::Tokens(threshold);
+        self.trim_transcript(window, target, reason, &why, tokens_before, Announce::No)
+            .await?;
+        Ok(true)
     }
 
-    /// The end of every compaction, inside its fenced transaction: `content` is appended to the
-    /// transcript, and `comment.created` and `compaction.finished` (with the estimate of what
-    /// the next request holds) are written with it, so the events never describe a transcript
-    /// that was not committed.
+    /// The end of a compaction's change, inside its fenced transaction: `content` is appended to
+    /// the transcript with its `comment.created`, and `compaction.finished` (with the estimate of
+    /// what the next request holds) with it, unless that estimate is not below `finish_below`
+    /// (the compaction goes on). The events never describe a transcript that was not committed.
+    /// Returns the estimate.
     pub(super) async fn append_compacted(
         &self,
         tx: &mut Transaction<'static, Postgres>,
         content: &[ContentBlock],
         reason: Reason,
         tokens_before: u64,
-    ) -> Flow<()> {
+        finish_below: Option<u64>,
+    ) -> Flow<u64> {
         let name = self.name();
         let comment = db::comments::insert(tx, self.ticket.id, Author::User, None, content).await?;
         let kept = db::comments::all(&mut **tx, self.ticket.id).await?;
         let tokens_after = estimate_tokens(&request::build(&self.agent, &self.tools, &self.ticket, &kept));
-        let finished = EventData::CompactionFinished {
-            reason: reason.as_str().into(),
-            tokens_before,
-            tokens_after,
-        };
-        let events = [
-            NewEvent::new(Some(name), EventData::CommentCreated { comment }),
-            NewEvent::new(Some(name), finished),
-        ];
+        let mut events = vec![NewEvent::new(Some(name), EventData::CommentCreated { comment })];
+        if finish_below.is_none_or(|limit| tokens_after < limit) {
+            let finished = EventData::CompactionFinished {
+                reason: reason.as_str().into(),
+                tokens_before,
+                tokens_after,
+            };
+            events.push(NewEvent::new(Some(name), finished));
+        }
         db::events::append(tx, self.ticket.id, &events).await?;
-        Ok(())
+        Ok(tokens_after)
     }
+}
+
+/// Whether a compaction without the summariser begins with its own `compaction.started` (it
+/// is a compaction of its own), or goes on with one that already started.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Announce {
+    Yes,
+    No,
 }
 
 #[cfg(test)]

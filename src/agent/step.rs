@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::compaction::{self, Reason};
+use super::compaction::{self, Announce, Reason};
 use super::model_call::ModelOutcome;
 use super::persist::{self, ResponseRecord};
 use super::state::Step;
@@ -177,21 +177,13 @@ impl Step<'_> {
             };
             self.append_events(vec![NewEvent::new(Some(self.name()), data)]).await?;
         }
+        // A summary that does not fit is trimmed within the compaction.
         let compacted = self.compact(provider, window, reason, estimated).await?;
         *request = self.rebuild_request().await?;
-        let threshold = compaction::blocking_threshold(window);
-        let after = compaction::estimate_tokens(request);
-        if after >= threshold {
-            // The summary does not fit: make room without it.
-            let why = format!("the summary did not fit: about {after} tokens for a limit of {threshold}");
-            self.trim_transcript(window, Target::Tokens(threshold), reason, &why, after)
-                .await?;
-            *request = self.rebuild_request().await?;
-            if compaction::estimate_tokens(request) >= threshold {
-                return self
-                    .fail("context_window_exceeded", persist::STILL_TOO_LARGE, vec![])
-                    .await;
-            }
+        if compaction::estimate_tokens(request) >= compaction::blocking_threshold(window) {
+            return self
+                .fail("context_window_exceeded", persist::STILL_TOO_LARGE, vec![])
+                .await;
         }
         Ok(compacted)
     }
@@ -219,7 +211,14 @@ impl Step<'_> {
             } else {
                 let why = format!("the model server reported a full context window: {}", err.message);
                 let shrunk = self
-                    .trim_transcript(window, Target::ShrinkByAThird, Reason::Reactive, &why, estimated)
+                    .trim_transcript(
+                        window,
+                        Target::ShrinkByAThird,
+                        Reason::Reactive,
+                        &why,
+                        estimated,
+                        Announce::Yes,
+                    )
                     .await?;
                 if !shrunk {
                     // Only the task, the role and the tools are left.

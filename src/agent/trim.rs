@@ -4,11 +4,12 @@
 //! older, with a note saying what was left out. `plan` decides without the database, so the
 //! rules are tested alone; `Step::trim_transcript` stores the plan.
 
+use super::compaction::Announce;
 use super::state::Step;
 use super::window::{block_chars, cut_middle, estimate_tokens, keeps_task, task_comment, Reason, CUT_MARKER_MAX};
 use super::{request, Flow};
 use crate::db;
-use crate::domain::{Author, Comment, ContentBlock, TicketUsage};
+use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, TicketUsage};
 
 /// Tokens kept for the note that says what was left out.
 const NOTE_TOKENS: u64 = 120;
@@ -201,9 +202,11 @@ fn note(dropped: usize, cut: usize, task_cut: bool, window: u64, why: &str) -> S
 impl Step<'_> {
     /// Makes the transcript fit `target` estimated tokens without the summariser (see `plan`),
     /// in one fenced transaction: the comments left out are deleted, the cut ones rewritten, and
-    /// the note appended, with `comment.created` and `compaction.finished`. A task that alone
-    /// leaves no room fails the ticket with `context_window_exceeded`.
-    /// Ok(false) when there was nothing to leave out or cut.
+    /// the note appended, with `comment.created` and `compaction.finished` (after a
+    /// `compaction.started` of its own when `announce` says so). A task that alone leaves no room
+    /// fails the ticket with `context_window_exceeded`.
+    /// Ok(false) when there was nothing to leave out or cut (a compaction that had started then
+    /// ends with `compaction.failed`).
     pub(super) async fn trim_transcript(
         &self,
         window: u64,
@@ -211,6 +214,7 @@ impl Step<'_> {
         reason: Reason,
         why: &str,
         tokens_before: u64,
+        announce: Announce,
     ) -> Flow<bool> {
         let name = self.name();
         let comments = db::comments::all(&self.rt.pool, self.ticket.id).await?;
@@ -223,11 +227,29 @@ impl Step<'_> {
             fixed_tokens,
             window,
         };
+        let failed = |message: String| {
+            let data = EventData::CompactionFailed {
+                reason: reason.as_str().into(),
+                message,
+            };
+            NewEvent::new(Some(name), data)
+        };
         let trim = match plan(&transcript, target, why) {
             Ok(trim) => trim,
-            Err(too_large) => return self.fail("context_window_exceeded", &too_large.message(), vec![]).await,
+            Err(too_large) => {
+                let message = too_large.message();
+                let events = match announce {
+                    Announce::No => vec![failed(message.clone())],
+                    Announce::Yes => vec![],
+                };
+                return self.fail("context_window_exceeded", &message, events).await;
+            }
         };
         if trim.delete.is_empty() && trim.rewrite.is_empty() {
+            if announce == Announce::No {
+                let message = format!("{why}; nothing is left to leave out or cut");
+                self.append_events(vec![failed(message)]).await?;
+            }
             return Ok(false);
         }
         tracing::warn!(
@@ -240,12 +262,19 @@ impl Step<'_> {
         // One transaction under the claim's fence: the transcript is never seen half trimmed, and
         // a worker that lost its claim changes nothing.
         let mut tx = self.fenced(&TicketUsage::default()).await?;
+        if announce == Announce::Yes {
+            let started = EventData::CompactionStarted {
+                reason: reason.as_str().into(),
+            };
+            db::events::append(&mut tx, self.ticket.id, &[NewEvent::new(Some(name), started)]).await?;
+        }
         db::comments::delete_seqs(&mut tx, self.ticket.id, &trim.delete).await?;
         for (seq, content) in &trim.rewrite {
             db::comments::rewrite(&mut tx, self.ticket.id, *seq, content).await?;
         }
         let note = [ContentBlock::text(trim.note)];
-        self.append_compacted(&mut tx, &note, reason, tokens_before).await?;
+        self.append_compacted(&mut tx, &note, reason, tokens_before, None)
+            .await?;
         tx.commit().await?;
         self.rt.hub.wake();
         Ok(true)
