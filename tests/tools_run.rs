@@ -560,8 +560,8 @@ async fn list_and_search_are_capped_at_fifty_lines() {
     }
     let all = output(run_builtin(&ctx(&pool, &claim), "read_tickets", &json!({"action": "list"})).await);
     let lines: Vec<&str> = all.lines().collect();
-    assert_eq!(lines.len(), 51, "{all}");
-    assert_eq!(lines[50], "(6 more not shown)");
+    assert_eq!(lines.len(), 50, "{all}");
+    assert_eq!(lines[49], "(7 more not shown)");
     assert_eq!(
         lines[0],
         format!("{} [in_progress] labels=alice: the main task", claim.ticket.key)

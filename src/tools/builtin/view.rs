@@ -160,7 +160,9 @@ pub(super) async fn list(ctx: &ToolContext<'_>, filter: Filter<'_>, search: bool
             .await
             .map_err(|e| ToolFailure::internal("counting tickets for a tool failed", &e))?;
         if total > tickets.len() as i64 {
-            lines.push(format!("({} more not shown)", total - tickets.len() as i64));
+            // The note takes the last ticket's line: the view stays within its 50 lines.
+            lines.truncate(MAX_LISTED as usize - 1);
+            lines.push(format!("({} more not shown)", total - lines.len() as i64));
         }
     }
     Ok(lines.join("\n"))
