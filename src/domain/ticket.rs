@@ -162,12 +162,16 @@ pub enum TicketRef {
 }
 
 impl TicketRef {
-    /// Anything that is neither a UUID nor `TICKET-<n>` names no ticket.
+    /// Anything that is neither an id (a UUID in its usual hyphenated form, in either case) nor a
+    /// key (`TICKET-<n>`, the prefix in any case) names no ticket.
     pub fn parse(s: &str) -> Option<TicketRef> {
-        if let Ok(id) = Uuid::parse_str(s) {
-            return Some(TicketRef::Id(id));
+        if s.len() == 36 {
+            return Uuid::try_parse(s).ok().map(TicketRef::Id);
         }
-        let number = s.strip_prefix("TICKET-").or_else(|| s.strip_prefix("ticket-"))?;
+        let (prefix, number) = s.split_at_checked("TICKET-".len())?;
+        if !prefix.eq_ignore_ascii_case("TICKET-") {
+            return None;
+        }
         if number.is_empty() || number.len() > 18 || !number.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
@@ -185,7 +189,18 @@ mod tests {
         assert_eq!(TicketRef::parse(&id.to_string()), Some(TicketRef::Id(id)));
         assert_eq!(TicketRef::parse("TICKET-42"), Some(TicketRef::Number(42)));
         assert_eq!(TicketRef::parse("ticket-042"), Some(TicketRef::Number(42)));
-        for bad in ["", "TICKET-", "TICKET-x", "42", "TICKET-99999999999999999999", "T-1"] {
+        assert_eq!(TicketRef::parse("Ticket-7"), Some(TicketRef::Number(7)));
+        let upper = id.to_string().to_uppercase();
+        assert_eq!(TicketRef::parse(&upper), Some(TicketRef::Id(id)));
+        let other_spellings = [
+            id.simple().to_string(),
+            format!("{{{id}}}"),
+            id.urn().to_string(),
+        ];
+        for bad in ["", "TICKET-", "TICKET-x", "42", "TICKET-99999999999999999999", "T-1", "TICKETS-1"]
+            .into_iter()
+            .chain(other_spellings.iter().map(String::as_str))
+        {
             assert_eq!(TicketRef::parse(bad), None, "{bad}");
         }
     }
