@@ -752,6 +752,9 @@ async fn patching_with_invalid_fields_is_rejected_and_changes_nothing() {
         json!({"metadata": []}),
         json!({"metadata": 1}),
         json!([1]),
+        // Fields PATCH does not change are refused, not ignored.
+        json!({"status": "done"}),
+        json!({"max_attempts": 5}),
     ] {
         let answer = app.patch(&path, body.clone()).await;
         assert_error(&answer, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");

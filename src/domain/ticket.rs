@@ -192,14 +192,18 @@ mod tests {
         assert_eq!(TicketRef::parse("Ticket-7"), Some(TicketRef::Number(7)));
         let upper = id.to_string().to_uppercase();
         assert_eq!(TicketRef::parse(&upper), Some(TicketRef::Id(id)));
-        let other_spellings = [
-            id.simple().to_string(),
-            format!("{{{id}}}"),
-            id.urn().to_string(),
-        ];
-        for bad in ["", "TICKET-", "TICKET-x", "42", "TICKET-99999999999999999999", "T-1", "TICKETS-1"]
-            .into_iter()
-            .chain(other_spellings.iter().map(String::as_str))
+        let other_spellings = [id.simple().to_string(), format!("{{{id}}}"), id.urn().to_string()];
+        for bad in [
+            "",
+            "TICKET-",
+            "TICKET-x",
+            "42",
+            "TICKET-99999999999999999999",
+            "T-1",
+            "TICKETS-1",
+        ]
+        .into_iter()
+        .chain(other_spellings.iter().map(String::as_str))
         {
             assert_eq!(TicketRef::parse(bad), None, "{bad}");
         }

@@ -329,7 +329,10 @@ fn double_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Value>
     Option::<Value>::deserialize(d).map(|v| Some(v.filter(|v| !v.is_null())))
 }
 
+/// Only these fields may change: a status changes through cancel, retry and comments, so a
+/// body that names another field is refused (422) rather than answered as if it had applied.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PatchTicket {
     /// Any JSON but null or a blank string.
     #[serde(default, deserialize_with = "double_option")]
