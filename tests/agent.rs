@@ -475,6 +475,54 @@ async fn cancelling_mid_stream_ends_the_ticket_within_two_seconds_and_retry_cont
     app.shutdown().await;
 }
 
+/// `usage.requests` counts every request sent: one cut off by a cancel, and one that failed
+/// before a cancel ended the wait for its retry.
+#[tokio::test]
+async fn requests_sent_before_a_cancel_are_counted() {
+    let (app, llm) = start(|_| {}).await;
+    let (code, _) = app
+        .put("/v1/agents/default", json!({ "request_retry_delay_ms": 60000 }))
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let requests_of = |key: String| {
+        let app = &app;
+        async move {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                let (_, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
+                if ticket["usage"]["requests"] != 0 || tokio::time::Instant::now() > deadline {
+                    return ticket["usage"]["requests"].clone();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    // Failed, then cancelled while waiting to retry.
+    llm.push(Reply::status(500));
+    let ticket = app.create_ticket(json!({ "task": "t" })).await;
+    let (key, id) = (
+        ticket["key"].as_str().unwrap().to_owned(),
+        ticket["id"].as_str().unwrap(),
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !event_kinds(&app, id).await.contains(&"request.retried".to_owned()) {
+        assert!(tokio::time::Instant::now() < deadline, "the request was never retried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
+    assert_eq!(requests_of(key).await, 1);
+
+    // Cancelled while its answer streams.
+    llm.push(Reply::text("a very slow answer").chunk_delay(Duration::from_millis(500)));
+    let ticket = app.create_ticket(json!({ "task": "slow" })).await;
+    let key = ticket["key"].as_str().unwrap().to_owned();
+    assert!(llm.wait_for_requests(2, WAIT).await);
+    app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
+    assert_eq!(requests_of(key).await, 1);
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_handover_chain_of_three_agents_runs_to_the_end() {
     let (app, llm) = start(|_| {}).await;

@@ -75,6 +75,8 @@ impl Step<'_> {
                     first_output,
                 );
                 chat.fail("cancelled", "the ticket was cancelled or its claim lost");
+                // It was sent: it counts (added when the step ends, `keep_failed_requests`).
+                self.count_failed_request();
                 return self.keep_cancelled_text(streamed).await;
             };
             let err: LlmError = match result {

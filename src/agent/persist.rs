@@ -186,6 +186,18 @@ impl Step<'_> {
         self.failed_requests.bump();
     }
 
+    /// After a cancel or a lost claim: the requests sent and not yet added to the ticket are
+    /// added now. Not fenced, as nothing else of the step may be written then: a count of
+    /// requests that were sent stays true whoever holds the ticket, and it is added once (the
+    /// counter is emptied).
+    pub(super) async fn keep_failed_requests(&self) -> Result<(), sqlx::Error> {
+        let sent = self.failed_requests.take();
+        if sent > 0 {
+            db::tickets::add_requests(&self.rt.pool, self.ticket.id, sent).await?;
+        }
+        Ok(())
+    }
+
     /// `usage` plus the failed requests not yet added to the ticket (which then are).
     pub(super) fn with_failed_requests(&self, mut usage: TicketUsage) -> TicketUsage {
         usage.requests += self.failed_requests.take();

@@ -69,7 +69,11 @@ pub(super) async fn run(
         failed_requests: Count::default(),
         span,
     };
-    step.work(transcript).await
+    let outcome = step.work(transcript).await;
+    if matches!(outcome, Err(super::Stop::End(super::RunEnd::Aborted))) {
+        step.keep_failed_requests().await?;
+    }
+    outcome
 }
 
 impl Step<'_> {

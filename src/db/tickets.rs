@@ -513,6 +513,17 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
 }
 
 /// Wakes idle workers (any process) after a ticket became claimable; sent at commit.
+/// Adds requests a worker sent to a ticket's usage, outside any claim (see
+/// `Step::keep_failed_requests`).
+pub async fn add_requests(pool: &PgPool, id: Uuid, requests: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE tickets SET requests = requests + $2 WHERE id = $1")
+        .bind(id)
+        .bind(requests)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
 pub async fn notify_work(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_notify($1, '')")
         .bind(super::WORK_CHANNEL)
