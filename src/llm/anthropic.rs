@@ -399,7 +399,12 @@ impl<'k> Parser<'k> {
         if !matches!(msg.usage, Json::Missing) {
             // Present but not an object: every count reads as 0.
             let u = msg.usage.obj();
-            self.out.usage_reported |= u.is_some();
+            // An object without a count (`{}`, or zeros) reports nothing.
+            self.out.usage_reported |= u.is_some_and(|u| {
+                [u.input_tokens.u64(), u.output_tokens.u64()]
+                    .iter()
+                    .any(|n| n.unwrap_or(0) > 0)
+            });
             let usage = &mut self.out.usage;
             usage.input_tokens = u.and_then(|u| u.input_tokens.u64()).unwrap_or(0);
             usage.cache_read_tokens = u.and_then(|u| u.cache_read_input_tokens.u64()).unwrap_or(0);
@@ -485,7 +490,9 @@ impl<'k> Parser<'k> {
             self.stop = Some(stop_reason(r));
         }
         if let Some(u) = ev.usage.obj() {
-            self.out.usage_reported = true;
+            self.out.usage_reported |= [u.output_tokens.u64(), u.input_tokens.u64()]
+                .iter()
+                .any(|n| n.unwrap_or(0) > 0);
             // Cumulative counts: the last one is the total.
             let usage = &mut self.out.usage;
             for (field, value) in [

@@ -421,7 +421,13 @@ impl StreamParser for Parser<'_> {
                 self.out.model = m.to_string();
             }
         }
-        if let Some(u) = chunk.usage.obj() {
+        // An object without a count (`{}`, or zeros: no request is free of input) reports nothing.
+        let counted = |u: &&WireUsage<'_>| {
+            [u.prompt_tokens.u64(), u.completion_tokens.u64()]
+                .iter()
+                .any(|n| n.unwrap_or(0) > 0)
+        };
+        if let Some(u) = chunk.usage.obj().filter(counted) {
             self.out.usage_reported = true;
             self.out.usage = Usage {
                 input_tokens: u.prompt_tokens.u64().unwrap_or(0),

@@ -318,3 +318,28 @@ fn input_json_fragments_stream_as_deltas_of_their_call() {
     };
     assert_eq!(deltas, [call(r#"{"cmd":"#), call(r#""ls"}"#)]);
 }
+
+#[test]
+fn usage_without_counts_is_no_usage() {
+    let start = (
+        "message_start",
+        r#"{"type":"message_start","message":{"model":"claude-x","usage":{}}}"#,
+    );
+    let (r, _) = run(&named(&[
+        start,
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}"#,
+        ),
+        (
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{}}"#,
+        ),
+        ("message_stop", r#"{"type":"message_stop"}"#),
+    ]));
+    assert!(!r.unwrap().usage_reported);
+}

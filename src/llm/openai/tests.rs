@@ -187,3 +187,19 @@ fn tool_call_arguments_stream_as_deltas_of_their_call() {
         ]
     );
 }
+
+#[test]
+fn usage_without_counts_is_no_usage() {
+    let finish = r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#;
+    for usage in [r#"{}"#, r#"{"prompt_tokens":0,"completion_tokens":0}"#] {
+        let chunk = format!(r#"{{"choices":[],"usage":{usage}}}"#);
+        let (r, _) = run(&[finish, &chunk, "[DONE]"]);
+        assert!(!r.unwrap().usage_reported, "{usage}");
+    }
+    let counted = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
+    // A later chunk without counts takes nothing away.
+    let (r, _) = run(&[finish, counted, r#"{"choices":[],"usage":{}}"#, "[DONE]"]);
+    let r = r.unwrap();
+    assert!(r.usage_reported);
+    assert_eq!((r.usage.input_tokens, r.usage.output_tokens), (3, 1));
+}
