@@ -219,11 +219,18 @@ async fn an_empty_reply_is_retried_twice_and_never_makes_the_ticket_wait() {
     let (app, llm) = start().await;
     default_agent(&app, "openai", json!({ "max_request_retries": 10 })).await;
     // A whole reply with nothing in it: a finish reason, but no text, thinking or call.
-    llm.set_reply(Reply::text(""));
+    llm.set_reply(Reply::text("").usage(10, 5));
     let ticket = app.create_ticket(json!({ "task": "anyone there?" })).await;
     let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
     assert_eq!(failed["error"]["kind"], "empty_response", "{failed}");
     assert_eq!(llm.request_count(), 3);
+    // What the empty replies reported they used counts, with every request.
+    let usage = &failed["usage"];
+    assert_eq!(
+        (&usage["requests"], &usage["input_tokens"], &usage["output_tokens"]),
+        (&json!(3), &json!(30), &json!(15)),
+        "{usage}"
+    );
     let id = failed["id"].as_str().unwrap();
     let retried = event_data(&app, id, "request.retried").await;
     assert_eq!(retried.len(), 2);

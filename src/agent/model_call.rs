@@ -12,7 +12,7 @@ use super::state::Step;
 use super::{aborted, request, Flow};
 use crate::db;
 use crate::domain::event::kind;
-use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent};
+use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent, TicketUsage};
 use crate::events::hub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
 use crate::telemetry::metric;
@@ -76,9 +76,10 @@ impl Step<'_> {
                 );
                 chat.fail("cancelled", "the ticket was cancelled or its claim lost");
                 // It was sent: it counts (added when the step ends, `keep_failed_requests`).
-                self.count_failed_request();
+                self.count_failed_request(TicketUsage::default());
                 return self.keep_cancelled_text(streamed).await;
             };
+            let mut unanswered = TicketUsage::default();
             let err: LlmError = match result {
                 Ok(mut response) if !response.is_empty() => {
                     request::estimate_usage(request, &mut response);
@@ -86,7 +87,11 @@ impl Step<'_> {
                     return Ok(ModelOutcome::Response(response));
                 }
                 // Nothing to act on is never a question for humans: sent again as an empty 200.
-                Ok(_) => llm::empty_reply(provider.name()),
+                // What the provider reported it used still counts.
+                Ok(empty) => {
+                    unanswered = request::ticket_usage(&empty.usage, 0, false);
+                    llm::empty_reply(provider.name())
+                }
                 Err(err) => err,
             };
             metric::model_request(
@@ -101,7 +106,7 @@ impl Step<'_> {
             }
             drop(chat);
             // A request that failed was still sent: it counts.
-            self.count_failed_request();
+            self.count_failed_request(std::mem::take(&mut unanswered));
             if err.kind == LlmErrorKind::ContextWindowExceeded {
                 self.log_failure(provider, &err, "context window exceeded");
                 return Ok(ModelOutcome::Overflow(err));

@@ -181,9 +181,15 @@ impl Step<'_> {
         fail(self.rt, self.fence, self.name(), (error_kind, message), events, &usage).await
     }
 
-    /// Counts a request that failed; it is added to the ticket with the step's next write.
-    pub(super) fn count_failed_request(&self) {
-        self.failed_requests.bump();
+    /// Counts a request that failed, with what its provider reported it used (an empty reply's
+    /// tokens; nothing for an error); it is added to the ticket with the step's next write.
+    pub(super) fn count_failed_request(&self, used: TicketUsage) {
+        let mut failed = self.failed_usage.lock().unwrap_or_else(|e| e.into_inner());
+        *failed = failed.plus(&TicketUsage { requests: 1, ..used });
+    }
+
+    fn take_failed_usage(&self) -> TicketUsage {
+        std::mem::take(&mut *self.failed_usage.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// After a cancel or a lost claim: the requests sent and not yet added to the ticket are
@@ -191,17 +197,16 @@ impl Step<'_> {
     /// requests that were sent stays true whoever holds the ticket, and it is added once (the
     /// counter is emptied).
     pub(super) async fn keep_failed_requests(&self) -> Result<(), sqlx::Error> {
-        let sent = self.failed_requests.take();
-        if sent > 0 {
-            db::tickets::add_requests(&self.rt.pool, self.ticket.id, sent).await?;
+        let failed = self.take_failed_usage();
+        if failed.requests > 0 {
+            db::tickets::add_usage(&self.rt.pool, self.ticket.id, &failed).await?;
         }
         Ok(())
     }
 
     /// `usage` plus the failed requests not yet added to the ticket (which then are).
-    pub(super) fn with_failed_requests(&self, mut usage: TicketUsage) -> TicketUsage {
-        usage.requests += self.failed_requests.take();
-        usage
+    pub(super) fn with_failed_requests(&self, usage: TicketUsage) -> TicketUsage {
+        usage.plus(&self.take_failed_usage())
     }
 
     /// A model request that cannot succeed: `request.failed`, then the ticket fails with its kind.

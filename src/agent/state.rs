@@ -2,9 +2,9 @@
 
 use std::borrow::Cow;
 
-use super::{Count, Runtime, Signals, Streaks};
+use super::{Runtime, Signals, Streaks};
 use crate::db::claims::Fence;
-use crate::domain::{Agent, Ticket};
+use crate::domain::{Agent, Ticket, TicketUsage};
 use crate::telemetry::trace::AgentSpan;
 use crate::tools::ToolRegistry;
 
@@ -19,8 +19,9 @@ pub(super) struct Step<'a> {
     pub tools: Cow<'static, ToolRegistry>,
     pub signals: &'a Signals,
     pub streaks: &'a Streaks,
-    /// Requests of this step that failed and are not yet added to the ticket's usage.
-    pub failed_requests: Count,
+    /// Requests of this step that failed (and what an empty reply reported it used), not yet
+    /// added to the ticket's usage.
+    pub failed_usage: std::sync::Mutex<TicketUsage>,
     /// The claim's `invoke_agent` span (inert when tracing is off).
     pub span: &'a AgentSpan,
 }

@@ -10,7 +10,7 @@ use super::persist::{self, ResponseRecord};
 use super::state::Step;
 use super::tool_calls::{self, PreparedCall};
 use super::trim::Target;
-use super::{aborted, request, Count, Flow, Runtime, Signals, Streaks};
+use super::{aborted, request, Flow, Runtime, Signals, Streaks};
 use crate::db;
 use crate::db::claims::Claim;
 use crate::domain::provider::BUILTIN_PROVIDERS;
@@ -66,7 +66,7 @@ pub(super) async fn run(
         tools,
         signals,
         streaks,
-        failed_requests: Count::default(),
+        failed_usage: Default::default(),
         span,
     };
     let outcome = step.work(transcript).await;

@@ -513,14 +513,27 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
 }
 
 /// Wakes idle workers (any process) after a ticket became claimable; sent at commit.
-/// Adds requests a worker sent to a ticket's usage, outside any claim (see
+/// Adds what a worker's requests used to a ticket's usage, outside any claim (see
 /// `Step::keep_failed_requests`).
-pub async fn add_requests(pool: &PgPool, id: Uuid, requests: i64) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE tickets SET requests = requests + $2 WHERE id = $1")
-        .bind(id)
-        .bind(requests)
-        .execute(pool)
-        .await?;
+pub async fn add_usage(pool: &PgPool, id: Uuid, usage: &TicketUsage) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE tickets SET
+            input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
+            cache_read_tokens = cache_read_tokens + $4, cache_creation_tokens = cache_creation_tokens + $5,
+            requests = requests + $6, tool_calls = tool_calls + $7,
+            usage_estimated = usage_estimated OR $8
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(usage.input_tokens)
+    .bind(usage.output_tokens)
+    .bind(usage.cache_read_tokens)
+    .bind(usage.cache_creation_tokens)
+    .bind(usage.requests)
+    .bind(usage.tool_calls)
+    .bind(usage.estimated)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
