@@ -93,7 +93,8 @@ async fn endpoints_are_created_listed_changed_and_deleted() {
     let given = create_hook(&app, json!({"url": "http://example.com/2", "secret": SPEC_SECRET})).await;
     assert_eq!(given["secret"], SPEC_SECRET);
     assert_eq!(given["events"], json!([]));
-    create_hook(&app, json!({"url": "http://example.com/3"})).await;
+    let stopped = create_hook(&app, json!({"url": "http://example.com/3", "disabled": true})).await;
+    assert_eq!(stopped["disabled"], true, "created stopped");
     let (_, page) = app.get("/v1/webhooks?limit=2").await;
     assert_eq!(page["items"].as_array().unwrap().len(), 2);
     assert!(page["next_cursor"].is_string());
@@ -137,10 +138,10 @@ async fn endpoints_are_created_listed_changed_and_deleted() {
             "validation_failed",
         );
     }
-    let bad_patch = app
-        .patch(&format!("/v1/webhooks/{id}"), json!({"events": ["*x"]}))
-        .await;
-    assert_error(&bad_patch, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    for body in [json!({"events": ["*x"]}), json!({"secret": "whsec_c2hvcnQ="})] {
+        let bad_patch = app.patch(&format!("/v1/webhooks/{id}"), body).await;
+        assert_error(&bad_patch, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    }
     let missing = "0193a0a0-0000-7000-8000-000000000000";
     for path in [format!("/v1/webhooks/{missing}"), "/v1/webhooks/nope".into()] {
         assert_error(&app.get(&path).await, StatusCode::NOT_FOUND, "not_found");

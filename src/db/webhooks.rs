@@ -56,6 +56,8 @@ pub struct NewWebhook {
     pub labels: Vec<String>,
     pub description: Option<String>,
     pub secret: String,
+    /// Created stopped: no deliveries until a PATCH enables it (from the events of then on).
+    pub disabled: bool,
 }
 
 /// Creates an endpoint whose cursor is the log's head: it receives the events from now on.
@@ -63,8 +65,8 @@ pub async fn insert(pool: &PgPool, new: &NewWebhook) -> Result<Webhook, sqlx::Er
     let mut conn = pool.acquire().await?;
     let head = events::head(&mut conn).await?;
     let row: WebhookRow = sqlx::query_as(&format!(
-        "INSERT INTO webhooks (id, url, events, labels, description, secret, cursor_txid, cursor_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7::text::xid8, $8) RETURNING {WEBHOOK_COLUMNS}"
+        "INSERT INTO webhooks (id, url, events, labels, description, secret, cursor_txid, cursor_id, disabled)
+         VALUES ($1, $2, $3, $4, $5, $6, $7::text::xid8, $8, $9) RETURNING {WEBHOOK_COLUMNS}"
     ))
     .bind(Uuid::now_v7())
     .bind(&new.url)
@@ -74,6 +76,7 @@ pub async fn insert(pool: &PgPool, new: &NewWebhook) -> Result<Webhook, sqlx::Er
     .bind(&new.secret)
     .bind(head.txid.to_string())
     .bind(head.id)
+    .bind(new.disabled)
     .fetch_one(&mut *conn)
     .await?;
     Ok(row.into())

@@ -32,6 +32,9 @@ pub struct CreateWebhook {
     #[schema(schema_with = super::formats::webhook_secret)]
     pub secret: Option<String>,
     pub description: Option<String>,
+    /// true creates it stopped (enable it with `PATCH {"disabled": false}`).
+    #[serde(default)]
+    pub disabled: bool,
 }
 
 /// A created endpoint, with its secret: the only time the secret is shown.
@@ -43,7 +46,10 @@ pub struct CreatedWebhook {
     pub secret: String,
 }
 
+/// The secret is not among what a PATCH changes (it is shown once, when created): a body that
+/// names it, or any other field, is refused (422) rather than answered as if it had applied.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PatchWebhook {
     #[schema(schema_with = super::formats::optional_webhook_url)]
     pub url: Option<String>,
@@ -155,6 +161,7 @@ pub async fn create_webhook(
         labels,
         description,
         secret,
+        disabled: req.disabled,
     };
     let webhook = db::webhooks::insert(&state.pool, &new).await?;
     Ok((
