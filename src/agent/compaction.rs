@@ -7,7 +7,7 @@
 use sqlx::{Postgres, Transaction};
 
 use super::state::Step;
-use super::trim::Target;
+use super::trim::{Announce, Target};
 pub use super::window::{
     blocking_threshold, estimate_tokens, keeps_task, reserve, task_comment, trigger, Reason, MAX_RESERVE,
     PROACTIVE_MARGIN,
@@ -195,14 +195,6 @@ impl Step<'_> {
         db::events::append(tx, self.ticket.id, &events).await?;
         Ok(tokens_after)
     }
-}
-
-/// Whether a compaction without the summariser begins with its own `compaction.started` (it
-/// is a compaction of its own), or goes on with one that already started.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Announce {
-    Yes,
-    No,
 }
 
 #[cfg(test)]

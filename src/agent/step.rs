@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use super::compaction::{self, Announce, Reason};
+use super::compaction::{self, Reason};
 use super::model_call::ModelOutcome;
 use super::persist::{self, ResponseRecord};
 use super::state::Step;
 use super::tool_calls::{self, PreparedCall};
-use super::trim::Target;
+use super::trim::{Announce, Target};
 use super::{aborted, request, Flow, Runtime, Signals, Streaks};
 use crate::db;
 use crate::db::claims::Claim;

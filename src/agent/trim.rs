@@ -4,7 +4,6 @@
 //! older, with a note saying what was left out. `plan` decides without the database, so the
 //! rules are tested alone; `Step::trim_transcript` stores the plan.
 
-use super::compaction::Announce;
 use super::state::Step;
 use super::window::{block_chars, cut_middle, estimate_tokens, keeps_task, task_comment, Reason, CUT_MARKER_MAX};
 use super::{request, Flow};
@@ -197,6 +196,14 @@ fn note(dropped: usize, cut: usize, task_cut: bool, window: u64, why: &str) -> S
         "Note: the transcript of this ticket was shortened to fit the model's {window}-token context window \
          without a summary ({why}): {what}. Continue the task with what is above."
     )
+}
+
+/// Whether a compaction without the summariser begins with its own `compaction.started` (it
+/// is a compaction of its own), or goes on with one that already started.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Announce {
+    Yes,
+    No,
 }
 
 impl Step<'_> {

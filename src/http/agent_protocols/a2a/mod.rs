@@ -113,6 +113,7 @@ fn comment_from_parts(parts: &[Part]) -> Result<String, A2aError> {
     })
 }
 
+/// Whether metadata names a skill or labels (else the request's metadata may).
 fn asks_for_labels(metadata: &Map<String, Value>) -> bool {
     ["skill", "labels"]
         .iter()
