@@ -512,7 +512,6 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
     Ok(row.into())
 }
 
-/// Wakes idle workers (any process) after a ticket became claimable; sent at commit.
 /// Adds what a worker's requests used to a ticket's usage, outside any claim (see
 /// `Step::keep_failed_requests`).
 pub async fn add_usage(pool: &PgPool, id: Uuid, usage: &TicketUsage) -> Result<(), sqlx::Error> {
@@ -537,6 +536,7 @@ pub async fn add_usage(pool: &PgPool, id: Uuid, usage: &TicketUsage) -> Result<(
     Ok(())
 }
 
+/// Wakes idle workers (any process) after a ticket became claimable; sent at commit.
 pub async fn notify_work(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_notify($1, '')")
         .bind(super::WORK_CHANNEL)
