@@ -366,6 +366,24 @@ async fn the_stateless_revision_checks_its_headers() {
     .await
     .unwrap();
     assert_eq!(mismatch.status(), 400);
+
+    // A method it knows with params of the wrong shape is -32602, one it does not know -32601.
+    let bad_params = post(
+        "tools/call",
+        Some("list_tickets"),
+        json!({"_meta": meta, "name": "list_tickets", "arguments": "not an object"}),
+    )
+    .send()
+    .await
+    .unwrap();
+    let text = bad_params.text().await.unwrap();
+    assert!(text.contains("-32602"), "{text}");
+    let unknown = post("no/such/method", None, json!({"_meta": meta}))
+        .send()
+        .await
+        .unwrap();
+    let text = unknown.text().await.unwrap();
+    assert!(text.contains("-32601"), "{text}");
 }
 
 #[tokio::test]

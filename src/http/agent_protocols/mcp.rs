@@ -15,10 +15,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation,
-    ListResourceTemplatesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig,
-    Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest, CustomResult, ErrorData,
+    Implementation, ListResourceTemplatesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents, ResourceTemplate,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -402,6 +402,44 @@ impl ServerHandler for DeskServer {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         TOOLS.iter().find(|spec| spec.name == name).map(tool)
+    }
+
+    /// rmcp hands over the requests it could not read as a method it knows. For a method it does
+    /// know, that means params of the wrong shape: JSON-RPC's -32602 (invalid params), not
+    /// -32601 (no such method).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        const KNOWN: &[&str] = &[
+            "initialize",
+            "ping",
+            "server/discover",
+            "tools/list",
+            "tools/call",
+            "resources/list",
+            "resources/templates/list",
+            "resources/read",
+            "resources/subscribe",
+            "resources/unsubscribe",
+            "prompts/list",
+            "prompts/get",
+            "completion/complete",
+            "logging/setLevel",
+        ];
+        if KNOWN.contains(&request.method.as_str()) {
+            Err(ErrorData::invalid_params(
+                format!("the params of {} are not of the shape it takes", request.method),
+                None,
+            ))
+        } else {
+            Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            ))
+        }
     }
 
     async fn list_tools(
