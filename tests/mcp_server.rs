@@ -185,6 +185,10 @@ async fn every_tool_works_in_every_revision() {
         assert_eq!(stray["code"], "validation_failed");
         let too_long = error(call(&client, "create_ticket", json!({"task": "x", "wait_secs": 301})).await);
         assert_eq!(too_long["code"], "validation_failed");
+        for limit in [json!(0), json!(-1), json!(201)] {
+            let bad = error(call(&client, "list_tickets", json!({ "limit": limit })).await);
+            assert_eq!(bad["code"], "validation_failed", "{limit}: {bad}");
+        }
 
         // An unknown tool is a protocol error, not a result.
         let unknown = client

@@ -337,6 +337,12 @@ impl DeskServer {
             }
             "list_tickets" => {
                 let list: ListArgs = arguments(args)?;
+                // An argument out of range is invalid like one of the wrong type (the query's
+                // own check would call it a bad request).
+                let most = crate::http::pagination::MAX_LIMIT;
+                if list.limit.is_some_and(|n| !(1..=most).contains(&i64::from(n))) {
+                    return Err(ApiError::Validation(format!("limit must be from 1 to {most}")));
+                }
                 let query = ListTicketsQuery {
                     status: list.status,
                     label: list.label,
