@@ -61,9 +61,10 @@ const URL_PATTERN: &str = concat!(
 /// `Err` when a URL is longer than every URL's schema allows.
 pub fn check_url_length(url: &str) -> Result<(), String> {
     let max = crate::domain::webhook::MAX_URL_LEN;
-    match url.len() > max {
-        true => Err(format!("url is longer than {max} characters")),
-        false => Ok(()),
+    if url.len() > max {
+        Err(format!("url is longer than {max} characters"))
+    } else {
+        Ok(())
     }
 }
 
