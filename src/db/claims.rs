@@ -299,25 +299,15 @@ pub async fn holds(conn: &mut PgConnection, fence: Fence) -> Result<bool, sqlx::
 }
 
 async fn holds_adding(conn: &mut PgConnection, fence: Fence, usage: &TicketUsage) -> Result<bool, sqlx::Error> {
-    let held = sqlx::query(
-        "UPDATE tickets SET updated_at = now(),
-            input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,
-            cache_read_tokens = cache_read_tokens + $5, cache_creation_tokens = cache_creation_tokens + $6,
-            requests = requests + $7, tool_calls = tool_calls + $8,
-            usage_estimated = usage_estimated OR $9
-         WHERE id = $1 AND generation = $2 AND status = 'in_progress'",
-    )
-    .bind(fence.ticket_id)
-    .bind(fence.generation)
-    .bind(usage.input_tokens)
-    .bind(usage.output_tokens)
-    .bind(usage.cache_read_tokens)
-    .bind(usage.cache_creation_tokens)
-    .bind(usage.requests)
-    .bind(usage.tool_calls)
-    .bind(usage.estimated)
-    .execute(conn)
-    .await?;
+    let sql = concat!(
+        "UPDATE tickets SET updated_at = now(), ",
+        super::tickets::usage_added!(),
+        " WHERE id = $1 AND generation = $9 AND status = 'in_progress'"
+    );
+    let held = super::tickets::bind_usage(sqlx::query(sql).bind(fence.ticket_id), usage)
+        .bind(fence.generation)
+        .execute(conn)
+        .await?;
     Ok(held.rows_affected() == 1)
 }
 

@@ -512,27 +512,38 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
     Ok(row.into())
 }
 
+/// The `SET` clauses that add a usage to a ticket's counters, from parameters `$2` to `$8`
+/// (bound by `bind_usage`; `$1` is the ticket's id): one list of the counters for every
+/// statement that adds to them.
+macro_rules! usage_added {
+    () => {
+        "input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
+         cache_read_tokens = cache_read_tokens + $4, cache_creation_tokens = cache_creation_tokens + $5,
+         requests = requests + $6, tool_calls = tool_calls + $7, usage_estimated = usage_estimated OR $8"
+    };
+}
+pub(super) use usage_added;
+
+/// Binds `usage` as `usage_added!` reads it, after the ticket's id.
+pub(super) fn bind_usage<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    usage: &TicketUsage,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(usage.input_tokens)
+        .bind(usage.output_tokens)
+        .bind(usage.cache_read_tokens)
+        .bind(usage.cache_creation_tokens)
+        .bind(usage.requests)
+        .bind(usage.tool_calls)
+        .bind(usage.estimated)
+}
+
 /// Adds what a worker's requests used to a ticket's usage, outside any claim (see
 /// `Step::keep_failed_requests`).
 pub async fn add_usage(pool: &PgPool, id: Uuid, usage: &TicketUsage) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE tickets SET
-            input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
-            cache_read_tokens = cache_read_tokens + $4, cache_creation_tokens = cache_creation_tokens + $5,
-            requests = requests + $6, tool_calls = tool_calls + $7,
-            usage_estimated = usage_estimated OR $8
-         WHERE id = $1",
-    )
-    .bind(id)
-    .bind(usage.input_tokens)
-    .bind(usage.output_tokens)
-    .bind(usage.cache_read_tokens)
-    .bind(usage.cache_creation_tokens)
-    .bind(usage.requests)
-    .bind(usage.tool_calls)
-    .bind(usage.estimated)
-    .execute(pool)
-    .await?;
+    let sql = concat!("UPDATE tickets SET ", usage_added!(), " WHERE id = $1");
+    bind_usage(sqlx::query(sql).bind(id), usage).execute(pool).await?;
     Ok(())
 }
 
