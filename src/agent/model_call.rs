@@ -79,8 +79,8 @@ impl Step<'_> {
                 self.count_failed_request(TicketUsage::default());
                 return self.keep_cancelled_text(streamed).await;
             };
-            let mut unanswered = TicketUsage::default();
-            let err: LlmError = match result {
+            // The error, and what the provider reported the failed request used.
+            let (err, used): (LlmError, TicketUsage) = match result {
                 Ok(mut response) if !response.is_empty() => {
                     request::estimate_usage(request, &mut response);
                     self.record_response(provider_label, request, &response, &chat, sent, first_output);
@@ -88,11 +88,11 @@ impl Step<'_> {
                 }
                 // Nothing to act on is never a question for humans: sent again as an empty 200.
                 // What the provider reported it used still counts.
-                Ok(empty) => {
-                    unanswered = request::ticket_usage(&empty.usage, 0, false);
-                    llm::empty_reply(provider.name())
-                }
-                Err(err) => err,
+                Ok(empty) => (
+                    llm::empty_reply(provider.name()),
+                    request::ticket_usage(&empty.usage, 0, false),
+                ),
+                Err(err) => (err, TicketUsage::default()),
             };
             metric::model_request(
                 provider_label,
@@ -106,7 +106,7 @@ impl Step<'_> {
             }
             drop(chat);
             // A request that failed was still sent: it counts.
-            self.count_failed_request(std::mem::take(&mut unanswered));
+            self.count_failed_request(used);
             if err.kind == LlmErrorKind::ContextWindowExceeded {
                 self.log_failure(provider, &err, "context window exceeded");
                 return Ok(ModelOutcome::Overflow(err));
