@@ -123,11 +123,12 @@ pub type ApiResult<T> = Result<T, ApiError>;
 const PLAIN_ERROR_LIMIT: usize = 16 * 1024;
 
 /// Puts every error answered in plain text into the API's shape. The desk's own handlers answer
-/// `ApiError`s; the layers under them do not: axum's extractors on the `/a2a` routes (a body over
-/// 1 MiB, a path that is not UTF-8) and rmcp's transport on `/mcp` (a missing `Accept`, an
-/// unknown session) write a line of text, and a client reading `error.code` should not have to
-/// know which layer refused it. The status and the other headers (`Allow`, `WWW-Authenticate`,
-/// `Retry-After`) are kept; a 5xx never passes its text on.
+/// `ApiError`s, and `/v1` reads its input with extractors that do too; the layers under the agent
+/// protocols' handlers do not: axum's extractors on the `/a2a` routes (a body over 1 MiB) and
+/// rmcp's transport on `/mcp` (a missing `Accept`, an unknown session) write a line of text, and
+/// a client reading `error.code` should not have to know which layer refused it. Layered on those
+/// routers only, so `/v1`'s requests do not pass through it. The status and the other headers
+/// (`Allow`, `WWW-Authenticate`, `Retry-After`) are kept; a 5xx never passes its text on.
 pub async fn plain_errors_in_api_shape(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();

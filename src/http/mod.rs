@@ -176,7 +176,6 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(metrics::observe))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(limit_headers))
-        .layer(axum::middleware::from_fn(error::plain_errors_in_api_shape))
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal.into_response()))
         .layer(TraceLayer::new_for_http())
         .with_state(state)

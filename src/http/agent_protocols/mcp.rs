@@ -67,6 +67,8 @@ pub fn routes(state: AppState) -> axum::Router<AppState> {
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn(unreadable_body_is_bad_request))
         .layer(axum::middleware::from_fn_with_state(state, require_caller))
+        // rmcp's transport answers its refusals in plain text.
+        .layer(axum::middleware::from_fn(crate::http::error::plain_errors_in_api_shape))
 }
 
 /// rmcp answers 415 both to a body that is not JSON by its content type and to a JSON body it

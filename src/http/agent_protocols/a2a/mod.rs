@@ -52,6 +52,8 @@ pub fn routes() -> axum::Router<AppState> {
             "/a2a/tasks/{task}",
             get(rest::get_task_or_subscribe).post(rest::task_action),
         )
+        // axum's extractors answer in plain text (a body over 1 MiB).
+        .layer(axum::middleware::from_fn(crate::http::error::plain_errors_in_api_shape))
 }
 
 /// What a caller may do: read tokens may get, list and subscribe.
