@@ -35,6 +35,8 @@ for image in rust:1-bookworm debian:bookworm-slim postgres:16 caddy:2.11; do
 done
 
 project=agentdesk-smoke
+# An image of its own: the operator's agentdesk:latest (from `up --build`) is left as it was.
+image_tag=agentdesk:smoke
 model_port=${SMOKE_MODEL_PORT:-18081}
 api_port=${SMOKE_API_PORT:-18080}
 token=smoke-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
@@ -48,7 +50,7 @@ printf '%s\n' AGENTDESK_LOG_FORMAT=json AGENTDESK_RUNTIME_THREADS=1 >"$work/agen
 # (a developer's provider keys, model, port) changes nothing: shell variables win over .env, and
 # the containers' env file is the test's own.
 dc() {
-    AGENTDESK_ENV_FILE=$work/agentdesk.env \
+    AGENTDESK_ENV_FILE=$work/agentdesk.env AGENTDESK_IMAGE=$image_tag \
         AGENTDESK_API_TOKENS=$token AGENTDESK_PORT=127.0.0.1:$api_port \
         OPENAI_BASE_URL=http://host.docker.internal:$model_port/v1 OPENAI_API_KEY=fake \
         ANTHROPIC_API_KEY= ANTHROPIC_BASE_URL= AGENTDESK_MODEL= RUST_LOG= \
@@ -65,10 +67,10 @@ cleanup() {
     dc down -v >/dev/null 2>&1 || true
     [ -n "$events_pid" ] && kill "$events_pid" 2>/dev/null || true
     [ -n "$model_pid" ] && kill "$model_pid" 2>/dev/null || true
-    # Only dangling images (no tag, no container): the builder stage that the legacy builder keeps
-    # (about 2.5 GB), and an agentdesk image that this build replaced.
+    # The test's own image, and the builder stage that the legacy builder keeps dangling (about
+    # 2.5 GB); the operator's images stay.
+    docker image rm "$image_tag" >/dev/null 2>&1 || true
     docker image prune -f --filter label=agentdesk.stage=builder >/dev/null 2>&1 || true
-    docker image prune -f --filter label=org.opencontainers.image.title=agentdesk >/dev/null 2>&1 || true
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -87,7 +89,7 @@ done
 echo "== build (compose, as up --build)"
 started=$SECONDS
 dc build api >/dev/null
-echo "built in $((SECONDS - started)) s: $(docker image inspect agentdesk:latest --format '{{.Size}}' | awk '{printf "%.0f MB", $1/1e6}')"
+echo "built in $((SECONDS - started)) s: $(docker image inspect "$image_tag" --format '{{.Size}}' | awk '{printf "%.0f MB", $1/1e6}')"
 
 echo "== up (the proxy, 2 api, 2 workers)"
 started=$SECONDS
@@ -113,7 +115,7 @@ containers() {
 }
 
 echo "== one image"
-image=$(docker image inspect agentdesk:latest --format '{{.Id}}')
+image=$(docker image inspect "$image_tag" --format '{{.Id}}')
 for container in $(containers api) $(containers worker); do
     [ "$(docker inspect -f '{{.Image}}' "$container")" = "$image" ] \
         || { echo "FAIL: $container does not run the image that compose built"; exit 1; }
@@ -134,7 +136,7 @@ echo "== a ticket to done, watched through the proxy"
 curl -sN "${auth[@]}" --max-time 90 "$api/v1/events" >"$work/events" 2>/dev/null &
 events_pid=$!
 sleep 1
-key=$(curl -sf "${auth[@]}" -X POST "$api/v1/tickets" -d '{"task": "say ok"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+key=$(curl -sf "${auth[@]}" -X POST "$api/v1/tickets" -H 'content-type: application/json' -d '{"task": "say ok"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
 status=
 for _ in $(seq 1 60); do
     status=$(curl -sf "${auth[@]}" "$api/v1/tickets/$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])')
@@ -167,13 +169,13 @@ for i in $(seq 1 20); do
     curl -sf -o /dev/null "${auth[@]}" "$api/v1/tickets/$key" || { echo "FAIL: request $i through the proxy failed with one api replica stopped"; exit 1; }
 done
 for i in $(seq 1 5); do
-    curl -sf -o /dev/null "${auth[@]}" -X POST "$api/v1/tickets" -d '{"task": "say ok"}' \
+    curl -sf -o /dev/null "${auth[@]}" -X POST "$api/v1/tickets" -H 'content-type: application/json' -d '{"task": "say ok"}' \
         || { echo "FAIL: POST $i through the proxy failed with one api replica stopped"; exit 1; }
 done
 echo "20 GET and 5 POST answered"
 
 echo "== stop the workers with a ticket in flight"
-slow=$(curl -sf "${auth[@]}" -X POST "$api/v1/tickets" -d '{"task": "slow job"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+slow=$(curl -sf "${auth[@]}" -X POST "$api/v1/tickets" -H 'content-type: application/json' -d '{"task": "slow job"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
 for _ in $(seq 1 30); do
     status=$(curl -sf "${auth[@]}" "$api/v1/tickets/$slow" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])')
     [ "$status" = in_progress ] && break

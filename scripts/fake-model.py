@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A stand-in model server for scripts/container-smoke.sh: the OpenAI chat completions API,
+"""A stand-in model server (for trying the desk without a model account, and for
+scripts/container-smoke.sh): the OpenAI chat completions API,
 streamed, answering every request with a close_ticket tool call. A request whose body mentions
 "slow" waits 120 s first, so a ticket stays in flight while the smoke test stops a container.
 

@@ -71,6 +71,9 @@ impl App {
         let providers =
             Arc::new(providers.with_max_concurrent(config.openai_max_concurrent, config.anthropic_max_concurrent));
         ensure_default_agent(&pool, &config, &providers).await?;
+        if mode.runs_workers() {
+            warn_of_unset_secrets(&pool).await;
+        }
 
         let config = Arc::new(config);
         let shutdown = CancellationToken::new();
@@ -98,6 +101,7 @@ impl App {
                 catalog: catalog.clone(),
                 mcp: mcp.clone(),
                 intake: crate::transitions::intake::Intake::start(pool.clone(), hub.clone()),
+                route_check: Default::default(),
                 shutdown: shutdown.clone(),
             });
             let (server, addr) = serve_api(state, config.addr, shutdown.clone())?;
@@ -170,6 +174,17 @@ impl App {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
         self.pool.close().await;
+    }
+}
+
+/// Says at start which named providers would send an empty secret from this process: their key
+/// or a header names a variable its environment does not set. Best effort: a database that
+/// cannot list them now has said so elsewhere.
+async fn warn_of_unset_secrets(pool: &PgPool) {
+    for def in db::providers::all(pool).await.unwrap_or_default() {
+        if let Some(warning) = crate::http::providers::unset_secrets(&def) {
+            tracing::warn!(provider = %def.name, "{warning}");
+        }
     }
 }
 

@@ -689,6 +689,39 @@ async fn deltas_of_a_worker_only_process_reach_the_clients_of_an_api_process() {
     api.shutdown().await;
 }
 
+/// A quick model's whole text and its close in one breath: the deltas, forwarded in batches by
+/// the worker-only process, still reach the API's stream before the `ticket.done` that ends it.
+#[tokio::test]
+async fn a_quick_models_text_reaches_another_processs_stream_before_the_final_event() {
+    let llm = FakeLlm::start().await;
+    let api = TestApp::spawn_full(agentdesk::app::Mode::Api, agentdesk::llm::Providers::default(), |_| {}).await;
+    let database_url = api.database_url.clone();
+    let worker = TestApp::spawn_full(agentdesk::app::Mode::Worker, support::fake_providers(&llm), |c| {
+        c.database_url = Some(database_url);
+    })
+    .await;
+    // The first byte waits for the stream below to be open; then text and close come at once.
+    llm.push(
+        Reply::tool_call("close_ticket", json!({ "result": "ok" }))
+            .with_text("quick text")
+            .first_byte_delay(Duration::from_millis(500)),
+    );
+    let ticket = api.create_ticket(json!({ "task": "be quick" })).await;
+    let mut stream = api
+        .sse(&format!("/v1/tickets/{}/events", ticket["key"].as_str().unwrap()), None)
+        .await;
+    let events = stream.collect_until(|e| e.kind() == "ticket.done", WAIT).await;
+    assert_eq!(events.last().map(|e| e.kind()), Some("ticket.done"), "{events:?}");
+    let text: String = events
+        .iter()
+        .filter(|e| e.kind() == "text.delta")
+        .map(|e| e.data["data"]["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(text, "quick text", "the live text before the final event");
+    worker.shutdown().await;
+    api.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_lease_renewal_skips_a_locked_ticket_and_never_takes_a_claim_made_meanwhile_for_lost() {
     // A renewal is held up by a lock on one running ticket while new tickets are claimed: those

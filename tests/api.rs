@@ -1616,3 +1616,96 @@ async fn the_api_listens_with_a_deep_accept_queue_for_bursts_of_reconnecting_cli
     );
     app.shutdown().await;
 }
+
+/// A `todo` ticket whose labels no agent takes waits for ever: the answers that create and show
+/// it say so in `AgentDesk-Warning`, and stop saying so once an agent takes its labels (the
+/// ticket's JSON stays what its `ticket.created` carries).
+#[tokio::test]
+async fn a_ticket_no_agent_takes_is_answered_with_a_warning_until_one_does() {
+    let app = TestApp::spawn().await;
+    // Only a labelled agent: the `default` one (no labels) would take unlabelled tickets.
+    app.delete("/v1/agents/default").await;
+    let (status, _) = app
+        .put(
+            "/v1/agents/researcher",
+            json!({"role": "r", "model": "m", "labels": ["research"]}),
+        )
+        .await;
+    assert!(status.is_success());
+    let warning = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get("agentdesk-warning")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let create = |body: Value| app.request(POST, "/v1/tickets").json(&body).send();
+
+    let taken = create(json!({"task": "t", "labels": ["research"]})).await.unwrap();
+    assert_eq!(taken.status(), StatusCode::CREATED);
+    assert_eq!(warning(&taken), None);
+    let by_name = create(json!({"task": "t", "labels": ["researcher"]})).await.unwrap();
+    assert_eq!(warning(&by_name), None, "a label naming an agent routes to it");
+
+    let stray = create(json!({"task": "t", "labels": ["urgent"]})).await.unwrap();
+    assert_eq!(stray.status(), StatusCode::CREATED);
+    let message = warning(&stray).expect("a warning for a ticket no agent takes");
+    assert!(message.contains("no agent takes tickets labelled urgent"), "{message}");
+    let stray: Value = stray.json().await.unwrap();
+    let key = stray["key"].as_str().unwrap();
+    let unlabelled = create(json!({"task": "t"})).await.unwrap();
+    assert!(
+        warning(&unlabelled).unwrap().contains("unlabelled"),
+        "only a labelled agent exists"
+    );
+
+    let shown = app.request(GET, &format!("/v1/tickets/{key}")).send().await.unwrap();
+    assert!(warning(&shown).is_some());
+    assert_eq!(
+        shown.json::<Value>().await.unwrap(),
+        stray,
+        "the ticket's JSON is unchanged"
+    );
+
+    let (status, _) = app
+        .put(
+            "/v1/agents/oncall",
+            json!({"role": "r", "model": "m", "labels": ["urgent"]}),
+        )
+        .await;
+    assert!(status.is_success());
+    let shown = app.request(GET, &format!("/v1/tickets/{key}")).send().await.unwrap();
+    assert_eq!(warning(&shown), None, "an agent takes it now");
+
+    // Only a todo ticket is warned of.
+    app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
+    let (status, _) = app.delete("/v1/agents/oncall").await;
+    assert!(status.is_success());
+    let shown = app.request(GET, &format!("/v1/tickets/{key}")).send().await.unwrap();
+    assert_eq!(warning(&shown), None);
+    app.shutdown().await;
+}
+
+/// An agent forced to call a tool on every turn that holds a tool creating tickets is accepted,
+/// with a warning: small models then create tickets nobody asked for.
+#[tokio::test]
+async fn an_agent_on_required_with_ticket_creating_tools_is_warned_of() {
+    let app = TestApp::spawn().await;
+    let put = |body: Value| app.request(PUT, "/v1/agents/small").json(&body).send();
+    let forced = put(json!({"role": "r", "model": "m", "tool_choice": "required"}))
+        .await
+        .unwrap();
+    assert_eq!(forced.status(), StatusCode::CREATED);
+    let warning = forced.headers()["agentdesk-warning"].to_str().unwrap().to_owned();
+    assert!(warning.contains("manage_tickets and handover_ticket"), "{warning}");
+    let narrow = put(json!({"role": "r", "model": "m", "tool_choice": "required", "tools": ["close_ticket"]}))
+        .await
+        .unwrap();
+    assert_eq!(narrow.status(), StatusCode::OK);
+    assert!(narrow.headers().get("agentdesk-warning").is_none());
+    let free = put(json!({"role": "r", "model": "m"})).await.unwrap();
+    assert!(
+        free.headers().get("agentdesk-warning").is_none(),
+        "auto may call no tool"
+    );
+    app.shutdown().await;
+}

@@ -180,7 +180,7 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
         .execute("return document.getElementById('ticket-usage').textContent", vec![])
         .await
         .unwrap();
-    assert!(usage.as_str().unwrap().contains("1 requests"), "{usage}");
+    assert!(usage.as_str().unwrap().contains("1 request "), "{usage}");
     browser.screenshot(&screenshot_path("ticket-done.png")).await.unwrap();
 
     // Cancel a ticket while its model is still streaming.
@@ -319,6 +319,28 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
         ["todo", "in_progress"].contains(&retried["status"].as_str().unwrap()),
         "{retried}"
     );
+
+    show(&browser, "#/").await;
+    // A ticket no agent takes says so on its card and its page.
+    let stray = app
+        .create_ticket(json!({"task": "nobody's", "labels": ["nobody-takes-this"]}))
+        .await;
+    let stray_key = stray["key"].as_str().unwrap();
+    wait(
+        &browser,
+        "the warning on the card of a ticket no agent takes",
+        &format!("return !!document.querySelector('[data-key=\"{stray_key}\"] .unrouted')"),
+    )
+    .await;
+    show(&browser, &format!("#/tickets/{stray_key}")).await;
+    wait(
+        &browser,
+        "the warning on its page",
+        "return !!document.getElementById('ticket-unrouted')",
+    )
+    .await;
+    app.post(&format!("/v1/tickets/{stray_key}/cancel"), json!({})).await;
+    show(&browser, "#/").await;
 
     // A thousand tickets: the columns load a page at a time and show more on demand.
     assert_no_page_errors(&browser).await;

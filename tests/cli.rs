@@ -119,6 +119,7 @@ async fn create_watch_list_and_show_a_ticket_that_is_done() {
     assert_eq!(created.code, 0, "{created:?}");
     let second = created.stdout.trim().to_owned();
     assert!(second.starts_with("TICKET-"), "{created:?}");
+    assert!(!created.stderr.contains("warning"), "{created:?}");
 
     let list = cli(&app.url, &["ticket", "list"]).await;
     assert_eq!(list.code, 0, "{list:?}");
@@ -140,6 +141,15 @@ async fn create_watch_list_and_show_a_ticket_that_is_done() {
     let json_out = cli(&app.url, &["ticket", "show", &key, "--json"]).await;
     let ticket: Value = serde_json::from_str(&json_out.stdout).expect("show --json prints JSON");
     assert_eq!(ticket["result"], json!({ "answer": 42 }));
+
+    // A ticket no agent takes is created, with a warning beside its key.
+    let stray = cli(&app.url, &["ticket", "create", "Nobody's", "--label", "urgent"]).await;
+    assert_eq!(stray.code, 0, "{stray:?}");
+    assert!(stray.stdout.trim().starts_with("TICKET-"), "{stray:?}");
+    assert!(
+        stray.stderr.contains("warning: no agent takes tickets labelled urgent"),
+        "{stray:?}"
+    );
 
     // Errors: the API's message and exit 4; a bad option 64.
     let missing = cli(&app.url, &["ticket", "show", "TICKET-999"]).await;

@@ -464,12 +464,36 @@ async fn the_global_stream_filters_by_label_and_by_exact_or_wildcard_kind() {
     app.shutdown().await;
 }
 
+/// The cursor `0` replays the whole kept log from its oldest event, then goes on live: how a
+/// reader that arrives after the work sees it.
+#[tokio::test]
+async fn the_global_stream_from_cursor_zero_replays_the_oldest_events_first() {
+    let app = TestApp::spawn().await;
+    let first = app.create_ticket(json!({"task": "first"})).await;
+    let second = app.create_ticket(json!({"task": "second"})).await;
+    let mut by_query = app.sse("/v1/events?after=0", None).await;
+    let mut by_header = app.sse("/v1/events", Some("0")).await;
+    for stream in [&mut by_query, &mut by_header] {
+        let events = stream.collect_n(2, WAIT).await;
+        assert_eq!(kinds(&events), ["ticket.created"; 2]);
+        assert_eq!(events[0].data["ticket_id"], first["id"]);
+        assert_eq!(events[1].data["ticket_id"], second["id"]);
+    }
+    let later = app.create_ticket(json!({"task": "later"})).await;
+    for stream in [&mut by_query, &mut by_header] {
+        let e = stream.next_event(WAIT).await.expect("the live event");
+        assert_eq!(e.data["ticket_id"], later["id"]);
+    }
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn the_global_stream_refuses_a_bad_cursor_with_400() {
     let app = TestApp::spawn().await;
     for cursor in [
         "abc",
         "1",
+        "00",
         "-1",
         "1-2-3",
         "1--2",

@@ -322,6 +322,49 @@ async fn transport_errors_have_the_api_error_shape() {
     );
 }
 
+/// Ending a session answers 204 (the SDKs take 200 or 204 as success); the session is gone then.
+#[tokio::test]
+async fn ending_a_session_answers_no_content() {
+    let (_llm, app) = desk().await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}});
+    let opened = app
+        .client
+        .post(app.endpoint("/mcp"))
+        .bearer_auth(TOKEN)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), StatusCode::OK);
+    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let end = || {
+        app.client
+            .delete(app.endpoint("/mcp"))
+            .bearer_auth(TOKEN)
+            .header("Mcp-Session-Id", &session)
+            .header("MCP-Protocol-Version", "2025-06-18")
+            .send()
+    };
+    let ended = end().await.unwrap();
+    assert_eq!(ended.status(), StatusCode::NO_CONTENT);
+    assert!(ended.bytes().await.unwrap().is_empty());
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let after = app
+        .client
+        .post(app.endpoint("/mcp"))
+        .bearer_auth(TOKEN)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Mcp-Session-Id", &session)
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .json(&list)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(after.status(), StatusCode::NOT_FOUND, "the session is gone");
+}
+
 #[tokio::test]
 async fn the_stateless_revision_checks_its_headers() {
     let (_llm, app) = desk().await;

@@ -65,3 +65,51 @@ async fn the_a2a_sdk_works_tasks_over_http_json() {
     let (_llm, app) = desk().await;
     run_client("a2a_client.py", &app, &["HTTP+JSON"]).await;
 }
+
+/// Runs `examples/<script>` (the README's walk-throughs) with the desk's URL and token; its
+/// standard output and error. None when no interpreter is set.
+async fn run_example(script: &str, app: &TestApp) -> Option<(String, String)> {
+    let Ok(python) = std::env::var(PYTHON_VAR) else {
+        eprintln!("SKIPPED: {PYTHON_VAR} is not set (run .ci/protocol-clients.sh to build the clients' virtualenv)");
+        return None;
+    };
+    let path = format!("{}/examples/{script}", env!("CARGO_MANIFEST_DIR"));
+    let mut command = tokio::process::Command::new(python);
+    command.arg(&path).arg(&app.url).arg(TOKEN).kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(240), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} took longer than 240 s"))
+        .expect("run the example");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "{script} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    Some((stdout, stderr))
+}
+
+/// The README's MCP example runs as written, and its session ends cleanly (the SDK logs any
+/// answer to `DELETE /mcp` but 200 or 204 as a failed termination).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_mcp_example_runs_as_written() {
+    let (_llm, app) = desk().await;
+    let Some((stdout, stderr)) = run_example("mcp_client.py", &app).await else {
+        return;
+    };
+    assert!(stdout.contains("tools: create_ticket"), "{stdout}");
+    assert!(stdout.contains(" done echo: What is the boiling point"), "{stdout}");
+    assert!(!stderr.contains("termination failed"), "{stderr}");
+}
+
+/// The README's A2A example runs as written: the task streams to its completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_a2a_example_runs_as_written() {
+    let (_llm, app) = desk().await;
+    let Some((stdout, _)) = run_example("a2a_client.py", &app).await else {
+        return;
+    };
+    assert!(stdout.contains("TASK_STATE_COMPLETED"), "{stdout}");
+    assert!(stdout.contains("echo: Summarise RFC 9110 in one line"), "{stdout}");
+}

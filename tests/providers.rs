@@ -394,3 +394,33 @@ async fn an_empty_answer_is_retried_twice_then_fails_as_empty_response() {
         .all(|r| r["kind"] == "empty_response" && r["max_attempts"] == 2));
     app.shutdown().await;
 }
+
+/// A provider whose key or header names a variable the desk's environment does not set is kept,
+/// with a warning: its requests would go out with an empty secret.
+#[tokio::test]
+async fn a_provider_naming_an_unset_variable_is_answered_with_a_warning() {
+    let app = TestApp::spawn().await;
+    let put = |body: Value| {
+        app.request(reqwest::Method::PUT, "/v1/providers/local")
+            .json(&body)
+            .send()
+    };
+    let unset = put(json!({"kind": "openai", "base_url": "http://127.0.0.1:9/v1",
+                           "api_key": "${env:AGENTDESK_TEST_NEVER_SET}",
+                           "headers": {"x-team": "${env:AGENTDESK_TEST_NEVER_SET_EITHER}"}}))
+    .await
+    .unwrap();
+    assert_eq!(unset.status(), StatusCode::CREATED);
+    let warning = unset.headers()["agentdesk-warning"].to_str().unwrap().to_owned();
+    assert!(
+        warning.contains("${env:AGENTDESK_TEST_NEVER_SET}, ${env:AGENTDESK_TEST_NEVER_SET_EITHER}"),
+        "{warning}"
+    );
+    // PATH is set wherever the tests run.
+    let set = put(json!({"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key": "${env:PATH}"}))
+        .await
+        .unwrap();
+    assert_eq!(set.status(), StatusCode::OK);
+    assert!(set.headers().get("agentdesk-warning").is_none());
+    app.shutdown().await;
+}

@@ -217,3 +217,163 @@ async fn oversized_headers_are_refused_with_431() {
     assert_eq!(status, StatusCode::OK);
     app.shutdown().await;
 }
+
+/// The request a web page can send to a desk on the laptop it is shown on, without a preflight:
+/// a `text/plain` POST from its own origin, through a host name of its own that resolves to
+/// 127.0.0.1 (DNS rebinding). Each of the three rules refuses it alone, and nothing is written.
+#[tokio::test]
+async fn a_web_page_cannot_use_a_desk_without_tokens() {
+    let app = TestApp::spawn().await;
+    let port = app.url.rsplit(':').next().unwrap().to_owned();
+    let local = format!("127.0.0.1:{port}");
+    let before = app.counts().await;
+    let post = |host: &str, origin: Option<&str>, content_type: &str| {
+        let mut request = app
+            .client
+            .post(app.endpoint("/v1/tickets"))
+            .header("host", host)
+            .header("content-type", content_type)
+            .body(r#"{"task": "run my tools"}"#);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        send(request)
+    };
+    let evil = "http://evil.example.com";
+    for (host, origin, content_type, status) in [
+        // The attack as a browser sends it, then each rule alone.
+        ("evil.example.com", Some(evil), "text/plain", StatusCode::FORBIDDEN),
+        ("evil.example.com:8080", None, "application/json", StatusCode::FORBIDDEN),
+        (local.as_str(), Some(evil), "application/json", StatusCode::FORBIDDEN),
+        (local.as_str(), Some("null"), "application/json", StatusCode::FORBIDDEN),
+        (
+            local.as_str(),
+            None,
+            "text/plain;charset=UTF-8",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            local.as_str(),
+            None,
+            "application/x-www-form-urlencoded",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            local.as_str(),
+            None,
+            "multipart/form-data; boundary=x",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+    ] {
+        let (answer_status, body) = post(host, origin, content_type).await;
+        assert_eq!(
+            answer_status, status,
+            "Host {host}, Origin {origin:?}, {content_type}: {body}"
+        );
+        let code = if status == StatusCode::FORBIDDEN {
+            "forbidden"
+        } else {
+            "unsupported_media_type"
+        };
+        assert_eq!(body["error"]["code"], code, "{body}");
+    }
+    assert_eq!(app.counts().await, before, "a refused request writes nothing");
+
+    // A read from another page passes (the browser keeps the answer from it); a foreign Host does not.
+    let get = |host: &str| {
+        send(
+            app.client
+                .get(app.endpoint("/v1/tickets"))
+                .header("host", host)
+                .header("origin", evil),
+        )
+    };
+    assert_eq!(get(&local).await.0, StatusCode::OK);
+    let (status, body) = get("evil.example.com").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("AGENTDESK_ALLOWED_HOSTS") && message.contains("evil.example.com"),
+        "{message}"
+    );
+
+    // The board's own pages, programs (no Origin, JSON declared or not) and localhost pass.
+    let own = format!("http://{local}");
+    for (host, origin, content_type) in [
+        (local.as_str(), Some(own.as_str()), "application/json"),
+        (local.as_str(), None, "application/json; charset=utf-8"),
+        ("localhost", None, "application/json"),
+        (&*format!("[::1]:{port}"), None, "application/json"),
+    ] {
+        let (status, body) = post(host, origin, content_type).await;
+        assert_eq!(status, StatusCode::CREATED, "Host {host}, Origin {origin:?}: {body}");
+    }
+    let (status, _) = send(app.client.post(app.endpoint("/v1/tickets")).body(r#"{"task": "x"}"#)).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "a body without a declared type is read as JSON"
+    );
+
+    // `/mcp` checks the Origin of every request, as the MCP transport asks.
+    let (status, _) = send(
+        app.client
+            .get(app.endpoint("/mcp"))
+            .header("accept", "text/event-stream")
+            .header("origin", evil),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}}});
+    let (status, _) = send(
+        app.client
+            .post(app.endpoint("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("origin", evil)
+            .json(&initialize),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+/// `AGENTDESK_ALLOWED_HOSTS` and `AGENTDESK_PUBLIC_URL` name more hosts for a desk without tokens;
+/// with tokens, any host may be used (the bearer header is what a page cannot send), and bodies
+/// are still JSON only.
+#[tokio::test]
+async fn allowed_hosts_the_public_url_and_tokens_open_other_host_names() {
+    let app = TestApp::spawn_with(|c| {
+        c.allowed_hosts = vec!["desk.lan".into(), ".corp.example".into()];
+        c.public_url = Some("https://desk.example.com".into());
+    })
+    .await;
+    let get = |host: &'static str| send(app.client.get(app.endpoint("/v1/tickets")).header("host", host));
+    for host in ["desk.lan:8080", "a.corp.example", "desk.example.com", "DESK.LAN"] {
+        assert_eq!(get(host).await.0, StatusCode::OK, "{host}");
+    }
+    for host in ["other.lan", "corp.example.evil.com"] {
+        assert_eq!(get(host).await.0, StatusCode::FORBIDDEN, "{host}");
+    }
+    let (status, _) = send(
+        app.client
+            .post(app.endpoint("/v1/tickets"))
+            .header("origin", "https://desk.example.com")
+            .json(&json!({"task": "from the public page"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    let guarded = TestApp::spawn_with(|c| c.api_tokens = vec!["secret".into()]).await;
+    let post = |content_type: &'static str| {
+        send(
+            guarded
+                .request(reqwest::Method::POST, "/v1/tickets")
+                .header("host", "desk.example.net")
+                .header("origin", "https://elsewhere.example.net")
+                .header("content-type", content_type)
+                .body(r#"{"task": "x"}"#),
+        )
+    };
+    assert_eq!(post("application/json").await.0, StatusCode::CREATED);
+    assert_eq!(post("text/plain").await.0, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+}

@@ -256,10 +256,11 @@ async fn run_now_makes_a_ticket_from_the_template_with_the_previous_result() {
     assert_eq!(meta["name"], "digest");
     let scheduled_for = time(&meta["scheduled_for"]);
     assert!(meta["scheduled_for"].as_str().unwrap().ends_with('Z'));
-    // The task shows the time in the schedule's zone; no ticket of it is done yet.
+    // The task shows the time in the schedule's zone, in whole seconds as a fired ticket's is; no
+    // ticket of it is done yet.
     let local = scheduled_for
         .with_timezone(&chrono_tz::America::New_York)
-        .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     assert_eq!(first["task"], format!("for {local}, after null"));
     // Its ticket.created event is in the log like any other ticket's.
     let created: i64 =

@@ -82,6 +82,11 @@ impl Step<'_> {
             // The error, and what the provider reported the failed request used.
             let (err, used): (LlmError, TicketUsage) = match result {
                 Ok(mut response) if !response.is_empty() => {
+                    if shown.load(Ordering::Relaxed) {
+                        // The live text reaches watchers in other processes before the events
+                        // this response leads to (the last of which ends their streams).
+                        self.rt.hub.flush_deltas().await;
+                    }
                     request::estimate_usage(request, &mut response);
                     self.record_response(provider_label, request, &response, &chat, sent, first_output);
                     return Ok(ModelOutcome::Response(response));

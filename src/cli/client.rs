@@ -106,6 +106,11 @@ impl Client {
         }
         let response = request.send().await.map_err(|e| self.connection_error(&e))?;
         let status = response.status();
+        // What the service warns of (a ticket no agent takes), on standard error so that scripts
+        // reading the output are not disturbed.
+        if let Some(warning) = response.headers().get("agentdesk-warning") {
+            eprintln!("warning: {}", String::from_utf8_lossy(warning.as_bytes()));
+        }
         let bytes = response.bytes().await.map_err(|e| self.connection_error(&e))?;
         let value = if bytes.is_empty() {
             Value::Null

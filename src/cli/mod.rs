@@ -160,7 +160,7 @@ pub struct ScheduleArgs {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum ScheduleCommand {
-    /// Create a schedule: a ticket with TASK at each fire time of CRON; prints its name (or id)
+    /// Create a schedule: a ticket with TASK at each fire time of CRON; prints its name (or id) and next run
     #[command(after_help = EXIT_CODES_HELP)]
     Create {
         /// 5 fields (min hour day month weekday), or 6 with seconds first

@@ -24,7 +24,7 @@ const WAITING_SETTLE: Duration = Duration::from_millis(300);
 pub async fn run(client: &Client, key: &str) -> Result<u8, CliError> {
     let mut printer = Printer::new();
     let code = follow(client, key, &mut printer).await;
-    printer.end_line();
+    printer.flush_held();
     code
 }
 
@@ -168,6 +168,11 @@ struct Printer {
     open: Open,
     /// Text streamed since the last assistant comment (which then need not be printed again).
     streamed: bool,
+    /// Whether the model request that deltas belong to has shown its `request.started` line.
+    /// Deltas travel live while that event comes from the log, so they may arrive first: they
+    /// are held until it comes.
+    requesting: bool,
+    held: Vec<(Open, String)>,
     out: std::io::Stdout,
 }
 
@@ -179,6 +184,8 @@ impl Printer {
             color: out.is_terminal() && !no_color,
             open: Open::None,
             streamed: false,
+            requesting: false,
+            held: vec![],
             out,
         }
     }
@@ -220,15 +227,46 @@ impl Printer {
     fn event(&mut self, event: &Value) {
         let kind = event["kind"].as_str().unwrap_or_default();
         let data = &event["data"];
-        match kind {
-            "text.delta" => {
-                self.streamed = true;
-                return self.inline(Open::Text, data["delta"].as_str().unwrap_or_default());
-            }
-            "thinking.delta" => return self.inline(Open::Thinking, data["delta"].as_str().unwrap_or_default()),
+        let open = match kind {
+            "text.delta" => Open::Text,
+            "thinking.delta" => Open::Thinking,
             k if k.ends_with(".delta") => return,
+            _ => Open::None,
+        };
+        if open != Open::None {
+            self.streamed |= open == Open::Text;
+            let delta = data["delta"].as_str().unwrap_or_default();
+            if self.requesting {
+                self.inline(open, delta);
+            } else {
+                self.held.push((open, delta.to_owned()));
+            }
+            return;
+        }
+        match kind {
+            "request.started" => self.requesting = true,
+            "request.finished" | "request.failed" | "ticket.requeued" => self.requesting = false,
             _ => {}
         }
+        self.line(kind, event);
+        if self.requesting {
+            for (open, delta) in std::mem::take(&mut self.held) {
+                self.inline(open, &delta);
+            }
+        }
+    }
+
+    /// Prints deltas still held when the stream ends (their request's line never came).
+    fn flush_held(&mut self) {
+        for (open, delta) in std::mem::take(&mut self.held) {
+            self.inline(open, &delta);
+        }
+        self.end_line();
+    }
+
+    /// An event's line (events not worth one print nothing).
+    fn line(&mut self, kind: &str, event: &Value) {
+        let data = &event["data"];
         let Some(facts) = describe(kind, data, &mut self.streamed) else {
             return;
         };

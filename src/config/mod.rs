@@ -89,6 +89,9 @@ pub struct Config {
     /// The address clients reach the desk at (`AGENTDESK_PUBLIC_URL`), without a trailing `/`:
     /// the base of the A2A card's endpoints. None: each request's own scheme and host.
     pub public_url: Option<String>,
+    /// Host names besides this machine's that a desk without tokens answers
+    /// (`AGENTDESK_ALLOWED_HOSTS`, lower case; `.example.com` also names its subdomains, `*` any host).
+    pub allowed_hosts: Vec<String>,
     /// How long a request to a non-streaming endpoint may take before it is answered 503.
     pub request_timeout: Duration,
     /// Model requests in flight to the built-in providers at most, across every process
@@ -152,6 +155,7 @@ impl Default for Config {
             openai: BuiltInProvider::default(),
             anthropic: BuiltInProvider::default(),
             public_url: None,
+            allowed_hosts: vec![],
             mcp_allow_private: None,
             metrics_addr: None,
             // Above the longest call-out an endpoint makes (an MCP server's handshake, 30 s), so
@@ -291,8 +295,8 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_CLAIMERS", value_name = "N", allow_negative_numbers = true,
         default_value_t = Config::default().claimers, value_parser = Setting(claimers))]
     pub claimers: usize,
-    /// A YAML or JSON file of providers and agents applied at start-up, as `agentdesk agents apply`
-    /// does; a bad file stops start-up
+    /// A YAML or JSON file of providers, tools, MCP servers, agents and schedules applied at
+    /// start-up, as `agentdesk agents apply` does; a bad file stops start-up
     #[arg(long, env = "AGENTDESK_AGENTS_FILE", value_name = "FILE", value_parser = Setting(text))]
     pub agents_file: Option<String>,
     /// Let HTTP tools, MCP servers and webhooks reach loopback, private, link-local and metadata addresses
@@ -336,6 +340,11 @@ pub struct ServerArgs {
     /// the URLs in the A2A agent card; unset: each request's scheme and host
     #[arg(long, env = "AGENTDESK_PUBLIC_URL", value_name = "URL", value_parser = Setting(public_url))]
     pub public_url: Option<String>,
+    /// Comma-separated host names, besides localhost and this machine's addresses, that a desk
+    /// without tokens answers (`.example.com` includes its subdomains, `*` any host); other Host
+    /// headers are refused with 403, so that a web page cannot reach the desk through DNS rebinding
+    #[arg(long, env = "AGENTDESK_ALLOWED_HOSTS", value_name = "HOSTS", value_parser = Setting(text))]
+    pub allowed_hosts: Option<String>,
     /// How long (seconds) a request to a non-streaming endpoint may take before it is answered 503
     #[arg(long, env = "AGENTDESK_REQUEST_TIMEOUT_SECS", value_name = "SECS", allow_negative_numbers = true,
         default_value_t = Config::default().request_timeout.as_secs_f64(), value_parser = Setting(interval))]
@@ -445,6 +454,13 @@ impl Config {
             config.openai = BuiltInProvider::new(&server.openai_api_key, &server.openai_base_url);
             config.anthropic = BuiltInProvider::new(&server.anthropic_api_key, &server.anthropic_base_url);
             config.public_url = server.public_url.clone().filter(|u| !u.is_empty());
+            config.allowed_hosts = server
+                .allowed_hosts
+                .iter()
+                .flat_map(|hosts| hosts.split(','))
+                .map(|host| host.trim().to_ascii_lowercase())
+                .filter(|host| !host.is_empty())
+                .collect();
             config.request_timeout = Duration::from_secs_f64(server.request_timeout_secs);
             config.openai_max_concurrent = server.openai_max_concurrent.and_then(|n| n.0);
             config.anthropic_max_concurrent = server.anthropic_max_concurrent.and_then(|n| n.0);

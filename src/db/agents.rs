@@ -167,3 +167,8 @@ pub async fn notify_agent_changed(pool: &PgPool) -> Result<(), sqlx::Error> {
     let mut conn = pool.acquire().await?;
     super::tickets::notify_work(&mut conn).await
 }
+
+/// Every agent's name and labels: what routing reads (`ROUTE` in `claims`).
+pub async fn routing<'e>(db: impl PgExecutor<'e>) -> Result<Vec<(String, Vec<String>)>, sqlx::Error> {
+    sqlx::query_as("SELECT name, labels FROM agents").fetch_all(db).await
+}

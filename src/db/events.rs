@@ -30,8 +30,15 @@ pub struct GlobalCursor {
 }
 
 impl GlobalCursor {
-    /// `TXID-ID`, each 1 to 18 digits (as the document's pattern says; each fits an i64).
+    /// Before every event: where a reader that wants the whole kept log starts.
+    pub const START: GlobalCursor = GlobalCursor { txid: 0, id: 0 };
+
+    /// `TXID-ID`, each 1 to 18 digits (as the document's pattern says; each fits an i64), or `0`
+    /// for `START`.
     pub fn parse(s: &str) -> Option<GlobalCursor> {
+        if s == "0" {
+            return Some(GlobalCursor::START);
+        }
         let (txid, id) = s.split_once('-')?;
         let digits = |p: &str| (1..=18).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit());
         if !digits(txid) || !digits(id) {

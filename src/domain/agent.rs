@@ -65,3 +65,46 @@ pub fn default_model(configured: Option<&str>, provider: Option<&str>) -> String
         _ => "gpt-4o-mini".into(),
     }
 }
+
+/// Whether some agent takes a ticket with these labels, by the rule the claim statement applies
+/// (`db::claims::ROUTE`): a label naming an agent sends it to that agent; else an agent with no
+/// labels takes unlabelled tickets, and an agent sharing a label takes a labelled one.
+pub fn some_agent_takes(agents: &[(String, Vec<String>)], ticket_labels: &[String]) -> bool {
+    if agents.iter().any(|(name, _)| ticket_labels.contains(name)) {
+        return true;
+    }
+    agents.iter().any(|(_, labels)| {
+        if ticket_labels.is_empty() {
+            labels.is_empty()
+        } else {
+            labels.iter().any(|label| ticket_labels.contains(label))
+        }
+    })
+}
+
+#[cfg(test)]
+mod routing_tests {
+    use super::some_agent_takes;
+
+    fn agents(list: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
+        list.iter()
+            .map(|(name, labels)| (name.to_string(), labels.iter().map(|l| l.to_string()).collect()))
+            .collect()
+    }
+
+    fn labels(list: &[&str]) -> Vec<String> {
+        list.iter().map(|l| l.to_string()).collect()
+    }
+
+    #[test]
+    fn a_ticket_is_taken_by_name_by_a_shared_label_or_unlabelled_by_an_agent_without_labels() {
+        let desk = agents(&[("default", &[]), ("researcher", &["research"])]);
+        assert!(some_agent_takes(&desk, &labels(&[])));
+        assert!(some_agent_takes(&desk, &labels(&["research", "x"])));
+        assert!(some_agent_takes(&desk, &labels(&["default"])));
+        assert!(!some_agent_takes(&desk, &labels(&["urgent"])));
+        let labelled_only = agents(&[("researcher", &["research"])]);
+        assert!(!some_agent_takes(&labelled_only, &labels(&[])));
+        assert!(!some_agent_takes(&[], &labels(&[])));
+    }
+}

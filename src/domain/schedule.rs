@@ -335,10 +335,11 @@ impl Rule {
         out
     }
 
-    /// `scheduled_for` as the task shows it: RFC 3339 in the schedule's zone.
+    /// `scheduled_for` as the task shows it: RFC 3339 in the schedule's zone, in whole seconds
+    /// (as fire times are; a "run now" happens at any fraction of one).
     pub fn local_rfc3339(&self, t: DateTime<Utc>) -> String {
         t.with_timezone(&self.tz)
-            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     }
 }
 

@@ -99,6 +99,24 @@ const DELTA_BATCH: Duration = Duration::from_millis(50);
 const MAX_QUEUED_DELTAS: usize = 16 * 1024;
 /// NOTIFY payloads must stay under 8000 bytes.
 const MAX_PAYLOAD: usize = 7_000;
+/// How long `flush_deltas` waits for the forwarder at most: a slow Postgres must not hold a step.
+const FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+/// What a worker-only process's forwarder is handed: a delta, or a request to send what it holds
+/// now (answered once sent).
+enum Forward {
+    Delta(Arc<StreamItem>),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+impl Forward {
+    fn sort_into(self, deltas: &mut Vec<Arc<StreamItem>>, flushes: &mut Vec<tokio::sync::oneshot::Sender<()>>) {
+        match self {
+            Forward::Delta(delta) => deltas.push(delta),
+            Forward::Flush(done) => flushes.push(done),
+        }
+    }
+}
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ForwardedDelta {
@@ -261,7 +279,7 @@ struct Inner {
     /// Claimable work appeared in this process: wakes the local worker pool.
     work: Notify,
     /// Set in worker-only processes: deltas go to the API processes through `DELTAS_CHANNEL`.
-    delta_forwarder: std::sync::OnceLock<tokio::sync::mpsc::Sender<Arc<StreamItem>>>,
+    delta_forwarder: std::sync::OnceLock<tokio::sync::mpsc::Sender<Forward>>,
     sender: broadcast::Sender<HubMessage>,
     /// Subscribers that show deltas (held `DeltaInterest`s). With none, deltas are not sent: every
     /// message wakes every subscriber, and a stream filtered to `ticket.done` would wake a few
@@ -393,16 +411,17 @@ impl EventHub {
         if let Some(forwarder) = self.inner.delta_forwarder.get() {
             // Full while Postgres is slow or away: this delta is dropped (they are best effort;
             // the step's persisted events carry the whole text) rather than queued without end.
-            let _ = forwarder.try_send(item.clone());
+            let _ = forwarder.try_send(Forward::Delta(item.clone()));
         }
         // No subscribers is fine: deltas are not kept.
         let _ = self.inner.sender.send(HubMessage::Delta(item));
     }
 
     /// For processes without an API: sends this process's deltas to the API processes, batched
-    /// every 50 ms into NOTIFY payloads under Postgres's 8000-byte limit.
+    /// every 50 ms (or at once when `flush_deltas` asks) into NOTIFY payloads under Postgres's
+    /// 8000-byte limit.
     pub fn forward_deltas(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Arc<StreamItem>>(MAX_QUEUED_DELTAS);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Forward>(MAX_QUEUED_DELTAS);
         let _ = self.inner.delta_forwarder.set(tx);
         let pool = self.inner.pool.clone();
         tokio::spawn(async move {
@@ -411,10 +430,22 @@ impl EventHub {
                     _ = shutdown.cancelled() => return,
                     item = rx.recv() => match item { Some(i) => i, None => return },
                 };
-                tokio::time::sleep(DELTA_BATCH).await;
-                let mut items = vec![first];
+                let (mut items, mut flushes) = (vec![], vec![]);
+                first.sort_into(&mut items, &mut flushes);
+                // Gather a batch, unless a flush asks for what is held now.
+                let batch = tokio::time::sleep(DELTA_BATCH);
+                tokio::pin!(batch);
+                while flushes.is_empty() {
+                    tokio::select! {
+                        _ = &mut batch => break,
+                        item = rx.recv() => match item {
+                            Some(item) => item.sort_into(&mut items, &mut flushes),
+                            None => break,
+                        },
+                    }
+                }
                 while let Ok(item) = rx.try_recv() {
-                    items.push(item);
+                    item.sort_into(&mut items, &mut flushes);
                 }
                 for payload in delta_payloads(&items) {
                     // Best effort, like the deltas themselves: they are never stored.
@@ -424,8 +455,28 @@ impl EventHub {
                         .execute(&pool)
                         .await;
                 }
+                for done in flushes {
+                    let _ = done.send(());
+                }
             }
         })
+    }
+
+    /// In a worker-only process, sends the deltas it holds to the API processes now, and returns
+    /// once they are sent (at most `FLUSH_WAIT`). Called before a response's persisted events:
+    /// their NOTIFY comes after the deltas', so an API process shows a ticket's live text before
+    /// the final event that ends its stream. Elsewhere it returns at once.
+    pub async fn flush_deltas(&self) {
+        let Some(forwarder) = self.inner.delta_forwarder.get() else {
+            return;
+        };
+        let (done, sent) = tokio::sync::oneshot::channel();
+        let _ = tokio::time::timeout(FLUSH_WAIT, async {
+            if forwarder.send(Forward::Flush(done)).await.is_ok() {
+                let _ = sent.await;
+            }
+        })
+        .await;
     }
 
     /// Publishes deltas forwarded by a worker-only process.

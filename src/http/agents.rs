@@ -2,6 +2,7 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -79,13 +80,16 @@ fn positive<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T
 #[utoipa::path(put, path = "/agents/{name}", tag = "agents", request_body = PutAgent,
     params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'; at most 64",
         pattern = "^[a-zA-Z0-9._-]{1,64}$")),
-    responses((status = 201, description = "Created", body = Agent), (status = 200, description = "Replaced", body = Agent),
+    responses((status = 201, description = "Created", body = Agent, headers(("AgentDesk-Warning" = String,
+            description = "Present when the agent must call a tool on every turn and holds one that creates tickets"))),
+        (status = 200, description = "Replaced", body = Agent, headers(("AgentDesk-Warning" = String,
+            description = "Present when the agent must call a tool on every turn and holds one that creates tickets"))),
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn put_agent(
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
     ApiJson(req): ApiJson<PutAgent>,
-) -> ApiResult<(StatusCode, Json<Agent>)> {
+) -> ApiResult<Response> {
     if !is_valid_agent_name(&name) {
         return Err(ApiError::Validation(format!(
             "invalid agent name {name:?}: use 1 to 64 letters, digits, '-', '_' or '.'"
@@ -169,7 +173,33 @@ pub async fn put_agent(
     let (agent, created) = db::agents::upsert(&state.pool, &agent).await?;
     // New labels may make waiting work claimable.
     let _ = db::agents::notify_agent_changed(&state.pool).await;
-    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(agent)))
+    state.route_check.agents_changed().await;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let warning = forced_ticket_creation(&agent).map(|w| [(crate::http::routable::WARNING, w)]);
+    Ok((status, warning, Json(agent)).into_response())
+}
+
+/// The tools that create tickets, which a model forced to call a tool on every turn
+/// (`tool_choice: "required"`) may call when nothing else fits: a small model then creates
+/// tickets no one asked for, often with labels no agent takes.
+const CREATING_TOOLS: [&str; 2] = ["manage_tickets", "handover_ticket"];
+
+/// The warning an answer carries for an agent on `required` that holds a creating tool.
+fn forced_ticket_creation(agent: &Agent) -> Option<String> {
+    if agent.tool_choice != "required" {
+        return None;
+    }
+    let creating: Vec<&str> = CREATING_TOOLS
+        .into_iter()
+        .filter(|tool| agent.tools.iter().any(|t| t == tool))
+        .collect();
+    (!creating.is_empty()).then(|| {
+        format!(
+            "tool_choice is required and the agent holds {}, which create tickets: a small model forced to \
+             call a tool may create tickets nobody asked for; give it only the tools its tickets need",
+            creating.join(" and ")
+        )
+    })
 }
 
 fn check_temperature(temperature: Option<f64>) -> Result<(), ApiError> {
@@ -245,6 +275,7 @@ pub async fn list_agents(
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
 pub async fn delete_agent(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
     if db::agents::delete(&state.pool, &name).await? {
+        state.route_check.agents_changed().await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!("no agent {name:?}")))

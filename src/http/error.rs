@@ -23,6 +23,8 @@ pub enum ApiError {
     #[error("the request's headers are larger than 32 KiB")]
     HeadersTooLarge,
     #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
     Validation(String),
     #[error("the database is unavailable; try again shortly")]
     Unavailable,
@@ -40,7 +42,7 @@ pub struct ErrorBody {
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`, `payload_too_large`,
-    /// `headers_too_large`, `validation_failed`, `unavailable`, `timeout` or `internal`.
+    /// `headers_too_large`, `unsupported_media_type`, `validation_failed`, `unavailable`, `timeout` or `internal`.
     pub code: &'static str,
     pub message: String,
 }
@@ -55,6 +57,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable | ApiError::TimedOut(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -70,6 +73,7 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::HeadersTooLarge => "headers_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Validation(_) => "validation_failed",
             ApiError::Unavailable => "unavailable",
             ApiError::TimedOut(_) => "timeout",

@@ -107,8 +107,9 @@ pub async fn ticket_events(
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct GlobalEventsQuery {
-    /// Resume after this cursor (an SSE `id:` of this stream).
-    #[param(pattern = "^([0-9]{1,18}-[0-9]{1,18})?$")]
+    /// Resume after this cursor (an SSE `id:` of this stream); `0` starts with the oldest event
+    /// the desk keeps.
+    #[param(pattern = "^(0|[0-9]{1,18}-[0-9]{1,18})?$")]
     pub after: Option<String>,
     /// Comma-separated labels: events of tickets with any of them.
     pub label: Option<String>,
@@ -130,12 +131,13 @@ fn comma_list(s: Option<&str>) -> Vec<String> {
 
 /// All tickets' events (SSE)
 ///
-/// Without a cursor it starts with new events. SSE `id:` is an opaque cursor; resuming with
+/// Without a cursor it starts with new events; with the cursor `0` it starts with the oldest event
+/// the desk keeps, then goes on live. SSE `id:` is an opaque cursor; resuming with
 /// `Last-Event-ID` or `?after=` delivers every persisted event after it exactly once, each
 /// ticket's events in `seq` order, even while many tickets write at once.
 #[utoipa::path(get, path = "/events", tag = "events",
-    params(GlobalEventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this cursor",
-        pattern = "^([0-9]{1,18}-[0-9]{1,18})?$")),
+    params(GlobalEventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this cursor (`0`: from the oldest kept event)",
+        pattern = "^(0|[0-9]{1,18}-[0-9]{1,18})?$")),
     responses((status = 200, description = "text/event-stream of TicketEvent objects", content_type = "text/event-stream", body = crate::domain::event::TicketEventSchema),
         (status = 400, body = ErrorBody)))]
 pub async fn global_events(

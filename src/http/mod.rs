@@ -5,6 +5,7 @@ pub mod agents;
 pub mod approvals;
 pub mod auth;
 pub mod board;
+pub mod cross_site;
 pub mod error;
 pub mod events;
 pub mod extract;
@@ -15,6 +16,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod pagination;
 pub mod providers;
+pub mod routable;
 pub mod schedules;
 pub mod tickets;
 pub mod tools;
@@ -79,6 +81,8 @@ pub struct ApiServices {
     pub mcp: crate::mcp::McpHub,
     /// Group-commits plain creates.
     pub intake: crate::transitions::intake::Intake,
+    /// Says whether an agent takes a waiting ticket (`routable`).
+    pub route_check: routable::RouteCheck,
     /// Cancelled on shutdown: ends SSE streams so graceful shutdown does not hang on them.
     pub shutdown: CancellationToken,
 }
@@ -172,6 +176,12 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         // Inside the metrics, so that a request cut off shows there as a 503.
         .layer(axum::middleware::from_fn_with_state(state.clone(), time_limit))
+        // Before any handler reads the request, so a refused cross-site request changes nothing;
+        // inside the metrics, which count its refusals.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cross_site::refuse_cross_site,
+        ))
         // Per route (so it sees the matched template) and on the fallback.
         .layer(axum::middleware::from_fn(metrics::observe))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

@@ -70,12 +70,18 @@ pub fn document() -> utoipa::openapi::OpenApi {
     document
 }
 
+/// The 403 of a desk without tokens (`http::cross_site`).
+const CROSS_SITE: &str = "A desk without tokens: the Host header does not name this machine (see \
+     AGENTDESK_ALLOWED_HOSTS), or a web page of another origin asks for a change";
+/// The 415 of every body (`http::cross_site`).
+const NOT_JSON: &str = "The body is declared as something other than JSON (send Content-Type: application/json)";
+
 /// What every `/v1` operation may answer besides what its handler declares, declared once here
 /// so that every route, present and future, has it: with tokens, the bearer security and 401
 /// (403 too where a read-only token is refused: anything but GET); 400, 413 and 422 where a
 /// body is read; 400 where a query is; 503 when the database is unavailable or a request runs
-/// out of time. Without tokens no security is declared and no 401 or 403 either, as the service
-/// asks for none.
+/// out of time; 415 where a body is declared as something other than JSON. Without tokens no
+/// security is declared and no 401, and 403 is the refusal of a foreign Host or a cross-site change.
 pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_tokens: bool) {
     use utoipa::openapi::path::{HttpMethod, ParameterIn};
     use utoipa::openapi::security::SecurityRequirement;
@@ -88,7 +94,10 @@ pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_to
                 } else {
                     operation.security = None;
                     operation.responses.responses.remove("401");
-                    operation.responses.responses.remove("403");
+                    add_error(&mut operation.responses.responses, "403", CROSS_SITE);
+                }
+                if operation.request_body.is_some() {
+                    add_error(&mut operation.responses.responses, "415", NOT_JSON);
                 }
             }
             continue;
@@ -116,10 +125,12 @@ pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_to
                 operation.security = None;
                 responses.remove("401");
                 responses.remove("403");
+                add_error(responses, "403", CROSS_SITE);
             }
             if operation.request_body.is_some() {
                 add_error(responses, "400", "Malformed JSON or an unreadable body");
                 add_error(responses, "413", "The body is larger than 1 MiB");
+                add_error(responses, "415", NOT_JSON);
                 add_error(responses, "422", "A body of the wrong shape or with invalid values");
             }
             let has_query = operation

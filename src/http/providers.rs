@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -143,21 +144,44 @@ fn validate(name: &str, req: PutProvider) -> ApiResult<ProviderDef> {
 #[utoipa::path(put, path = "/providers/{name}", tag = "providers", request_body = PutProvider,
     params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'; at most 64; not openai or anthropic",
         pattern = "^[a-zA-Z0-9._-]{1,64}$")),
-    responses((status = 201, description = "Created", body = ProviderDef),
-        (status = 200, description = "Replaced", body = ProviderDef),
+    responses((status = 201, description = "Created", body = ProviderDef, headers(("AgentDesk-Warning" = String,
+            description = "Present when the key or a header names a variable this process's environment does not set"))),
+        (status = 200, description = "Replaced", body = ProviderDef, headers(("AgentDesk-Warning" = String,
+            description = "Present when the key or a header names a variable this process's environment does not set"))),
         (status = 409, description = "A built-in provider's name", body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn put_provider(
     State(state): State<AppState>,
     ApiPath(name): ApiPath<String>,
     ApiJson(req): ApiJson<PutProvider>,
-) -> ApiResult<(StatusCode, Json<ProviderDef>)> {
+) -> ApiResult<Response> {
     if BUILTIN_PROVIDERS.contains(&name.as_str()) {
         return Err(builtin_refused(&name));
     }
     let def = validate(&name, req)?;
     let (def, created) = db::providers::upsert(&state.pool, &def).await?;
-    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(def)))
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let warning = unset_secrets(&def).map(|w| [(crate::http::routable::WARNING, w)]);
+    Ok((status, warning, Json(def)).into_response())
+}
+
+/// What to say of a provider whose key or headers name variables this process does not set: its
+/// requests would go out with an empty secret. (A worker in another process may have them.)
+pub fn unset_secrets(def: &ProviderDef) -> Option<String> {
+    let templates = def.api_key.iter().chain(def.headers.values()).map(String::as_str);
+    let unset = crate::net::secrets::unset_env_vars(templates);
+    (!unset.is_empty()).then(|| {
+        format!(
+            "provider {:?} names {} that this process's environment does not set: its requests go out \
+             with an empty value unless the processes that run agents set it",
+            def.name,
+            unset
+                .iter()
+                .map(|n| format!("${{env:{n}}}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
 }
 
 /// Get a provider

@@ -118,8 +118,9 @@ pub(crate) fn is_idempotency_key(key: &str) -> bool {
     params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = "^[!-~]{1,255}$",
         description = "1 to 255 visible ASCII characters. A repeat with the same key and body returns the first ticket (200); the same key with another body is 409.")),
     responses(
-        (status = 201, description = "Created", body = Ticket),
-        (status = 200, description = "An idempotent repeat: the ticket created first", body = Ticket),
+        (status = 201, description = "Created", body = Ticket, headers(("AgentDesk-Warning" = String, description = "Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match"))),
+        (status = 200, description = "An idempotent repeat: the ticket created first", body = Ticket,
+            headers(("AgentDesk-Warning" = String, description = "Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match"))),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create_ticket(
@@ -140,10 +141,12 @@ pub async fn create_ticket(
         }
     };
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
-    match create(&state, body, idempotency_key, traceparent).await? {
-        Created::New(ticket) => Ok((StatusCode::CREATED, Json(ticket)).into_response()),
-        Created::Repeat(ticket) => Ok((StatusCode::OK, Json(ticket)).into_response()),
-    }
+    let (status, ticket) = match create(&state, body, idempotency_key, traceparent).await? {
+        Created::New(ticket) => (StatusCode::CREATED, ticket),
+        Created::Repeat(ticket) => (StatusCode::OK, ticket),
+    };
+    let warning = state.route_check.header(&state.pool, &ticket).await?;
+    Ok((status, warning.map(|w| [w]), Json(ticket)).into_response())
 }
 
 /// Creates a ticket from a `CreateTicket` body: the one way in for `POST /v1/tickets`, the MCP
@@ -320,9 +323,12 @@ pub async fn list(state: &AppState, q: ListTicketsQuery) -> ApiResult<TicketList
 /// Get a ticket
 #[utoipa::path(get, path = "/tickets/{ticket}", tag = "tickets",
     params(("ticket" = String, Path, description = "Ticket id or key (TICKET-7)")),
-    responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn get_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Json<Ticket>> {
-    Ok(Json(transitions::find(&state.pool, &reference).await?))
+    responses((status = 200, body = Ticket, headers(("AgentDesk-Warning" = String, description = "Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match"))),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn get_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Response> {
+    let ticket = transitions::find(&state.pool, &reference).await?;
+    let warning = state.route_check.header(&state.pool, &ticket).await?;
+    Ok((warning.map(|w| [w]), Json(ticket)).into_response())
 }
 
 fn double_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Value>>, D::Error> {

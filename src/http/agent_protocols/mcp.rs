@@ -66,6 +66,7 @@ pub fn routes(state: AppState) -> axum::Router<AppState> {
     axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn(unreadable_body_is_bad_request))
+        .layer(axum::middleware::from_fn(ended_session_is_no_content))
         .layer(axum::middleware::from_fn_with_state(state, require_caller))
         // rmcp's transport answers its refusals in plain text.
         .layer(axum::middleware::from_fn(crate::http::error::plain_errors_in_api_shape))
@@ -91,6 +92,22 @@ async fn unreadable_body_is_bad_request(request: Request, next: Next) -> Respons
         String::from_utf8_lossy(&text).trim()
     ))
     .into_response()
+}
+
+/// rmcp answers a session's end (`DELETE /mcp`) with 202; the official SDKs take 200 or 204 as
+/// success and log anything else as a failed termination (Python's "Session termination failed:
+/// 202" on every close). Nothing is left to accept later: the session is gone, so 204.
+async fn ended_session_is_no_content(request: Request, next: Next) -> Response {
+    let deleting = request.method() == axum::http::Method::DELETE;
+    let response = next.run(request).await;
+    if !deleting || response.status() != axum::http::StatusCode::ACCEPTED {
+        return response;
+    }
+    let (mut parts, _) = response.into_parts();
+    parts.status = axum::http::StatusCode::NO_CONTENT;
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    parts.headers.remove(axum::http::header::CONTENT_TYPE);
+    Response::from_parts(parts, axum::body::Body::empty())
 }
 
 /// Who is calling, put into the request's extensions for the handler.

@@ -182,3 +182,24 @@ async function readFrames(body, onFrame) {
     }
   }
 }
+
+// Whether an agent takes a ticket, by the rule the desk's claims apply: a label naming an agent
+// sends it there; else an agent with no labels takes unlabelled tickets, and one sharing a label a
+// labelled one. The agents are read at most every ROUTES_FRESH_MS (a board with many todo cards
+// asks once), so a new agent's labels show within that.
+const ROUTES_FRESH_MS = 5000;
+let routes = null;
+
+/** Resolves to a function `takes(ticket)`; every ticket is taken while the agents cannot be read. */
+export async function agentRouting() {
+  if (!routes || Date.now() - routes.at > ROUTES_FRESH_MS) {
+    routes = { at: Date.now(), agents: listAll('/v1/agents').catch(() => null) };
+  }
+  const agents = await routes.agents;
+  return (ticket) => {
+    if (!agents) return true;
+    const labels = ticket.labels || [];
+    if (agents.some((a) => labels.includes(a.name))) return true;
+    return agents.some((a) => (labels.length === 0 ? a.labels.length === 0 : a.labels.some((l) => labels.includes(l))));
+  };
+}

@@ -2,7 +2,7 @@
 // Columns load a page at a time (newest first) and render only what is shown, so a desk with
 // thousands of tickets stays quick.
 
-import { api, follow, query, ApiError } from './api.js';
+import { api, agentRouting, follow, query, ApiError } from './api.js';
 import { h, fill, asText, shorten, ago, commaList, toast, throttle } from './dom.js';
 
 export const COLUMNS = [
@@ -56,7 +56,7 @@ export function boardPage(main, app) {
 
   function createForm() {
     const task = h('textarea', { id: 'new-task', name: 'task', rows: 3, required: true, placeholder: 'What should the agent do?' });
-    const labels = h('input', { id: 'new-labels', name: 'labels', placeholder: 'research, urgent' });
+    const labels = h('input', { id: 'new-labels', name: 'labels', placeholder: 'comma-separated; an agent takes the tickets with one of its labels' });
     const priority = h('input', { id: 'new-priority', name: 'priority', type: 'number', value: '0', step: '1' });
     const schema = h('textarea', { id: 'new-schema', name: 'schema', rows: 3, placeholder: '{"type": "object", "required": ["answer"]}' });
     const error = h('p', { class: 'error', role: 'alert' });
@@ -149,6 +149,18 @@ export function boardPage(main, app) {
       onState: (state) => app.setLive(state),
     });
     for (const status of columns.keys()) loadPage(status);
+    refreshRouting();
+  }
+
+  // Which todo cards no agent will take; read again with each reload and every little while,
+  // so that a card's warning goes once an agent takes its labels.
+  let takes = () => true;
+  function refreshRouting() {
+    agentRouting().then((fresh) => {
+      takes = fresh;
+      dirty.add('todo');
+      render();
+    });
   }
 
   async function loadPage(status) {
@@ -269,7 +281,8 @@ export function boardPage(main, app) {
         { class: 'card', href: `#/tickets/${t.key}`, dataset: { key: t.key, status: t.status } },
         h('span', { class: 'card-head' }, h('span', { class: 'key' }, t.key), t.priority ? h('span', { class: 'prio', title: 'priority' }, `P${t.priority}`) : null, h('span', { class: 'when' }, ago(t.created_at))),
         h('span', { class: 'task' }, task),
-        h('span', { class: 'meta' }, (t.labels || []).map((l) => h('span', { class: 'chip' }, l)), t.agent ? h('span', { class: 'agent' }, `@${t.agent}`) : null)
+        h('span', { class: 'meta' }, (t.labels || []).map((l) => h('span', { class: 'chip' }, l)), t.agent ? h('span', { class: 'agent' }, `@${t.agent}`) : null),
+        t.status === 'todo' && !takes(t) ? h('span', { class: 'unrouted', title: 'No agent takes its labels: it waits until an agent\'s labels (or name) match' }, 'no agent takes these labels') : null
       )
     );
   }
@@ -279,6 +292,7 @@ export function boardPage(main, app) {
     statsChanged() {
       for (const status of columns.keys()) dirty.add(status);
       render();
+      refreshRouting();
     },
     close() {
       generation += 1;

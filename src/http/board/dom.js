@@ -97,3 +97,15 @@ export function throttle(f, ms) {
     }, wait);
   };
 }
+
+/** `n thing` or `n things`. */
+export function count(n, thing) {
+  const k = n || 0;
+  return `${number(k)} ${thing}${k === 1 ? '' : 's'}`;
+}
+
+/** A time as `2026-11-29 08:00 UTC`: one zone for everyone reading the page. */
+export function utc(iso) {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? String(iso) : `${d.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+}

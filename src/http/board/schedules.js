@@ -1,7 +1,7 @@
 // The schedules page: every schedule with its next run and last ticket; pause/resume and run now.
 
 import { api, listAll, ApiError } from './api.js';
-import { h, fill, asText, shorten, toast } from './dom.js';
+import { h, fill, asText, shorten, toast, utc } from './dom.js';
 
 export function schedulesPage(main) {
   const table = h('tbody');
@@ -59,7 +59,7 @@ export function schedulesPage(main) {
       h('td', { class: 'mono' }, s.cron),
       h('td', {}, s.timezone),
       h('td', {}, shorten(asText(s.ticket.task), 80)),
-      h('td', { dataset: { next: '' } }, s.enabled ? (s.next_run_at ? new Date(s.next_run_at).toLocaleString() : 'never again') : 'paused'),
+      h('td', { dataset: { next: '' } }, s.enabled ? (s.next_run_at ? h('time', { datetime: s.next_run_at, title: new Date(s.next_run_at).toLocaleString() }, utc(s.next_run_at)) : 'never again') : 'paused'),
       h('td', {}, last),
       h('td', {}, toggle, ' ', run)
     );

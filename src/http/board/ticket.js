@@ -1,8 +1,8 @@
 // A ticket's page: its state and usage, the transcript, the model's text and thinking as they
 // stream, the actions (cancel, retry, comment, approve/deny), and its event log.
 
-import { api, follow, listAll, ApiError } from './api.js';
-import { h, fill, asText, ago, number, toast, throttle } from './dom.js';
+import { api, agentRouting, follow, listAll, ApiError } from './api.js';
+import { h, fill, asText, ago, count, number, toast, throttle } from './dom.js';
 
 const ACTIVE = new Set(['todo', 'in_progress', 'waiting']);
 const FAILED_OR_CANCELLED = new Set(['failed', 'cancelled']);
@@ -14,6 +14,7 @@ export function ticketPage(main, app, reference) {
   let lastKind = null; // of the latest stored event seen
   const comments = new Map(); // seq → comment
   const live = { text: '', thinking: '', calls: new Map() };
+  let takes = () => true; // whether an agent takes a ticket (api.js's agentRouting)
 
   const head = h('div', { class: 'ticket-head' });
   // Built once and shown or hidden: refreshes leave them (and the keyboard focus) in place.
@@ -53,6 +54,7 @@ export function ticketPage(main, app, reference) {
     }
     if (closed) return;
     document.title = `${ticket.key} · agentdesk`;
+    takes = await agentRouting();
     renderTicket();
     try {
       for (const c of await listAll(`/v1/tickets/${ticket.id}/comments`, 10000)) comments.set(c.seq, c);
@@ -71,6 +73,7 @@ export function ticketPage(main, app, reference) {
 
   const refresh = throttle(async () => {
     try {
+      takes = await agentRouting();
       const fresh = await api('GET', `/v1/tickets/${ticket.id}`);
       if (!closed) {
         ticket = fresh;
@@ -154,7 +157,7 @@ export function ticketPage(main, app, reference) {
       h(
         'p',
         { class: 'meta' },
-        t.agent ? h('span', {}, `agent @${t.agent}`) : h('span', {}, 'not claimed yet'),
+        t.agent ? h('span', {}, `agent @${t.agent}`) : t.status === 'todo' && !takes(t) ? h('span', { class: 'unrouted', id: 'ticket-unrouted' }, 'no agent takes its labels: it waits until an agent\'s labels (or name) match') : h('span', {}, 'not claimed yet'),
         h('span', {}, `priority ${t.priority}`),
         h('span', {}, `attempts ${t.attempts}/${t.max_attempts}`),
         h('span', {}, `by ${t.reporter}`),
@@ -176,7 +179,7 @@ export function ticketPage(main, app, reference) {
         { class: 'usage', id: 'ticket-usage' },
         `${number(u.input_tokens)} input tokens · ${number(u.output_tokens)} output tokens`,
         u.cache_read_tokens ? ` · ${number(u.cache_read_tokens)} cached` : '',
-        ` · ${u.requests || 0} requests · ${u.tool_calls || 0} tool calls`,
+        ` · ${count(u.requests, 'request')} · ${count(u.tool_calls, 'tool call')}`,
         u.estimated ? ' (estimated)' : ''
       )
     );
@@ -222,9 +225,16 @@ export function ticketPage(main, app, reference) {
     return h(
       'li',
       { class: `comment by-${c.author}`, dataset: { seq: c.seq } },
-      h('p', { class: 'who' }, c.author === 'assistant' && c.agent ? `assistant @${c.agent}` : c.author, h('span', { class: 'when', title: c.created_at }, ago(c.created_at))),
+      h('p', { class: 'who' }, who(c), h('span', { class: 'when', title: c.created_at }, ago(c.created_at))),
       c.content.map(block)
     );
+  }
+
+  // Tool results travel as the user's turn; on the page they are what they are.
+  function who(c) {
+    if (c.author === 'assistant' && c.agent) return `assistant @${c.agent}`;
+    if (c.author === 'user' && c.content.length && c.content.every((b) => b.type === 'tool_result')) return 'tool results';
+    return c.author;
   }
 
   function block(b) {
