@@ -1,0 +1,227 @@
+"""The blocking client."""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Iterator, List, Optional, Union
+from urllib.parse import quote
+
+import httpx
+
+from ._core import (
+    AgentDeskError,
+    ApiError,
+    Event,
+    FirehoseState,
+    Params,
+    Reconnects,
+    Settings,
+    SseParser,
+    TicketStreamState,
+    create_body,
+    new_idempotency_key,
+    params,
+)
+from .types import Comment, Ticket
+
+StrList = Union[None, str, List[str]]
+
+
+class AgentDesk:
+    """A client of one desk: `AgentDesk("http://127.0.0.1:8080", token=None, project=None)`.
+
+    `project` is sent as the `AgentDesk-Project` header, `token` as a bearer token. Keyword
+    settings (`timeout`, `max_retries`, `stream_max_failures`, …) are those of `Settings`."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8080",
+        token: Optional[str] = None,
+        project: Optional[str] = None,
+        *,
+        http_client: Optional[httpx.Client] = None,
+        **settings: Any,
+    ) -> None:
+        self.settings = Settings(base_url, token, project, **settings)
+        self._http = http_client or httpx.Client(timeout=self.settings.timeout)
+        self._owns_http = http_client is None
+        self.tickets = Tickets(self)
+        self.events = Events(self)
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> AgentDesk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Optional[Params] = None,
+        json: Any = None,
+        headers: Optional[Dict[str, str]] = None,
+        safe_to_repeat: Optional[bool] = None,
+    ) -> Any:
+        """One API call (`path` from the root: `/v1/stats`), retried on 429 and 503 as the
+        settings say; the decoded JSON answer, or ApiError."""
+        s = self.settings
+        repeat = method == "GET" if safe_to_repeat is None else safe_to_repeat
+        attempt = 0
+        while True:
+            try:
+                resp = self._http.request(
+                    method, s.base_url + path, params=params, json=json, headers={**s.headers(), **(headers or {})}
+                )
+            except httpx.RequestError as exc:
+                delay = s.transport_retry_delay(attempt) if repeat else None
+                if delay is None:
+                    raise AgentDeskError(f"{method} {path}: {exc!r}") from exc
+            else:
+                if resp.status_code < 400:
+                    return resp.json() if resp.content else None
+                error = ApiError.from_response(resp.status_code, resp.headers, resp.content)
+                delay = s.retry_delay(error, attempt)
+                if delay is None:
+                    raise error
+            time.sleep(delay)
+            attempt += 1
+
+    def _pages(self, path: str, query: Params) -> Iterator[Dict[str, Any]]:
+        query = dict(query)
+        while True:
+            page = self.request("GET", path, params=query)
+            yield from page["items"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+            query["cursor"] = cursor
+
+    def _sse(self, path: str, query: Params, state: Union[TicketStreamState, FirehoseState]) -> Iterator[Event]:
+        s = self.settings
+        reconnects = Reconnects(s.stream_max_failures, s.backoff_base, s.backoff_cap)
+        delay = 0.0
+        while True:
+            if delay > 0:
+                time.sleep(delay)
+            why: Optional[BaseException] = None
+            try:
+                headers = {**s.headers(), "Accept": "text/event-stream", **state.headers()}
+                with self._http.stream(
+                    "GET", s.base_url + path, params=query, headers=headers, timeout=s.stream_timeout()
+                ) as resp:
+                    if resp.status_code != 200:
+                        raise ApiError.from_response(resp.status_code, resp.headers, resp.read())
+                    parser = SseParser()
+                    for chunk in resp.iter_bytes():
+                        for message in parser.feed(chunk):
+                            reconnects.progress()
+                            event = state.accept(message)
+                            if event is not None:
+                                yield event
+            except (httpx.RequestError, ApiError) as exc:
+                why = exc
+            if isinstance(state, TicketStreamState):
+                if state.ended(why is None):
+                    return
+                why = why or AgentDeskError("the stream ended before the ticket's final event")
+            else:
+                why = why or AgentDeskError("the stream ended")
+            delay = reconnects.failed(why, f"GET {path}")
+
+
+class Tickets:
+    def __init__(self, desk: AgentDesk) -> None:
+        self._desk = desk
+
+    def create(
+        self,
+        task: Any,
+        labels: Optional[List[str]] = None,
+        *,
+        idempotency_key: Optional[str] = None,
+        priority: Optional[int] = None,
+        schema: Any = None,
+        parent: Optional[str] = None,
+        metadata: Optional[Dict[str, Any]] = None,
+        max_attempts: Optional[int] = None,
+        **extra: Any,
+    ) -> Ticket:
+        """Creates a ticket. The `Idempotency-Key` (generated when not given) makes the retries
+        safe: a repeat returns the first ticket."""
+        body = create_body(task, labels, priority, schema, parent, metadata, max_attempts, extra)
+        key = idempotency_key or new_idempotency_key()
+        answer = self._desk.request(
+            "POST", "/v1/tickets", json=body, headers={"Idempotency-Key": key}, safe_to_repeat=True
+        )
+        return Ticket.from_json(answer)
+
+    def get(self, ticket: str) -> Ticket:
+        return Ticket.from_json(self._desk.request("GET", _ticket_path(ticket)))
+
+    def list(
+        self,
+        status: StrList = None,
+        label: StrList = None,
+        *,
+        agent: StrList = None,
+        parent: Optional[str] = None,
+        q: Optional[str] = None,
+        order: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> Iterator[Ticket]:
+        """Every matching ticket, page after page (`limit` is the page size)."""
+        query = params(status=status, label=label, agent=agent, parent=parent, q=q, order=order, limit=limit)
+        for item in self._desk._pages("/v1/tickets", query):
+            yield Ticket.from_json(item)
+
+    def update(self, ticket: str, **fields: Any) -> Ticket:
+        return Ticket.from_json(self._desk.request("PATCH", _ticket_path(ticket), json=fields))
+
+    def comment(self, ticket: str, text: str, author: Optional[str] = None) -> Comment:
+        body: Dict[str, Any] = {"text": text}
+        if author is not None:
+            body["author"] = author
+        return Comment.from_json(self._desk.request("POST", _ticket_path(ticket) + "/comments", json=body))
+
+    def comments(self, ticket: str, *, limit: Optional[int] = None) -> Iterator[Comment]:
+        for item in self._desk._pages(_ticket_path(ticket) + "/comments", params(limit=limit)):
+            yield Comment.from_json(item)
+
+    def cancel(self, ticket: str) -> Ticket:
+        return Ticket.from_json(self._desk.request("POST", _ticket_path(ticket) + "/cancel"))
+
+    def retry(self, ticket: str) -> Ticket:
+        return Ticket.from_json(self._desk.request("POST", _ticket_path(ticket) + "/retry"))
+
+    def stream(self, ticket: str, after: Optional[int] = None) -> Iterator[Event]:
+        """The ticket's events from the first (or after seq `after`), then live; reconnects after
+        a cut, yields every persisted event once in seq order, and ends after the final one."""
+        return self._desk._sse(_ticket_path(ticket) + "/events", {}, TicketStreamState(after))
+
+
+class Events:
+    def __init__(self, desk: AgentDesk) -> None:
+        self._desk = desk
+
+    def stream(
+        self,
+        kind: StrList = None,
+        cursor: Optional[str] = None,
+        *,
+        label: StrList = None,
+        agent: StrList = None,
+    ) -> Iterator[Event]:
+        """Every ticket's events (`GET /v1/events`): new ones, or those after `cursor` (an event's
+        `.cursor`). Reconnects after a cut from the last cursor it delivered; never ends by
+        itself."""
+        return self._desk._sse("/v1/events", params(kind=kind, label=label, agent=agent), FirehoseState(cursor))
+
+
+def _ticket_path(ticket: str) -> str:
+    return "/v1/tickets/" + quote(ticket, safe="")
+

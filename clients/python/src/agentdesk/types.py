@@ -1,0 +1,1158 @@
+"""Types of the agentdesk API, generated from openapi/openapi.json by
+scripts/generate_types.py. Do not edit by hand: run clients/generate.sh."""
+# fmt: off
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Literal, Optional
+
+
+def _list(build: Any, value: Any) -> Any:
+    return None if value is None else [build(v) for v in value]
+
+
+def _opt(build: Any, value: Any) -> Any:
+    return None if value is None else build(value)
+
+
+Author = Literal["user", "assistant", "system"]
+
+CatchUp = Literal["skip", "latest"]
+
+HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+Overlap = Literal["skip", "allow", "cancel_previous"]
+
+ProviderKind = Literal["openai", "anthropic"]
+
+RequeueReason = Literal["lease_lost", "shutdown", "comment", "retry", "approval"]
+
+Status = Literal["todo", "in_progress", "waiting", "done", "failed", "cancelled"]
+
+EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "schedule.skipped", "text.delta", "thinking.delta", "tool_call.delta"]
+"""Every event kind the document names (a desk may send newer ones)."""
+
+EVENT_KINDS = (
+    "ticket.created",
+    "ticket.started",
+    "ticket.done",
+    "ticket.failed",
+    "ticket.cancelled",
+    "ticket.waiting",
+    "ticket.requeued",
+    "ticket.updated",
+    "comment.created",
+    "request.started",
+    "request.finished",
+    "request.retried",
+    "request.failed",
+    "request.queued",
+    "tool.started",
+    "tool.finished",
+    "tool.failed",
+    "tool.approval_requested",
+    "tool.approved",
+    "tool.denied",
+    "schema.retried",
+    "policy.violated",
+    "compaction.started",
+    "compaction.finished",
+    "compaction.failed",
+    "context.limit_exceeded",
+    "schedule.skipped",
+    "text.delta",
+    "thinking.delta",
+    "tool_call.delta",
+)
+
+
+@dataclass
+class Agent:
+    name: str
+    role: str
+    model: str
+    labels: List[str]
+    tools: List[str]
+    max_schema_retries: int
+    max_request_retries: int
+    request_retry_delay_ms: int
+    created_at: str
+    updated_at: str
+    provider: Optional[str] = None
+    context_window: Optional[int] = None
+    max_turns: Optional[int] = None
+    max_input_tokens: Optional[int] = None
+    max_output_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    max_tokens: Optional[int] = None
+    thinking_budget: Optional[int] = None
+    tool_choice: Optional[str] = None
+    max_concurrent: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Agent:
+        return cls(
+            name=d['name'],
+            role=d['role'],
+            model=d['model'],
+            labels=d['labels'],
+            tools=d['tools'],
+            max_schema_retries=d['max_schema_retries'],
+            max_request_retries=d['max_request_retries'],
+            request_retry_delay_ms=d['request_retry_delay_ms'],
+            created_at=d['created_at'],
+            updated_at=d['updated_at'],
+            provider=d.get('provider'),
+            context_window=d.get('context_window'),
+            max_turns=d.get('max_turns'),
+            max_input_tokens=d.get('max_input_tokens'),
+            max_output_tokens=d.get('max_output_tokens'),
+            temperature=d.get('temperature'),
+            max_tokens=d.get('max_tokens'),
+            thinking_budget=d.get('thinking_budget'),
+            tool_choice=d.get('tool_choice'),
+            max_concurrent=d.get('max_concurrent'),
+            raw=d,
+        )
+
+
+@dataclass
+class AgentList:
+    items: List[Agent]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> AgentList:
+        return cls(
+            items=_list(Agent.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class AnswerApproval:
+    approve: bool
+    reason: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> AnswerApproval:
+        return cls(
+            approve=d['approve'],
+            reason=d.get('reason'),
+            raw=d,
+        )
+
+
+@dataclass
+class Comment:
+    id: str
+    ticket_id: str
+    seq: int
+    author: Author
+    content: List[Any]
+    created_at: str
+    agent: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Comment:
+        return cls(
+            id=d['id'],
+            ticket_id=d['ticket_id'],
+            seq=d['seq'],
+            author=d['author'],
+            content=d['content'],
+            created_at=d['created_at'],
+            agent=d.get('agent'),
+            raw=d,
+        )
+
+
+@dataclass
+class CommentList:
+    items: List[Comment]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> CommentList:
+        return cls(
+            items=_list(Comment.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class CreateComment:
+    text: str
+    author: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> CreateComment:
+        return cls(
+            text=d['text'],
+            author=d.get('author'),
+            raw=d,
+        )
+
+
+@dataclass
+class CreateSchedule:
+    """A new schedule."""
+
+    cron: str
+    ticket: TicketTemplateBody
+    name: Optional[str] = None
+    timezone: Optional[str] = None
+    enabled: Optional[bool] = None
+    start_at: Optional[str] = None
+    end_at: Optional[str] = None
+    overlap: Optional[Overlap] = None
+    catch_up: Optional[CatchUp] = None
+    catch_up_window_secs: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> CreateSchedule:
+        return cls(
+            cron=d['cron'],
+            ticket=TicketTemplateBody.from_json(d['ticket']),
+            name=d.get('name'),
+            timezone=d.get('timezone'),
+            enabled=d.get('enabled'),
+            start_at=d.get('start_at'),
+            end_at=d.get('end_at'),
+            overlap=d.get('overlap'),
+            catch_up=d.get('catch_up'),
+            catch_up_window_secs=d.get('catch_up_window_secs'),
+            raw=d,
+        )
+
+
+@dataclass
+class CreateTicket:
+    task: Any
+    labels: Optional[List[str]] = None
+    priority: Optional[int] = None
+    schema: Any = None
+    parent: Optional[str] = None
+    metadata: Optional[Dict[str, Any]] = None
+    max_attempts: Optional[int] = None
+    deadline_secs: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> CreateTicket:
+        return cls(
+            task=d['task'],
+            labels=d.get('labels'),
+            priority=d.get('priority'),
+            schema=d.get('schema'),
+            parent=d.get('parent'),
+            metadata=d.get('metadata'),
+            max_attempts=d.get('max_attempts'),
+            deadline_secs=d.get('deadline_secs'),
+            raw=d,
+        )
+
+
+@dataclass
+class CreateWebhook:
+    url: str
+    events: Optional[List[str]] = None
+    labels: Optional[List[str]] = None
+    secret: Optional[str] = None
+    description: Optional[str] = None
+    disabled: Optional[bool] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> CreateWebhook:
+        return cls(
+            url=d['url'],
+            events=d.get('events'),
+            labels=d.get('labels'),
+            secret=d.get('secret'),
+            description=d.get('description'),
+            disabled=d.get('disabled'),
+            raw=d,
+        )
+
+
+@dataclass
+class Delivery:
+    """One attempt to deliver an event to an endpoint."""
+
+    event_id: str
+    type: str
+    attempt: int
+    duration_ms: int
+    at: str
+    status_code: Optional[int] = None
+    error: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Delivery:
+        return cls(
+            event_id=d['event_id'],
+            type=d['type'],
+            attempt=d['attempt'],
+            duration_ms=d['duration_ms'],
+            at=d['at'],
+            status_code=d.get('status_code'),
+            error=d.get('error'),
+            raw=d,
+        )
+
+
+@dataclass
+class DeliveryList:
+    items: List[Delivery]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> DeliveryList:
+        return cls(
+            items=_list(Delivery.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class ErrorBody:
+    error: ErrorDetail
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ErrorBody:
+        return cls(
+            error=ErrorDetail.from_json(d['error']),
+            raw=d,
+        )
+
+
+@dataclass
+class ErrorDetail:
+    code: str
+    message: str
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ErrorDetail:
+        return cls(
+            code=d['code'],
+            message=d['message'],
+            raw=d,
+        )
+
+
+@dataclass
+class Figures:
+    by_status: StatusCounts
+    requests: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    success_rate: float
+    avg_ticket_ms: float
+    avg_work_ms: float
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Figures:
+        return cls(
+            by_status=StatusCounts.from_json(d['by_status']),
+            requests=d['requests'],
+            tool_calls=d['tool_calls'],
+            input_tokens=d['input_tokens'],
+            output_tokens=d['output_tokens'],
+            success_rate=d['success_rate'],
+            avg_ticket_ms=d['avg_ticket_ms'],
+            avg_work_ms=d['avg_work_ms'],
+            raw=d,
+        )
+
+
+@dataclass
+class HttpToolDef:
+    """An HTTP tool as defined with `PUT /v1/tools/{name}`. Secrets stay templates (`${env:NAME}`)."""
+
+    name: str
+    description: str
+    input_schema: Dict[str, Any]
+    url: str
+    method: HttpMethod
+    headers: Dict[str, str]
+    timeout_ms: int
+    requires_approval: bool
+    created_at: Optional[str] = None
+    updated_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> HttpToolDef:
+        return cls(
+            name=d['name'],
+            description=d['description'],
+            input_schema=d['input_schema'],
+            url=d['url'],
+            method=d['method'],
+            headers=d['headers'],
+            timeout_ms=d['timeout_ms'],
+            requires_approval=d['requires_approval'],
+            created_at=d.get('created_at'),
+            updated_at=d.get('updated_at'),
+            raw=d,
+        )
+
+
+@dataclass
+class McpServerList:
+    items: List[McpServerView]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> McpServerList:
+        return cls(
+            items=_list(McpServerView.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class McpServerView:
+    """What the API shows of a server."""
+
+    name: str
+    headers: Dict[str, str]
+    timeout_ms: int
+    requires_approval: Any
+    source: str
+    tools: List[McpToolInfo]
+    status: str
+    url: Optional[str] = None
+    command: Optional[str] = None
+    args: Optional[List[str]] = None
+    listed_at: Optional[str] = None
+    created_at: Optional[str] = None
+    updated_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> McpServerView:
+        return cls(
+            name=d['name'],
+            headers=d['headers'],
+            timeout_ms=d['timeout_ms'],
+            requires_approval=d['requires_approval'],
+            source=d['source'],
+            tools=_list(McpToolInfo.from_json, d['tools']),
+            status=d['status'],
+            url=d.get('url'),
+            command=d.get('command'),
+            args=d.get('args'),
+            listed_at=d.get('listed_at'),
+            created_at=d.get('created_at'),
+            updated_at=d.get('updated_at'),
+            raw=d,
+        )
+
+
+@dataclass
+class McpToolInfo:
+    """A tool as the server last listed it."""
+
+    name: str
+    qualified_name: str
+    description: str
+    input_schema: Dict[str, Any]
+    requires_approval: bool
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> McpToolInfo:
+        return cls(
+            name=d['name'],
+            qualified_name=d['qualified_name'],
+            description=d['description'],
+            input_schema=d['input_schema'],
+            requires_approval=d['requires_approval'],
+            raw=d,
+        )
+
+
+@dataclass
+class PatchSchedule:
+    """Changes to a schedule: what the body names. `ticket` keys replace the template's keys of the
+same name. A change of `cron`, `timezone`, `start_at`, `end_at` or `enabled` recomputes
+`next_run_at` from now (times missed while paused do not fire)."""
+
+    name: Optional[str] = None
+    cron: Optional[str] = None
+    timezone: Optional[str] = None
+    ticket: Optional[Dict[str, Any]] = None
+    enabled: Optional[bool] = None
+    start_at: Optional[str] = None
+    end_at: Optional[str] = None
+    overlap: Optional[Overlap] = None
+    catch_up: Optional[CatchUp] = None
+    catch_up_window_secs: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PatchSchedule:
+        return cls(
+            name=d.get('name'),
+            cron=d.get('cron'),
+            timezone=d.get('timezone'),
+            ticket=d.get('ticket'),
+            enabled=d.get('enabled'),
+            start_at=d.get('start_at'),
+            end_at=d.get('end_at'),
+            overlap=d.get('overlap'),
+            catch_up=d.get('catch_up'),
+            catch_up_window_secs=d.get('catch_up_window_secs'),
+            raw=d,
+        )
+
+
+@dataclass
+class PatchTicket:
+    """Only these fields may change: a status changes through cancel, retry and comments, so a
+body that names another field is refused (422) rather than answered as if it had applied."""
+
+    task: Any = None
+    labels: Optional[List[str]] = None
+    priority: Optional[int] = None
+    schema: Optional[Dict[str, Any]] = None
+    metadata: Optional[Dict[str, Any]] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PatchTicket:
+        return cls(
+            task=d.get('task'),
+            labels=d.get('labels'),
+            priority=d.get('priority'),
+            schema=d.get('schema'),
+            metadata=d.get('metadata'),
+            raw=d,
+        )
+
+
+@dataclass
+class PatchWebhook:
+    """The secret is not among what a PATCH changes (it is shown once, when created): a body that
+names it, or any other field, is refused (422) rather than answered as if it had applied."""
+
+    url: Optional[str] = None
+    events: Optional[List[str]] = None
+    labels: Optional[List[str]] = None
+    description: Optional[str] = None
+    disabled: Optional[bool] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PatchWebhook:
+        return cls(
+            url=d.get('url'),
+            events=d.get('events'),
+            labels=d.get('labels'),
+            description=d.get('description'),
+            disabled=d.get('disabled'),
+            raw=d,
+        )
+
+
+@dataclass
+class PendingApproval:
+    """A call that waits for a person, as a ticket shows it."""
+
+    call_id: str
+    tool_name: str
+    input: Dict[str, Any]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PendingApproval:
+        return cls(
+            call_id=d['call_id'],
+            tool_name=d['tool_name'],
+            input=d['input'],
+            raw=d,
+        )
+
+
+@dataclass
+class ProviderDef:
+    name: str
+    kind: ProviderKind
+    base_url: str
+    headers: Dict[str, str]
+    builtin: bool
+    configured: bool
+    api_key: Optional[str] = None
+    timeout_ms: Optional[int] = None
+    max_concurrent: Optional[int] = None
+    created_at: Optional[str] = None
+    updated_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ProviderDef:
+        return cls(
+            name=d['name'],
+            kind=d['kind'],
+            base_url=d['base_url'],
+            headers=d['headers'],
+            builtin=d['builtin'],
+            configured=d['configured'],
+            api_key=d.get('api_key'),
+            timeout_ms=d.get('timeout_ms'),
+            max_concurrent=d.get('max_concurrent'),
+            created_at=d.get('created_at'),
+            updated_at=d.get('updated_at'),
+            raw=d,
+        )
+
+
+@dataclass
+class ProviderList:
+    items: List[ProviderDef]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ProviderList:
+        return cls(
+            items=_list(ProviderDef.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class PutAgent:
+    role: Optional[str] = None
+    provider: Optional[str] = None
+    model: Optional[str] = None
+    labels: Optional[List[str]] = None
+    tools: Optional[List[str]] = None
+    context_window: Optional[int] = None
+    max_turns: Optional[int] = None
+    max_input_tokens: Optional[int] = None
+    max_output_tokens: Optional[int] = None
+    max_schema_retries: Optional[int] = None
+    max_request_retries: Optional[int] = None
+    request_retry_delay_ms: Optional[int] = None
+    temperature: Optional[float] = None
+    max_tokens: Optional[int] = None
+    thinking_budget: Optional[int] = None
+    tool_choice: Optional[str] = None
+    max_concurrent: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PutAgent:
+        return cls(
+            role=d.get('role'),
+            provider=d.get('provider'),
+            model=d.get('model'),
+            labels=d.get('labels'),
+            tools=d.get('tools'),
+            context_window=d.get('context_window'),
+            max_turns=d.get('max_turns'),
+            max_input_tokens=d.get('max_input_tokens'),
+            max_output_tokens=d.get('max_output_tokens'),
+            max_schema_retries=d.get('max_schema_retries'),
+            max_request_retries=d.get('max_request_retries'),
+            request_retry_delay_ms=d.get('request_retry_delay_ms'),
+            temperature=d.get('temperature'),
+            max_tokens=d.get('max_tokens'),
+            thinking_budget=d.get('thinking_budget'),
+            tool_choice=d.get('tool_choice'),
+            max_concurrent=d.get('max_concurrent'),
+            raw=d,
+        )
+
+
+@dataclass
+class PutMcpServer:
+    url: str
+    headers: Optional[Dict[str, str]] = None
+    timeout_ms: Optional[int] = None
+    requires_approval: Any = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PutMcpServer:
+        return cls(
+            url=d['url'],
+            headers=d.get('headers'),
+            timeout_ms=d.get('timeout_ms'),
+            requires_approval=d.get('requires_approval'),
+            raw=d,
+        )
+
+
+@dataclass
+class PutProvider:
+    kind: ProviderKind
+    base_url: str
+    api_key: Optional[str] = None
+    headers: Optional[Dict[str, str]] = None
+    timeout_ms: Optional[int] = None
+    max_concurrent: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PutProvider:
+        return cls(
+            kind=d['kind'],
+            base_url=d['base_url'],
+            api_key=d.get('api_key'),
+            headers=d.get('headers'),
+            timeout_ms=d.get('timeout_ms'),
+            max_concurrent=d.get('max_concurrent'),
+            raw=d,
+        )
+
+
+@dataclass
+class PutTool:
+    url: str
+    description: Optional[str] = None
+    input_schema: Optional[Dict[str, Any]] = None
+    method: Optional[HttpMethod] = None
+    headers: Optional[Dict[str, str]] = None
+    timeout_ms: Optional[int] = None
+    requires_approval: Optional[bool] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PutTool:
+        return cls(
+            url=d['url'],
+            description=d.get('description'),
+            input_schema=d.get('input_schema'),
+            method=d.get('method'),
+            headers=d.get('headers'),
+            timeout_ms=d.get('timeout_ms'),
+            requires_approval=d.get('requires_approval'),
+            raw=d,
+        )
+
+
+@dataclass
+class Schedule:
+    """A schedule as the API shows it."""
+
+    id: str
+    cron: str
+    timezone: str
+    ticket: TicketTemplate
+    enabled: bool
+    overlap: Overlap
+    catch_up: CatchUp
+    catch_up_window_secs: int
+    upcoming: List[str]
+    created_at: str
+    updated_at: str
+    name: Optional[str] = None
+    start_at: Optional[str] = None
+    end_at: Optional[str] = None
+    next_run_at: Optional[str] = None
+    last_run_at: Optional[str] = None
+    last_ticket: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Schedule:
+        return cls(
+            id=d['id'],
+            cron=d['cron'],
+            timezone=d['timezone'],
+            ticket=TicketTemplate.from_json(d['ticket']),
+            enabled=d['enabled'],
+            overlap=d['overlap'],
+            catch_up=d['catch_up'],
+            catch_up_window_secs=d['catch_up_window_secs'],
+            upcoming=d['upcoming'],
+            created_at=d['created_at'],
+            updated_at=d['updated_at'],
+            name=d.get('name'),
+            start_at=d.get('start_at'),
+            end_at=d.get('end_at'),
+            next_run_at=d.get('next_run_at'),
+            last_run_at=d.get('last_run_at'),
+            last_ticket=d.get('last_ticket'),
+            raw=d,
+        )
+
+
+@dataclass
+class ScheduleList:
+    items: List[Schedule]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ScheduleList:
+        return cls(
+            items=_list(Schedule.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class StatusCounts:
+    todo: int
+    in_progress: int
+    waiting: int
+    done: int
+    failed: int
+    cancelled: int
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> StatusCounts:
+        return cls(
+            todo=d['todo'],
+            in_progress=d['in_progress'],
+            waiting=d['waiting'],
+            done=d['done'],
+            failed=d['failed'],
+            cancelled=d['cancelled'],
+            raw=d,
+        )
+
+
+@dataclass
+class Storage:
+    """What the database stores: exact counts, and its size as Postgres reports it."""
+
+    tickets: int
+    events: int
+    comments: int
+    bytes: int
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Storage:
+        return cls(
+            tickets=d['tickets'],
+            events=d['events'],
+            comments=d['comments'],
+            bytes=d['bytes'],
+            raw=d,
+        )
+
+
+@dataclass
+class Ticket:
+    id: str
+    key: str
+    task: Any
+    labels: List[str]
+    status: Status
+    reporter: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    metadata: Any
+    usage: TicketUsage
+    created_at: str
+    updated_at: str
+    pending_approvals: List[PendingApproval]
+    agent: Optional[str] = None
+    parent_id: Optional[str] = None
+    parent_key: Optional[str] = None
+    schema: Any = None
+    result: Any = None
+    error: Optional[TicketError] = None
+    deadline_secs: Optional[int] = None
+    deadline_at: Optional[str] = None
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Ticket:
+        return cls(
+            id=d['id'],
+            key=d['key'],
+            task=d['task'],
+            labels=d['labels'],
+            status=d['status'],
+            reporter=d['reporter'],
+            priority=d['priority'],
+            attempts=d['attempts'],
+            max_attempts=d['max_attempts'],
+            metadata=d['metadata'],
+            usage=TicketUsage.from_json(d['usage']),
+            created_at=d['created_at'],
+            updated_at=d['updated_at'],
+            pending_approvals=_list(PendingApproval.from_json, d['pending_approvals']),
+            agent=d.get('agent'),
+            parent_id=d.get('parent_id'),
+            parent_key=d.get('parent_key'),
+            schema=d.get('schema'),
+            result=d.get('result'),
+            error=_opt(TicketError.from_json, d.get('error')),
+            deadline_secs=d.get('deadline_secs'),
+            deadline_at=d.get('deadline_at'),
+            started_at=d.get('started_at'),
+            finished_at=d.get('finished_at'),
+            raw=d,
+        )
+
+
+@dataclass
+class TicketError:
+    kind: str
+    message: str
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> TicketError:
+        return cls(
+            kind=d['kind'],
+            message=d['message'],
+            raw=d,
+        )
+
+
+@dataclass
+class TicketList:
+    items: List[Ticket]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> TicketList:
+        return cls(
+            items=_list(Ticket.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class TicketTemplate:
+    """The ticket each firing creates (the body of `POST /v1/tickets`, without `parent`)."""
+
+    task: Any
+    labels: Optional[List[str]] = None
+    priority: Optional[int] = None
+    schema: Optional[Dict[str, Any]] = None
+    metadata: Optional[Dict[str, Any]] = None
+    max_attempts: Optional[int] = None
+    deadline_secs: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> TicketTemplate:
+        return cls(
+            task=d['task'],
+            labels=d.get('labels'),
+            priority=d.get('priority'),
+            schema=d.get('schema'),
+            metadata=d.get('metadata'),
+            max_attempts=d.get('max_attempts'),
+            deadline_secs=d.get('deadline_secs'),
+            raw=d,
+        )
+
+
+@dataclass
+class TicketTemplateBody:
+    """The ticket each firing creates (as `POST /v1/tickets`): `{scheduled_for}` (RFC 3339 in the
+schedule's zone) and `{previous_result}` (the last done ticket's result as JSON text, or
+`null`) in its task's strings are replaced; its metadata gets `schedule: {id, name, scheduled_for}`."""
+
+    task: Any
+    labels: Optional[List[str]] = None
+    priority: Optional[int] = None
+    schema: Any = None
+    metadata: Optional[Dict[str, Any]] = None
+    max_attempts: Optional[int] = None
+    deadline_secs: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> TicketTemplateBody:
+        return cls(
+            task=d['task'],
+            labels=d.get('labels'),
+            priority=d.get('priority'),
+            schema=d.get('schema'),
+            metadata=d.get('metadata'),
+            max_attempts=d.get('max_attempts'),
+            deadline_secs=d.get('deadline_secs'),
+            raw=d,
+        )
+
+
+@dataclass
+class TicketUsage:
+    """Token and call counts summed over every model request of a ticket."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_creation_tokens: int
+    requests: int
+    tool_calls: int
+    estimated: Optional[bool] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> TicketUsage:
+        return cls(
+            input_tokens=d['input_tokens'],
+            output_tokens=d['output_tokens'],
+            cache_read_tokens=d['cache_read_tokens'],
+            cache_creation_tokens=d['cache_creation_tokens'],
+            requests=d['requests'],
+            tool_calls=d['tool_calls'],
+            estimated=d.get('estimated'),
+            raw=d,
+        )
+
+
+@dataclass
+class TokenUsage:
+    """Tokens of one model response, as the provider reported them."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_creation_tokens: int
+    estimated: Optional[bool] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> TokenUsage:
+        return cls(
+            input_tokens=d['input_tokens'],
+            output_tokens=d['output_tokens'],
+            cache_read_tokens=d['cache_read_tokens'],
+            cache_creation_tokens=d['cache_creation_tokens'],
+            estimated=d.get('estimated'),
+            raw=d,
+        )
+
+
+@dataclass
+class ToolList:
+    items: List[HttpToolDef]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ToolList:
+        return cls(
+            items=_list(HttpToolDef.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class Webhook:
+    """An endpoint as the API shows it (never with its secret, which only its creation returns)."""
+
+    id: str
+    url: str
+    events: List[str]
+    labels: List[str]
+    disabled: bool
+    created_at: str
+    updated_at: str
+    description: Optional[str] = None
+    disabled_reason: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Webhook:
+        return cls(
+            id=d['id'],
+            url=d['url'],
+            events=d['events'],
+            labels=d['labels'],
+            disabled=d['disabled'],
+            created_at=d['created_at'],
+            updated_at=d['updated_at'],
+            description=d.get('description'),
+            disabled_reason=d.get('disabled_reason'),
+            raw=d,
+        )
+
+
+@dataclass
+class WebhookList:
+    items: List[Webhook]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> WebhookList:
+        return cls(
+            items=_list(Webhook.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )

@@ -1,0 +1,106 @@
+// Against a live desk whose model is scripts/fake-model.py (every request closes the ticket with
+// "ok"; one whose task says "slow" hangs): AGENTDESK_URL is the desk, AGENTDESK_CUT_URL the same
+// desk behind clients/cut-proxy.py, AGENTDESK_TOKEN its token. .ci/clients.sh sets them up.
+import assert from "node:assert/strict";
+import { before, test } from "node:test";
+
+import { AgentDesk, ApiError, type Event } from "../src/index.js";
+
+const URL = process.env["AGENTDESK_URL"];
+const CUT_URL = process.env["AGENTDESK_CUT_URL"];
+const token = process.env["AGENTDESK_TOKEN"] ?? null;
+const skip = !URL || !CUT_URL ? "AGENTDESK_URL and AGENTDESK_CUT_URL are not set" : false;
+const LABEL = `ts-${Math.random().toString(16).slice(2, 10)}`;
+const desk = new AgentDesk({ baseUrl: URL ?? "", token });
+const cutDesk = new AgentDesk({ baseUrl: CUT_URL ?? "", token, backoffBaseMs: 50 });
+
+before(async () => {
+  if (skip) return;
+  // An agent of this suite's own, so that the firehose can be filtered to its tickets.
+  await desk.request("PUT", `/v1/agents/${LABEL}`, { body: { role: "Answer.", model: "fake", labels: [LABEL] } });
+});
+
+async function cuts(path: string, containing = ""): Promise<number> {
+  const stats = (await (await fetch(`${CUT_URL}/__stats`)).json()) as Record<string, { cuts: number }>;
+  return Object.entries(stats)
+    .filter(([k]) => k.split("?")[0] === path && k.includes(containing))
+    .reduce((n, [, v]) => n + v.cuts, 0);
+}
+
+function checkSeqs(events: Event[]): void {
+  const seqs = events.flatMap((e) => (e.seq == null ? [] : [e.seq]));
+  assert.deepEqual(seqs, seqs.map((_, i) => i + 1));
+}
+
+test("a ticket through the model", { skip }, async () => {
+  const t = await desk.tickets.create({ task: "say ok", labels: [LABEL] });
+  assert.equal(t.status, "todo");
+  const events: Event[] = [];
+  let text = ""; // the model's text, when the stream was open while it streamed (deltas are live only)
+  for await (const ev of desk.tickets.stream(t.key)) {
+    events.push(ev);
+    if (ev.kind === "text.delta") text += ev.data.delta; // ev.data is typed by ev.kind
+  }
+  checkSeqs(events);
+  const last = events.at(-1)!;
+  assert.equal(last.kind, "ticket.done");
+  assert.ok(text === "" || text === "Done. ", text);
+  const done = await desk.tickets.get(t.key);
+  assert.deepEqual([done.status, done.result], ["done", "ok"]);
+  const keys: string[] = [];
+  for await (const x of desk.tickets.list({ status: "done", label: LABEL })) keys.push(x.key);
+  assert.ok(keys.includes(t.key));
+  await desk.tickets.comment(t.key, "Once more, please.");
+  const missing = await desk.tickets.get("TICKET-999999999").catch((e: unknown) => e);
+  assert.ok(missing instanceof ApiError && missing.status === 404 && missing.code === "not_found");
+});
+
+test("a stream cut mid-ticket yields each event once and ends", { skip }, async () => {
+  const t = await desk.tickets.create({ task: "slow: take your time", labels: [LABEL] });
+  const events: Event[] = [];
+  for await (const ev of cutDesk.tickets.stream(t.key)) {
+    events.push(ev);
+    if (ev.kind === "request.started") await desk.tickets.cancel(t.key); // the model hangs
+  }
+  checkSeqs(events);
+  assert.ok(events.some((e) => e.kind === "ticket.cancelled"));
+  const whole: [number | null | undefined, string][] = [];
+  for await (const e of desk.tickets.stream(t.key)) whole.push([e.seq, e.kind]);
+  assert.deepEqual(events.filter((e) => e.seq != null).map((e) => [e.seq, e.kind]), whole);
+  assert.ok((await cuts(`/v1/tickets/${t.key}/events`)) >= 2);
+});
+
+/** A firehose cursor to resume from: read the firehose while creating tickets until one shows up. */
+async function firehoseCursor(): Promise<string> {
+  const stream = desk.events.stream({ kind: "ticket.created", label: LABEL });
+  const first = stream.next();
+  for (;;) {
+    await desk.tickets.create({ task: "say ok", labels: [LABEL] });
+    const got = await Promise.race([first, new Promise((r) => setTimeout(r, 500, null))]);
+    if (got) {
+      await stream.return(undefined);
+      return (got as IteratorResult<Event>).value!.cursor!;
+    }
+  }
+}
+
+test("the firehose resumes after cuts", { skip }, async () => {
+  const cursor = await firehoseCursor();
+  const keys: string[] = [];
+  for (let i = 0; i < 3; i++) keys.push((await desk.tickets.create({ task: "say ok", labels: [LABEL] })).key);
+  const seen: string[] = [];
+  const done = new Set<string>();
+  for await (const ev of cutDesk.events.stream({ kind: "ticket.*", label: LABEL, cursor })) {
+    assert.ok(ev.cursor);
+    seen.push(`${ev.ticket_key} ${ev.seq}`);
+    if (ev.kind === "ticket.done") done.add(ev.ticket_key);
+    if (keys.every((k) => done.has(k))) break;
+  }
+  assert.equal(new Set(seen).size, seen.length, seen.join(", "));
+  for (const key of keys) {
+    const mine = seen.filter((s) => s.startsWith(`${key} `)).map((s) => Number(s.split(" ")[1]));
+    assert.deepEqual(mine, [...mine].sort((a, b) => a - b));
+    assert.ok(mine.length >= 3, `${key}: ${mine}`);
+  }
+  assert.ok((await cuts("/v1/events", LABEL)) >= 2);
+});
