@@ -249,7 +249,8 @@ export interface paths {
         };
         /**
          * All tickets' events (SSE)
-         * @description Without a cursor it starts with new events. SSE `id:` is an opaque cursor; resuming with
+         * @description Without a cursor it starts with new events; with the cursor `0` it starts with the oldest event
+         *     the desk keeps, then goes on live. SSE `id:` is an opaque cursor; resuming with
          *     `Last-Event-ID` or `?after=` delivers every persisted event after it exactly once, each
          *     ticket's events in `seq` order, even while many tickets write at once.
          */
@@ -1004,7 +1005,7 @@ export interface components {
         ErrorDetail: {
             /**
              * @description `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`, `payload_too_large`,
-             *     `headers_too_large`, `validation_failed`, `unavailable`, `timeout` or `internal`.
+             *     `headers_too_large`, `unsupported_media_type`, `validation_failed`, `unavailable`, `timeout` or `internal`.
              */
             code: string;
             message: string;
@@ -1961,6 +1962,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     send_message: {
@@ -2020,6 +2030,15 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     stream_message: {
@@ -2063,6 +2082,15 @@ export interface operations {
                 };
             };
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2307,6 +2335,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     mcp_end: {
@@ -2531,6 +2568,8 @@ export interface operations {
             /** @description Replaced */
             200: {
                 headers: {
+                    /** @description Present when the agent must call a tool on every turn and holds one that creates tickets */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2540,6 +2579,8 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    /** @description Present when the agent must call a tool on every turn and holds one that creates tickets */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2574,6 +2615,15 @@ export interface operations {
             };
             /** @description The body is larger than 1 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2676,7 +2726,10 @@ export interface operations {
     global_events: {
         parameters: {
             query?: {
-                /** @description Resume after this cursor (an SSE `id:` of this stream). */
+                /**
+                 * @description Resume after this cursor (an SSE `id:` of this stream); `0` starts with the oldest event
+                 *     the desk keeps.
+                 */
                 after?: string;
                 /** @description Comma-separated labels: events of tickets with any of them. */
                 label?: string;
@@ -2686,7 +2739,7 @@ export interface operations {
                 kind?: string;
             };
             header?: {
-                /** @description Resume after this cursor */
+                /** @description Resume after this cursor (`0`: from the oldest kept event) */
                 "Last-Event-ID"?: string;
             };
             path?: never;
@@ -2931,6 +2984,15 @@ export interface operations {
             };
             /** @description The body is larger than 1 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3238,6 +3300,8 @@ export interface operations {
             /** @description Replaced */
             200: {
                 headers: {
+                    /** @description Present when the key or a header names a variable this process's environment does not set */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3247,6 +3311,8 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    /** @description Present when the key or a header names a variable this process's environment does not set */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3290,6 +3356,15 @@ export interface operations {
             };
             /** @description The body is larger than 1 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3520,6 +3595,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3734,6 +3818,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4035,6 +4128,8 @@ export interface operations {
             /** @description An idempotent repeat: the ticket created first */
             200: {
                 headers: {
+                    /** @description Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4044,6 +4139,8 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    /** @description Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4084,6 +4181,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4133,6 +4239,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4250,6 +4358,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -4351,6 +4468,15 @@ export interface operations {
             };
             /** @description The body is larger than 1 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4589,6 +4715,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5019,6 +5154,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -5218,6 +5362,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5431,6 +5584,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -250,7 +250,8 @@ export interface paths {
         };
         /**
          * All tickets' events (SSE)
-         * @description Without a cursor it starts with new events. SSE `id:` is an opaque cursor; resuming with
+         * @description Without a cursor it starts with new events; with the cursor `0` it starts with the oldest event
+         *     the desk keeps, then goes on live. SSE `id:` is an opaque cursor; resuming with
          *     `Last-Event-ID` or `?after=` delivers every persisted event after it exactly once, each
          *     ticket's events in `seq` order, even while many tickets write at once.
          */
@@ -1005,7 +1006,7 @@ export interface components {
         ErrorDetail: {
             /**
              * @description `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`, `payload_too_large`,
-             *     `headers_too_large`, `validation_failed`, `unavailable`, `timeout` or `internal`.
+             *     `headers_too_large`, `unsupported_media_type`, `validation_failed`, `unavailable`, `timeout` or `internal`.
              */
             code: string;
             message: string;
@@ -1962,6 +1963,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     send_message: {
@@ -2021,6 +2031,15 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     stream_message: {
@@ -2064,6 +2083,15 @@ export interface operations {
                 };
             };
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2308,6 +2336,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     mcp_end: {
@@ -2532,6 +2569,8 @@ export interface operations {
             /** @description Replaced */
             200: {
                 headers: {
+                    /** @description Present when the agent must call a tool on every turn and holds one that creates tickets */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2541,6 +2580,8 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    /** @description Present when the agent must call a tool on every turn and holds one that creates tickets */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2575,6 +2616,15 @@ export interface operations {
             };
             /** @description The body is larger than 1 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2677,7 +2727,10 @@ export interface operations {
     global_events: {
         parameters: {
             query?: {
-                /** @description Resume after this cursor (an SSE `id:` of this stream). */
+                /**
+                 * @description Resume after this cursor (an SSE `id:` of this stream); `0` starts with the oldest event
+                 *     the desk keeps.
+                 */
                 after?: string;
                 /** @description Comma-separated labels: events of tickets with any of them. */
                 label?: string;
@@ -2687,7 +2740,7 @@ export interface operations {
                 kind?: string;
             };
             header?: {
-                /** @description Resume after this cursor */
+                /** @description Resume after this cursor (`0`: from the oldest kept event) */
                 "Last-Event-ID"?: string;
             };
             path?: never;
@@ -2932,6 +2985,15 @@ export interface operations {
             };
             /** @description The body is larger than 1 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3239,6 +3301,8 @@ export interface operations {
             /** @description Replaced */
             200: {
                 headers: {
+                    /** @description Present when the key or a header names a variable this process's environment does not set */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3248,6 +3312,8 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    /** @description Present when the key or a header names a variable this process's environment does not set */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3291,6 +3357,15 @@ export interface operations {
             };
             /** @description The body is larger than 1 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3521,6 +3596,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3735,6 +3819,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4036,6 +4129,8 @@ export interface operations {
             /** @description An idempotent repeat: the ticket created first */
             200: {
                 headers: {
+                    /** @description Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4045,6 +4140,8 @@ export interface operations {
             /** @description Created */
             201: {
                 headers: {
+                    /** @description Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4085,6 +4182,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4134,6 +4240,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match */
+                    "AgentDesk-Warning"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4251,6 +4359,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -4352,6 +4469,15 @@ export interface operations {
             };
             /** @description The body is larger than 1 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4590,6 +4716,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5020,6 +5155,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -5219,6 +5363,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5432,6 +5585,15 @@ export interface operations {
                 };
             };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
