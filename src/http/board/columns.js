@@ -56,7 +56,7 @@ export function boardPage(main, app) {
 
   function createForm() {
     const task = h('textarea', { id: 'new-task', name: 'task', rows: 3, required: true, placeholder: 'What should the agent do?' });
-    const labels = h('input', { id: 'new-labels', name: 'labels', placeholder: 'comma-separated; an agent takes the tickets with one of its labels' });
+    const labels = h('input', { id: 'new-labels', name: 'labels', placeholder: 'comma-separated', title: 'An agent takes the tickets that carry one of its labels (or its name)' });
     const priority = h('input', { id: 'new-priority', name: 'priority', type: 'number', value: '0', step: '1' });
     const schema = h('textarea', { id: 'new-schema', name: 'schema', rows: 3, placeholder: '{"type": "object", "required": ["answer"]}' });
     const error = h('p', { class: 'error', role: 'alert' });
