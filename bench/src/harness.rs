@@ -324,6 +324,7 @@ pub async fn machine(db_url: Option<&str>) -> Value {
 
 /// Raises the open-file limit to the hard limit (children inherit it); returns the new limit.
 pub fn raise_fd_limit() -> u64 {
+    // SAFETY: getrlimit and setrlimit read and write a `rlimit` that lives on this stack frame.
     unsafe {
         let mut lim = libc::rlimit {
             rlim_cur: 0,

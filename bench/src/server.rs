@@ -116,6 +116,7 @@ impl Server {
             }
             Server::Child { child: mut guard, .. } => {
                 let child = &mut guard.0;
+                // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
                 unsafe {
                     libc::kill(child.id() as i32, libc::SIGTERM);
                 }
@@ -354,6 +355,7 @@ fn cpu_ticks(pid: u32, with_children: bool) -> Option<u64> {
 }
 
 fn ticks_to_secs(ticks: u64) -> f64 {
+    // SAFETY: sysconf reads a system setting; it touches no memory of ours.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     ticks as f64 / hz
 }

@@ -18,7 +18,7 @@ use super::LOCK_TIMEOUT;
 /// place up front; a missing `postgres` user counts as reachable, since it
 /// is created with the access it needs.
 pub fn data_dir_reachable(data_dir: &Path) -> bool {
-    if unsafe { libc::geteuid() } != 0 {
+    if !super::sys::is_root() {
         return true;
     }
     let Ok(data_dir) = absolute(data_dir) else {
@@ -67,7 +67,6 @@ pub(super) fn absolute(path: &Path) -> Result<PathBuf> {
 /// parallel) never initdb or start the same directory at once. The lock is
 /// released when the file is closed, including when the process dies.
 pub(super) async fn lock_file(path: &Path) -> Result<File> {
-    use std::os::fd::AsRawFd;
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -77,10 +76,9 @@ pub(super) async fn lock_file(path: &Path) -> Result<File> {
         .with_context(|| format!("opening lock file {}", path.display()))?;
     let deadline = Instant::now() + LOCK_TIMEOUT;
     loop {
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        let Err(err) = super::sys::try_lock(&file) else {
             return Ok(file);
-        }
-        let err = std::io::Error::last_os_error();
+        };
         if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
             return Err(err).with_context(|| format!("locking {}", path.display()));
         }

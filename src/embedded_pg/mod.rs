@@ -27,6 +27,7 @@
 mod host;
 mod password;
 mod process;
+mod sys;
 
 pub use host::data_dir_reachable;
 use std::fs;
@@ -163,11 +164,7 @@ impl EmbeddedPostgres {
         fs::create_dir_all(&layout.parent).with_context(|| format!("creating {}", layout.parent.display()))?;
         let _lock = lock_file(&layout.lock).await?;
 
-        let run_as = if unsafe { libc::geteuid() } == 0 {
-            Some(postgres_user()?)
-        } else {
-            None
-        };
+        let run_as = if sys::is_root() { Some(postgres_user()?) } else { None };
         if let Some(user) = &run_as {
             check_reachable(&layout.parent, user)?;
         }

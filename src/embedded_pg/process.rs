@@ -205,8 +205,10 @@ pub(super) fn pid_alive(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    match super::sys::kill(pid, 0) {
+        Ok(()) => true,
+        Err(err) => err.raw_os_error() == Some(libc::EPERM),
+    }
 }
 
 /// Whether the process is a postgres. After a reboot or in a new container
@@ -234,17 +236,14 @@ pub(super) fn process_gone(pid: i32, child: Option<&mut Child>) -> bool {
     match child {
         Some(child) => !matches!(child.try_wait(), Ok(None)),
         None => {
-            unsafe {
-                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
-            }
+            super::sys::reap(pid);
             !pid_alive(pid)
         }
     }
 }
 
 pub(super) fn send_signal(pid: i32, signal: i32) -> Result<()> {
-    if unsafe { libc::kill(pid, signal) } != 0 {
-        let err = std::io::Error::last_os_error();
+    if let Err(err) = super::sys::kill(pid, signal) {
         if err.raw_os_error() == Some(libc::ESRCH) {
             return Ok(());
         }

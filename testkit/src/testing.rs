@@ -84,6 +84,7 @@ fn shared_dir() -> PathBuf {
     if embedded_pg::data_dir_reachable(&dir) {
         dir
     } else {
+        // SAFETY: geteuid takes no arguments, cannot fail and touches no memory.
         std::env::temp_dir().join(format!("agentdesk-test-pg-{}", unsafe { libc::geteuid() }))
     }
 }
@@ -135,6 +136,7 @@ fn pid_alive(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
     };
+    // SAFETY: kill(2) with signal 0 only checks that the pid exists; it touches no memory.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }

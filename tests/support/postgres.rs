@@ -21,6 +21,7 @@ pub fn pg_bindir() -> String {
 
 /// initdb and postgres refuse root; the embedded server runs as `postgres` then.
 pub fn as_postgres_user(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    // SAFETY: geteuid takes no arguments, cannot fail and touches no memory.
     if unsafe { libc::geteuid() } == 0 {
         use std::os::unix::process::CommandExt;
         let id = |flag: &str| -> u32 {
