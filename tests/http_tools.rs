@@ -15,14 +15,20 @@ use testkit::fake_llm::{FakeLlm, Reply};
 /// The value of `${env:HTTP_TOOLS_TEST_SECRET}`.
 const SECRET: &str = "zq-very-secret-7731";
 
-/// Every test calls this first: the process's log capture and the secrets the tools read, set
-/// once before any test runs a service (setting the environment while another thread reads it
-/// is a race).
+/// Every test calls this first: the process's log capture, and a check that the secrets the
+/// tools read are in the environment (`.cargo/config.toml` sets them for the tests).
 fn logs() -> &'static CapturedLogs {
     static LOGS: OnceLock<CapturedLogs> = OnceLock::new();
     LOGS.get_or_init(|| {
-        std::env::set_var("HTTP_TOOLS_TEST_WEATHER_TOKEN", "s3cr3t-weather");
-        std::env::set_var("HTTP_TOOLS_TEST_SECRET", SECRET);
+        assert_eq!(
+            std::env::var("HTTP_TOOLS_TEST_SECRET").as_deref(),
+            Ok(SECRET),
+            "see .cargo/config.toml"
+        );
+        assert_eq!(
+            std::env::var("HTTP_TOOLS_TEST_WEATHER_TOKEN").as_deref(),
+            Ok("s3cr3t-weather")
+        );
         CapturedLogs::install("debug")
     })
 }

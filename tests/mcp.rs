@@ -482,20 +482,24 @@ async fn an_inward_address_is_refused_and_nothing_is_sent() {
 async fn a_url_template_may_name_the_host() {
     let app = app().await;
     let server = McpHttpServer::start(ProtocolVersion::V_2025_11_25, true).await;
-    let host = server.url.trim_start_matches("http://").trim_end_matches("/mcp");
-    std::env::set_var("AGENTDESK_TEST_MCP_HOST", host);
-    let templated = "http://${env:AGENTDESK_TEST_MCP_HOST}/mcp";
+    // AGENTDESK_TEST_MCP_HOST is 127.0.0.1 (.cargo/config.toml).
+    let port = server.url.rsplit(':').next().unwrap().trim_end_matches("/mcp");
+    let templated = format!("http://${{env:AGENTDESK_TEST_MCP_HOST}}:{port}/mcp");
     let view = put_server(&app, "hosted", json!({ "url": templated })).await;
     assert_eq!(
         (view["status"].as_str(), view["url"].as_str()),
-        (Some("ok"), Some(templated))
+        (Some("ok"), Some(templated.as_str()))
     );
 }
 
 #[tokio::test]
 async fn expanded_secrets_never_leak() {
     const SECRET: &str = "s3cret-mcp-token-9731";
-    std::env::set_var("AGENTDESK_TEST_MCP_SECRET", SECRET);
+    assert_eq!(
+        std::env::var("AGENTDESK_TEST_MCP_SECRET").as_deref(),
+        Ok(SECRET),
+        "see .cargo/config.toml"
+    );
     let app = app().await;
     let server = McpHttpServer::start(ProtocolVersion::V_2025_11_25, true).await;
     let view = put_server(

@@ -13,7 +13,11 @@ use testkit::mcp_server::McpHttpServer;
 #[tokio::test]
 async fn expanded_mcp_secrets_are_never_logged() {
     const SECRET: &str = "s3cret-logged-mcp-token-5521";
-    std::env::set_var("AGENTDESK_TEST_MCP_LOG_SECRET", SECRET);
+    assert_eq!(
+        std::env::var("AGENTDESK_TEST_MCP_LOG_SECRET").as_deref(),
+        Ok(SECRET),
+        "see .cargo/config.toml"
+    );
     let logs = CapturedLogs::install("debug");
 
     let app = TestApp::spawn_with(|c| c.mcp_allow_private = Some(true)).await;

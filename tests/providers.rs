@@ -161,7 +161,11 @@ async fn an_agent_naming_an_unknown_provider_or_tool_choice_is_refused() {
 
 #[tokio::test]
 async fn a_ticket_is_worked_through_a_named_provider_whose_key_is_expanded_only_on_the_wire() {
-    std::env::set_var("AGENTDESK_TEST_KEY_WIRE", "sk-local-123");
+    assert_eq!(
+        std::env::var("AGENTDESK_TEST_KEY_WIRE").as_deref(),
+        Ok("sk-local-123"),
+        "see .cargo/config.toml"
+    );
     let (app, hosted) = start().await;
     let local = FakeLlm::start().await;
     let (code, _) = define(
