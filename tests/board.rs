@@ -1,6 +1,7 @@
 //! The board in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`)
 //! against the service on a real port, with the fake model server streaming slowly behind it.
-//! Screenshots land in `target/board-screenshots/`. Any error the page logs fails the test.
+//! Screenshots land in `target/board-screenshots/`. Any error the page logs fails the test. The
+//! API reference at `/docs` is opened here too, in a browser that can reach only this machine.
 
 mod support;
 #[path = "support/webdriver.rs"]
@@ -589,4 +590,93 @@ async fn the_board_resumes_its_stream_with_last_event_id_after_the_service_resta
     assert_no_page_errors(&browser).await;
     browser.close().await;
     second.shutdown().await;
+}
+
+/// `/docs` renders the API reference from assets in the binary: with tokens set (the page and the
+/// document it reads need none) and a browser that can reach nothing but this machine, the
+/// operations show with their paths and summaries, every resource came from the desk, and the
+/// page logged no error (a refused load or a content-security-policy violation included).
+#[tokio::test]
+async fn the_api_reference_renders_with_the_network_cut_off() {
+    if !browser_available() {
+        return;
+    }
+    let app = TestApp::spawn_with(|c| c.api_tokens = vec!["docs-secret".into()]).await;
+    let browser = Browser::start_offline(1280, 900).await.expect("start Chromium");
+    browser.goto(&app.endpoint("/docs")).await.unwrap();
+    wait(
+        &browser,
+        "the operations listed",
+        "const text = document.body.innerText; \
+         return text.includes('/v1/tickets') && text.includes('Create a ticket') \
+             && text.includes('List tickets') && text.includes('/a2a/message:send')",
+    )
+    .await;
+    // Operations' parameters, request body schemas and responses are on the page too (the
+    // viewer writes headings in capitals, hence the lower case).
+    wait(
+        &browser,
+        "a request body schema and responses",
+        "const text = document.body.innerText.toLowerCase(); \
+         return text.includes('request body schema') && text.includes('responses') \
+             && text.includes('idempotency-key') && text.includes('query parameters')",
+    )
+    .await;
+    browser.screenshot(&screenshot_path("docs.png")).await.unwrap();
+    let origin = app.endpoint("");
+    let foreign = browser
+        .execute(
+            "return performance.getEntriesByType('resource').map(e => e.name) \
+                 .filter(n => !n.startsWith(arguments[0]) && !n.startsWith('blob:') && !n.startsWith('data:'))",
+            vec![json!(origin)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(foreign, json!([]), "resources from elsewhere");
+    let loaded = browser
+        .execute(
+            "return performance.getEntriesByType('resource').map(e => new URL(e.name).pathname)",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        loaded.as_array().unwrap().contains(&json!("/openapi.json")),
+        "the page reads /openapi.json: {loaded}"
+    );
+    let errors = browser.page_errors().await.expect("read the page's errors");
+    assert!(errors.is_empty(), "/docs logged errors: {errors:#?}");
+    browser.close().await;
+    app.shutdown().await;
+}
+
+/// The served `/docs` page names no absolute URL: its script, style and icon come from the desk.
+#[tokio::test]
+async fn the_api_reference_page_references_nothing_outside_the_desk() {
+    let app = TestApp::spawn_with(|c| c.api_tokens = vec!["docs-secret".into()]).await;
+    let plain = reqwest::Client::new();
+    let page = plain.get(app.endpoint("/docs")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    let html = page.text().await.unwrap();
+    let absolute = regex::Regex::new(r#"(?i)(https?:)?//[^\s"'<>)]+"#).unwrap();
+    let found: Vec<&str> = absolute.find_iter(&html).map(|m| m.as_str()).collect();
+    assert!(found.is_empty(), "absolute URLs in /docs: {found:?}");
+    let sources = regex::Regex::new(r#"(?i)\b(?:src|href|spec-url)="([^"]*)""#).unwrap();
+    let referenced: Vec<&str> = sources
+        .captures_iter(&html)
+        .map(|c| c.get(1).unwrap().as_str())
+        .collect();
+    assert!(referenced.contains(&"/openapi.json"), "{referenced:?}");
+    for path in referenced {
+        assert!(path.starts_with('/'), "{path}");
+        let answer = plain.get(app.endpoint(path)).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{path} is served without a token");
+    }
+    app.shutdown().await;
 }

@@ -150,6 +150,11 @@ async fn bad_schedules_are_refused_naming_the_field_and_change_nothing() {
             "end_at",
         ),
         (with(json!({"catch_up_window_secs": -1})), "catch_up_window_secs"),
+        (
+            with(json!({"start_at": ""})),
+            "`start_at` must be an RFC 3339 date-time",
+        ),
+        (with(json!({"end_at": 5})), "`end_at` must be an RFC 3339 date-time"),
         (with(json!({"overlap": "sometimes"})), "overlap"),
         (with(json!({"catch_up": "all"})), "catch_up"),
         (with(json!({"name": "has space"})), "name"),
@@ -193,6 +198,8 @@ async fn bad_schedules_are_refused_naming_the_field_and_change_nothing() {
         (json!({"cron": "nope"}), "cron"),
         (json!({"timezone": "Nowhere"}), "timezone"),
         (json!({"catch_up_window_secs": -5}), "catch_up_window_secs"),
+        (json!({"start_at": ""}), "`start_at` must be an RFC 3339 date-time"),
+        (json!({"end_at": "tomorrow"}), "`end_at` must be an RFC 3339 date-time"),
         (
             json!({"start_at": "2030-01-01T00:00:00Z", "end_at": "2029-01-01T00:00:00Z"}),
             "end_at",

@@ -6,6 +6,7 @@ pub mod approvals;
 pub mod auth;
 pub mod board;
 pub mod cross_site;
+pub mod docs;
 pub mod error;
 pub mod events;
 pub mod extract;
@@ -37,7 +38,6 @@ use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use utoipa_scalar::{Scalar, Servable};
 
 use crate::config::Config;
 use crate::events::EventHub;
@@ -168,7 +168,7 @@ pub fn router(state: AppState) -> Router {
 
     routes
         .route("/openapi.json", get(openapi_json))
-        .merge(Scalar::with_url("/docs", api))
+        .merge(docs::routes())
         .merge(board::routes())
         .merge(agent_protocols::mcp::routes(state.clone()))
         .merge(agent_protocols::a2a::routes())

@@ -4,6 +4,8 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use super::agent_protocols::document as protocols;
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -19,6 +21,8 @@ use utoipa::{Modify, OpenApi};
         crate::db::desk_stats::Stats, crate::db::desk_stats::Figures, crate::db::desk_stats::StatusCounts,
         crate::db::retention::Storage,
         super::error::ErrorBody, super::error::ErrorDetail,
+        protocols::A2aTaskState, protocols::McpAccept, protocols::McpStreamAccept, protocols::McpProtocolVersion,
+        protocols::McpSessionProtocolVersion,
     )),
     paths(
         super::agent_protocols::document::mcp, super::agent_protocols::document::mcp_stream, super::agent_protocols::document::mcp_end,
@@ -37,7 +41,7 @@ use utoipa::{Modify, OpenApi};
         (name = "providers", description = "Model providers by name: the built-in openai and anthropic, and local servers or gateways defined here"),
         (name = "webhooks", description = "Events POSTed to your endpoints as signed Standard Webhooks, with a delivery log"),
         (name = "schedules", description = "Recurring tickets: a cron expression in a time zone, one ticket per fire time"),
-        (name = "agent-protocols", description = "The desk for other agents: an MCP server at /mcp and an A2A v1.0 agent (card, HTTP+JSON under /a2a, JSON-RPC at /a2a/jsonrpc)"),
+        (name = "agent-protocols", description = "The desk for other agents: an MCP server at /mcp and an A2A v1.0 agent (card, HTTP+JSON under /a2a, JSON-RPC at /a2a/jsonrpc; an `A2A-Version` header or query parameter, if sent, must be 1.x). JSON-RPC errors come with HTTP 200."),
         (name = "health", description = "Liveness and readiness (no token)"),
         (name = "stats", description = "Figures"),
     )
@@ -89,6 +93,18 @@ pub fn declare_common_responses(document: &mut utoipa::openapi::OpenApi, with_to
         if path == "/mcp" || path.starts_with("/a2a/") {
             // The agent protocols: the same tokens, their own error bodies otherwise.
             for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+                let responses = &mut operation.responses.responses;
+                add_error(responses, "431", "The request's headers are larger than 32 KiB");
+                add_error(
+                    responses,
+                    "503",
+                    "The database is unavailable, or the request ran out of time",
+                );
+                for parameter in operation.parameters.iter_mut().flatten() {
+                    if parameter.parameter_in == ParameterIn::Header {
+                        never_null(&mut parameter.schema);
+                    }
+                }
                 if with_tokens {
                     operation.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
                 } else {
@@ -164,6 +180,13 @@ fn never_null(schema: &mut Option<utoipa::openapi::RefOr<utoipa::openapi::schema
     let Ok(mut value) = serde_json::to_value(current) else {
         return;
     };
+    // An optional header of a named schema: `oneOf` null or it.
+    if let Some(choices) = value.get("oneOf").and_then(|c| c.as_array()) {
+        let not_null: Vec<&serde_json::Value> = choices.iter().filter(|c| c["type"] != "null").collect();
+        if let [only] = not_null.as_slice() {
+            value = (*only).clone();
+        }
+    }
     if let Some(types) = value.get_mut("type").and_then(|t| t.as_array_mut()) {
         types.retain(|t| t != "null");
         if let [only] = types.as_slice() {
@@ -234,9 +257,11 @@ pub fn document_json() -> String {
     to_json(&document())
 }
 
-/// The text served at `/openapi.json`.
+/// The text served at `/openapi.json`: the document with the agent protocols' schemas.
 pub(super) fn to_json(document: &utoipa::openapi::OpenApi) -> String {
-    let mut text = document.to_pretty_json().unwrap_or_default();
+    let mut value = serde_json::to_value(document).unwrap_or_default();
+    protocols::add_schemas(&mut value);
+    let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
     text.push('\n');
     text
 }

@@ -35,8 +35,10 @@ pub struct CreateSchedule {
     /// Default true; false pauses.
     pub enabled: Option<bool>,
     /// Fire times start here (inclusive).
+    #[serde(default, deserialize_with = "start_at")]
     pub start_at: Option<DateTime<Utc>>,
     /// Fire times stop here (inclusive); must be after `start_at`.
+    #[serde(default, deserialize_with = "end_at")]
     pub end_at: Option<DateTime<Utc>>,
     /// `skip` (default), `allow` or `cancel_previous`.
     #[schema(value_type = Option<Overlap>)]
@@ -87,10 +89,10 @@ pub struct PatchSchedule {
     #[schema(value_type = Option<Object>)]
     pub ticket: Option<Value>,
     pub enabled: Option<bool>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_start_at")]
     #[schema(value_type = Option<DateTime<Utc>>)]
     pub start_at: Option<Option<DateTime<Utc>>>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_end_at")]
     #[schema(value_type = Option<DateTime<Utc>>)]
     pub end_at: Option<Option<DateTime<Utc>>>,
     #[schema(value_type = Option<Overlap>)]
@@ -104,6 +106,40 @@ pub struct PatchSchedule {
 /// A field that is present (even as null) is `Some`.
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
+}
+
+/// A date-time field, RFC 3339, or null; one of another form is refused naming the field and the
+/// format (serde's own message says neither).
+fn date_time<'de, D: Deserializer<'de>>(d: D, field: &str) -> Result<Option<DateTime<Utc>>, D::Error> {
+    let refused = |got: &str| {
+        serde::de::Error::custom(format!(
+            "`{field}` must be an RFC 3339 date-time such as 2030-01-01T09:00:00Z, or null (got {got})"
+        ))
+    };
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(text) => text
+            .parse::<DateTime<chrono::FixedOffset>>()
+            .map(|t| Some(t.with_timezone(&Utc)))
+            .map_err(|_| refused(&format!("{text:?}"))),
+        other => Err(refused(&other.to_string())),
+    }
+}
+
+fn start_at<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    date_time(d, "start_at")
+}
+
+fn end_at<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    date_time(d, "end_at")
+}
+
+fn present_start_at<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<DateTime<Utc>>>, D::Error> {
+    date_time(d, "start_at").map(Some)
+}
+
+fn present_end_at<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<DateTime<Utc>>>, D::Error> {
+    date_time(d, "end_at").map(Some)
 }
 
 #[derive(Serialize, ToSchema)]

@@ -46,6 +46,20 @@ pub fn browser_available() -> bool {
 impl Browser {
     /// Starts chromedriver on a free port and opens a headless Chromium session of `width`×`height`.
     pub async fn start(width: u32, height: u32) -> anyhow::Result<Browser> {
+        Browser::start_with(width, height, &[]).await
+    }
+
+    /// A session that can reach only this machine's loopback addresses: no host name resolves,
+    /// and everything else goes to a proxy that refuses every connection (a port just closed).
+    pub async fn start_offline(width: u32, height: u32) -> anyhow::Result<Browser> {
+        let refused = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let resolver = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1".to_owned();
+        let proxy = format!("--proxy-server=http://127.0.0.1:{refused}");
+        Browser::start_with(width, height, &[resolver, proxy]).await
+    }
+
+    /// `start` with more command-line arguments for Chromium.
+    pub async fn start_with(width: u32, height: u32, extra_args: &[String]) -> anyhow::Result<Browser> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let driver = tokio::process::Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
@@ -71,13 +85,21 @@ impl Browser {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let mut args: Vec<String> = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-dev-shm-usage",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+        ]
+        .map(str::to_owned)
+        .into();
+        args.push(format!("--window-size={width},{height}"));
+        args.extend_from_slice(extra_args);
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": CHROMIUM,
-                "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                         "--no-first-run", "--disable-extensions", format!("--window-size={width},{height}")],
-            },
+            "goog:chromeOptions": { "binary": CHROMIUM, "args": args },
         }}});
         let answer = command(
             &http,

@@ -38,8 +38,9 @@ export interface paths {
         /**
          * A2A over JSON-RPC 2.0
          * @description Methods `SendMessage`, `SendStreamingMessage`, `GetTask`, `ListTasks`, `CancelTask` and
-         *     `SubscribeToTask`. Errors are JSON-RPC error objects with HTTP 200; a `read:` token may call
-         *     only GetTask, ListTasks and SubscribeToTask.
+         *     `SubscribeToTask`. Errors are JSON-RPC error objects with HTTP 200 (a body that is not
+         *     JSON, an unknown method, invalid params, no such task); a `read:` token may call only
+         *     GetTask, ListTasks and SubscribeToTask.
          */
         post: operations["jsonrpc"];
         delete?: never;
@@ -157,6 +158,7 @@ export interface paths {
          *     Tools: `create_ticket` (with `wait_secs`, 0 to 300), `get_ticket`, `list_tickets`,
          *     `comment_ticket`, `cancel_ticket`, `retry_ticket`, `answer_approval`; resource template
          *     `agentdesk://tickets/{ticket}`. A `read:` token sees and calls only the reading tools.
+         *     JSON-RPC errors (an unknown method or tool, invalid params) are answered with HTTP 200.
          *     See https://modelcontextprotocol.io/specification.
          */
         post: operations["mcp"];
@@ -755,6 +757,126 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description A JSON-RPC 2.0 request of A2A: `params` is the method's request message (SendMessageRequest for the sending methods; `{id, historyLength}` for GetTask, `{id}` for CancelTask and SubscribeToTask; ListTasksRequest's fields for ListTasks). */
+        A2aJsonRpcRequest: {
+            /** @constant */
+            jsonrpc: "2.0";
+            /** @description The request's id, echoed in its response */
+            id: string | number;
+            /** @enum {unknown} */
+            method: "SendMessage" | "SendStreamingMessage" | "GetTask" | "ListTasks" | "CancelTask" | "SubscribeToTask";
+            params?: Record<string, never>;
+        };
+        A2aListTasksResponse: {
+            tasks: components["schemas"]["A2aTask"][];
+            /** @description Empty on the last page */
+            nextPageToken: string;
+            pageSize: number;
+            totalSize: number;
+        };
+        A2aMessage: {
+            messageId: string;
+            contextId?: string | null;
+            /** @description The task to add this message to (as a comment); it must exist and wait for input */
+            taskId?: string | null;
+            /** @enum {unknown} */
+            role: "ROLE_USER" | "ROLE_AGENT";
+            parts: components["schemas"]["A2aPart"][];
+            metadata?: components["schemas"]["A2aMetadata"];
+        };
+        /** @description Free metadata, kept on the ticket; `skill` (an agent's name) or else `labels` label the ticket a message creates. */
+        A2aMetadata: ((null | {
+            skill: string;
+        } | {
+            skill?: null;
+            labels?: string[] | null;
+        }) | null) | null | {
+            skill: string;
+        } | {
+            skill?: null;
+            labels?: string[] | null;
+        };
+        /** @description One part of a message: `text`, or `data` (any JSON); `url` and `raw` (file parts) are kept but not read as the task. A null field is an absent one. */
+        A2aPart: {
+            text?: string | null;
+            data?: unknown;
+            url?: string | null;
+            /** @description Base64 */
+            raw?: string | null;
+            mediaType?: string | null;
+            filename?: string | null;
+            metadata?: unknown;
+        };
+        A2aSendMessageRequest: {
+            /** @description Its text parts, joined, are the task (or the comment), and must not be blank; without text parts, its data parts are (one: its JSON, but null or a blank string; several: an array of them). */
+            message: {
+                parts?: unknown | unknown;
+            } & components["schemas"]["A2aMessage"];
+            /** @description An array is read as the fields in this order */
+            configuration?: {
+                /** @description How much history the answer holds; message:send refuses a negative one, message:stream does not read it */
+                historyLength?: number | null;
+                /** @description Answer at once instead of when the task is terminal or needs input */
+                returnImmediately?: boolean | null;
+            } | unknown[] | null;
+            /** @description Read as A2aMetadata when the message's metadata names no skill or labels */
+            metadata?: Record<string, never> | null;
+        } | {
+            message?: {
+                metadata?: {
+                    skill: unknown;
+                } | {
+                    labels: unknown;
+                };
+            };
+        } | {
+            metadata?: components["schemas"]["A2aMetadata"];
+        };
+        A2aSendMessageResponse: {
+            task: components["schemas"]["A2aTask"];
+        };
+        /** @description An A2A error of the HTTP+JSON binding: a google.rpc.Status whose `details` hold a google.rpc.ErrorInfo naming the error (`reason`: TASK_NOT_FOUND, TASK_NOT_CANCELABLE, INVALID_PARAMS, PARSE_ERROR, VERSION_NOT_SUPPORTED, …). */
+        A2aStatus: {
+            error: {
+                /** @description The HTTP status */
+                code: number;
+                /**
+                 * @example INVALID_ARGUMENT
+                 * @example NOT_FOUND
+                 * @example FAILED_PRECONDITION
+                 */
+                status: string;
+                message: string;
+                details?: Record<string, never>[];
+            };
+        };
+        /** @description One server-sent event: `data` is the JSON text of a StreamResponse (`{"task"}`, `{"statusUpdate"}` or `{"artifactUpdate"}`); `: ping` comments carry nothing. */
+        A2aStreamEvent: {
+            data?: string;
+        };
+        A2aTask: {
+            /** @description The ticket's id */
+            id: string;
+            contextId: string;
+            status: {
+                state: components["schemas"]["A2aTaskState"];
+                message?: Record<string, never>;
+                /** Format: date-time */
+                timestamp: string;
+            };
+            artifacts?: {
+                artifactId: string;
+                name?: string;
+                parts: components["schemas"]["A2aPart"][];
+            }[];
+            history?: Record<string, never>[];
+            metadata?: Record<string, never>;
+        };
+        /**
+         * @description The states an A2A task may be in, by their ProtoJSON names.
+         * @enum {string}
+         */
+        A2aTaskState: "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING" | "TASK_STATE_INPUT_REQUIRED" | "TASK_STATE_COMPLETED" | "TASK_STATE_FAILED" | "TASK_STATE_CANCELED" | "TASK_STATE_REJECTED" | "TASK_STATE_AUTH_REQUIRED" | "TASK_STATE_UNSPECIFIED";
         Agent: {
             name: string;
             /** @description The system prompt. */
@@ -1313,6 +1435,59 @@ export interface components {
             /** Format: date-time */
             updated_at?: string | null;
         };
+        JsonRpcErrorObject: {
+            /** @description -32700 parse error, -32600 invalid request, -32601 method not found, -32602 invalid params, -32603 internal error; A2A's own from -32001 */
+            code: number;
+            message: string;
+            data?: unknown;
+        };
+        /** @description A JSON-RPC 2.0 response: `result`, or `error` (sent with HTTP 200). */
+        JsonRpcResponse: {
+            /** @constant */
+            jsonrpc: "2.0";
+            /** @description The request's id; null when the request could not be read */
+            id?: string | number | null;
+            result?: unknown;
+            error?: components["schemas"]["JsonRpcErrorObject"];
+        };
+        /**
+         * @description `Accept` of an MCP request: both kinds of answer.
+         * @enum {string}
+         */
+        McpAccept: "application/json, text/event-stream";
+        /** @description One JSON-RPC 2.0 message of the Model Context Protocol: a request (`id` and `method`), a notification (`method` alone), or a response to a request of the server (`id` and `result` or `error`). Batches are not read. */
+        McpMessage: {
+            /** @constant */
+            jsonrpc: "2.0";
+            /** @description The request's id, echoed in its response */
+            id?: string | number;
+            /**
+             * @example initialize
+             * @example tools/list
+             * @example tools/call
+             */
+            method: string;
+            params?: Record<string, never>;
+        } | {
+            /** @constant */
+            jsonrpc: "2.0";
+            /** @description The request's id, echoed in its response */
+            id: string | number;
+            result: Record<string, never>;
+        } | {
+            /** @constant */
+            jsonrpc: "2.0";
+            /** @description The request's id, echoed in its response */
+            id: string | number;
+            error: components["schemas"]["JsonRpcErrorObject"];
+        };
+        /**
+         * @description `MCP-Protocol-Version`: the revisions the transport accepts (any other is refused with 400).
+         * @enum {string}
+         */
+        McpProtocolVersion: "2024-11-05" | "2025-03-26" | "2025-06-18" | "2025-11-25" | "2026-07-28";
+        /** @description The desk's error body, or a JSON-RPC response whose `error` says what the transport refused */
+        McpRefusal: components["schemas"]["ErrorBody"] | components["schemas"]["JsonRpcResponse"];
         McpServerList: {
             items: components["schemas"]["McpServerView"][];
             /** @description Always null: every server is in `items`. */
@@ -1349,6 +1524,17 @@ export interface components {
             /** Format: date-time */
             updated_at?: string | null;
         };
+        /**
+         * @description `MCP-Protocol-Version` of a session's requests: the revisions with sessions (2026-07-28 has
+         *     none: 405).
+         * @enum {string}
+         */
+        McpSessionProtocolVersion: "2024-11-05" | "2025-03-26" | "2025-06-18" | "2025-11-25";
+        /**
+         * @description `Accept` of the MCP session's stream.
+         * @enum {string}
+         */
+        McpStreamAccept: "text/event-stream";
         /** @description A tool as the server last listed it. */
         McpToolInfo: {
             /** @description The server's own name for it. */
@@ -1932,19 +2118,20 @@ export interface operations {
             cookie?: never;
         };
         /** @description A JSON-RPC 2.0 request */
-        requestBody: {
+        requestBody?: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": components["schemas"]["A2aJsonRpcRequest"];
             };
         };
         responses: {
-            /** @description A JSON-RPC 2.0 response, or a text/event-stream of them for the streaming methods */
+            /** @description A JSON-RPC 2.0 response (its errors too), or a text/event-stream of them for the streaming methods */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["JsonRpcResponse"];
+                    "text/event-stream": components["schemas"]["JsonRpcResponse"];
                 };
             };
             401: {
@@ -1963,8 +2150,35 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1982,9 +2196,9 @@ export interface operations {
             cookie?: never;
         };
         /** @description A SendMessageRequest */
-        requestBody: {
+        requestBody?: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": components["schemas"]["A2aSendMessageRequest"];
             };
         };
         responses: {
@@ -1994,16 +2208,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aSendMessageResponse"];
                 };
             };
-            /** @description A google.rpc.Status */
+            /** @description Not JSON, not a SendMessageRequest, or an A2A version not spoken here */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aStatus"];
                 };
             };
             401: {
@@ -2022,17 +2236,53 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A google.rpc.Status */
+            /** @description `taskId` names no task */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aStatus"];
+                };
+            };
+            /** @description The task named by `taskId` is finished or does not wait for input */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["A2aStatus"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2050,9 +2300,9 @@ export interface operations {
             cookie?: never;
         };
         /** @description A SendMessageRequest */
-        requestBody: {
+        requestBody?: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": components["schemas"]["A2aSendMessageRequest"];
             };
         };
         responses: {
@@ -2062,16 +2312,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": unknown;
+                    "text/event-stream": components["schemas"]["A2aStreamEvent"];
                 };
             };
-            /** @description A google.rpc.Status */
+            /** @description Not JSON, not a SendMessageRequest, or an A2A version not spoken here */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aStatus"];
                 };
             };
             401: {
@@ -2090,8 +2340,53 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description `taskId` names no task */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["A2aStatus"];
+                };
+            };
+            /** @description The task named by `taskId` is finished or does not wait for input */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["A2aStatus"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2105,9 +2400,10 @@ export interface operations {
         parameters: {
             query?: {
                 contextId?: string;
-                /** @description A TaskState, e.g. TASK_STATE_WORKING */
-                status?: string;
+                /** @description Only tasks in this state */
+                status?: components["schemas"]["A2aTaskState"];
                 pageSize?: number;
+                /** @description `nextPageToken` of the previous page */
                 pageToken?: string;
                 historyLength?: number;
                 includeArtifacts?: boolean;
@@ -2124,19 +2420,37 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aListTasksResponse"];
                 };
             };
-            /** @description A google.rpc.Status */
+            /** @description A query parameter of the wrong form, a page token not from a previous page, or an A2A version not spoken here */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aStatus"];
                 };
             };
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2166,16 +2480,17 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aTask"];
+                    "text/event-stream": components["schemas"]["A2aStreamEvent"];
                 };
             };
-            /** @description A google.rpc.Status */
+            /** @description A query parameter of the wrong form, or an A2A version not spoken here */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aStatus"];
                 };
             };
             401: {
@@ -2186,13 +2501,31 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A google.rpc.Status */
+            /** @description No such task */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aStatus"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -2215,16 +2548,17 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aTask"];
+                    "text/event-stream": components["schemas"]["A2aStreamEvent"];
                 };
             };
-            /** @description A google.rpc.Status */
+            /** @description An A2A version not spoken here */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aStatus"];
                 };
             };
             401: {
@@ -2243,13 +2577,40 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description A google.rpc.Status */
+            /** @description No such task, or no such operation (neither `:cancel` nor `:subscribe`) */
             404: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["A2aStatus"];
+                };
+            };
+            /** @description The task is finished and cannot be canceled */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["A2aStatus"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -2275,13 +2636,20 @@ export interface operations {
     mcp_stream: {
         parameters: {
             query?: never;
-            header?: never;
+            header: {
+                /** @description Must accept `text/event-stream` */
+                Accept: components["schemas"]["McpStreamAccept"];
+                /** @description The session `initialize` answered with */
+                "Mcp-Session-Id": string;
+                /** @description The session's revision */
+                "MCP-Protocol-Version"?: components["schemas"]["McpSessionProtocolVersion"];
+            };
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description text/event-stream of JSON-RPC messages */
+            /** @description A text/event-stream of JSON-RPC messages */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2290,7 +2658,70 @@ export interface operations {
                     "text/event-stream": unknown;
                 };
             };
+            /** @description The session id is missing or malformed, or the protocol version is not one spoken here */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `MCP-Protocol-Version: 2026-07-28` is stateless: it has no session stream */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Accept` lacks `text/event-stream` */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The session's stream is already open */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2303,30 +2734,49 @@ export interface operations {
     mcp: {
         parameters: {
             query?: never;
-            header?: never;
+            header: {
+                /** @description Must accept both `application/json` and `text/event-stream` */
+                Accept: components["schemas"]["McpAccept"];
+                /** @description The session `initialize` answered with: required on every later request of the 2025 revisions */
+                "Mcp-Session-Id"?: string;
+                /** @description The revision spoken; `2026-07-28` is stateless (no session) */
+                "MCP-Protocol-Version"?: components["schemas"]["McpProtocolVersion"];
+            };
             path?: never;
             cookie?: never;
         };
         /** @description A JSON-RPC 2.0 message */
-        requestBody: {
+        requestBody?: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": components["schemas"]["McpMessage"];
             };
         };
         responses: {
-            /** @description A JSON-RPC 2.0 response, as JSON or as a text/event-stream */
+            /** @description The JSON-RPC response (a JSON-RPC error too), as JSON or as a text/event-stream of messages ending with it */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["JsonRpcResponse"];
+                    "text/event-stream": components["schemas"]["JsonRpcResponse"];
+                };
             };
-            /** @description A notification or response was accepted */
+            /** @description A notification or a response was accepted */
             202: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description The body is no JSON-RPC message, the session id is missing or malformed, the protocol version is not one spoken here, or a 2026-07-28 request lacks its `_meta` */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["McpRefusal"];
+                };
             };
             401: {
                 headers: {
@@ -2336,8 +2786,53 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            /** @description No such session (it ended, or the desk restarted): initialize a new one */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `Accept` lacks `application/json` or `text/event-stream` */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is not `application/json` */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2350,7 +2845,12 @@ export interface operations {
     mcp_end: {
         parameters: {
             query?: never;
-            header?: never;
+            header: {
+                /** @description The session to end */
+                "Mcp-Session-Id": string;
+                /** @description The session's revision */
+                "MCP-Protocol-Version"?: components["schemas"]["McpSessionProtocolVersion"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2363,7 +2863,66 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Ended */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Ended */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The session id is missing or malformed */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `MCP-Protocol-Version: 2026-07-28` is stateless: it has no session to end */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,5 +1,6 @@
-// Keeps the page's uncaught errors, failed asset loads and console.error calls in window.__errors,
-// so the board can show them and its browser test can assert there are none. A classic script,
+// Keeps the page's uncaught errors, failed asset loads, what its content security policy refused
+// and console.error calls in window.__errors, so the board can show them and the browser tests
+// (of the board and of /docs) can assert there are none. A classic script,
 // loaded before the modules, so errors while they load are caught too.
 (function () {
   'use strict';
@@ -19,6 +20,10 @@
     },
     true
   );
+  // Anything the content security policy refused: the pages load nothing from elsewhere.
+  document.addEventListener('securitypolicyviolation', function (event) {
+    note('refused by ' + event.effectiveDirective + ': ' + (event.blockedURI || 'inline'));
+  });
   window.addEventListener('unhandledrejection', function (event) {
     var reason = event.reason;
     note('unhandled rejection: ' + ((reason && (reason.stack || reason.message)) || reason));

@@ -15,11 +15,21 @@ def _opt(build: Any, value: Any) -> Any:
     return None if value is None else build(value)
 
 
+A2aTaskState = Literal["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED", "TASK_STATE_AUTH_REQUIRED", "TASK_STATE_UNSPECIFIED"]
+
 Author = Literal["user", "assistant", "system"]
 
 CatchUp = Literal["skip", "latest"]
 
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+McpAccept = Literal["application/json, text/event-stream"]
+
+McpProtocolVersion = Literal["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
+
+McpSessionProtocolVersion = Literal["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]
+
+McpStreamAccept = Literal["text/event-stream"]
 
 Overlap = Literal["skip", "allow", "cancel_previous"]
 
@@ -64,6 +74,188 @@ EVENT_KINDS = (
     "thinking.delta",
     "tool_call.delta",
 )
+
+
+@dataclass
+class A2aJsonRpcRequest:
+    """A JSON-RPC 2.0 request of A2A: `params` is the method's request message (SendMessageRequest for the sending methods; `{id, historyLength}` for GetTask, `{id}` for CancelTask and SubscribeToTask; ListTasksRequest's fields for ListTasks)."""
+
+    jsonrpc: Any
+    id: Any
+    method: Any
+    params: Optional[Dict[str, Any]] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> A2aJsonRpcRequest:
+        return cls(
+            jsonrpc=d['jsonrpc'],
+            id=d['id'],
+            method=d['method'],
+            params=d.get('params'),
+            raw=d,
+        )
+
+
+@dataclass
+class A2aListTasksResponse:
+    tasks: List[A2aTask]
+    nextPageToken: str
+    pageSize: int
+    totalSize: int
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> A2aListTasksResponse:
+        return cls(
+            tasks=_list(A2aTask.from_json, d['tasks']),
+            nextPageToken=d['nextPageToken'],
+            pageSize=d['pageSize'],
+            totalSize=d['totalSize'],
+            raw=d,
+        )
+
+
+@dataclass
+class A2aMessage:
+    messageId: str
+    role: Any
+    parts: List[A2aPart]
+    contextId: Optional[str] = None
+    taskId: Optional[str] = None
+    metadata: Any = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> A2aMessage:
+        return cls(
+            messageId=d['messageId'],
+            role=d['role'],
+            parts=_list(A2aPart.from_json, d['parts']),
+            contextId=d.get('contextId'),
+            taskId=d.get('taskId'),
+            metadata=d.get('metadata'),
+            raw=d,
+        )
+
+
+@dataclass
+class A2aPart:
+    """One part of a message: `text`, or `data` (any JSON); `url` and `raw` (file parts) are kept but not read as the task. A null field is an absent one."""
+
+    text: Optional[str] = None
+    data: Any = None
+    url: Optional[str] = None
+    raw: Optional[str] = None
+    mediaType: Optional[str] = None
+    filename: Optional[str] = None
+    metadata: Any = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> A2aPart:
+        return cls(
+            text=d.get('text'),
+            data=d.get('data'),
+            url=d.get('url'),
+            raw=d.get('raw'),
+            mediaType=d.get('mediaType'),
+            filename=d.get('filename'),
+            metadata=d.get('metadata'),
+            raw=d,
+        )
+
+
+@dataclass
+class A2aSendMessageRequest:
+    message: Any
+    configuration: Any = None
+    metadata: Optional[Dict[str, Any]] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> A2aSendMessageRequest:
+        return cls(
+            message=d['message'],
+            configuration=d.get('configuration'),
+            metadata=d.get('metadata'),
+            raw=d,
+        )
+
+
+@dataclass
+class A2aSendMessageResponse:
+    task: A2aTask
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> A2aSendMessageResponse:
+        return cls(
+            task=A2aTask.from_json(d['task']),
+            raw=d,
+        )
+
+
+@dataclass
+class A2aStatus:
+    """An A2A error of the HTTP+JSON binding: a google.rpc.Status whose `details` hold a google.rpc.ErrorInfo naming the error (`reason`: TASK_NOT_FOUND, TASK_NOT_CANCELABLE, INVALID_PARAMS, PARSE_ERROR, VERSION_NOT_SUPPORTED, …)."""
+
+    error: Dict[str, Any]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> A2aStatus:
+        return cls(
+            error=d['error'],
+            raw=d,
+        )
+
+
+@dataclass
+class A2aStreamEvent:
+    """One server-sent event: `data` is the JSON text of a StreamResponse (`{"task"}`, `{"statusUpdate"}` or `{"artifactUpdate"}`); `: ping` comments carry nothing."""
+
+    data: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> A2aStreamEvent:
+        return cls(
+            data=d.get('data'),
+            raw=d,
+        )
+
+
+@dataclass
+class A2aTask:
+    id: str
+    contextId: str
+    status: Dict[str, Any]
+    artifacts: Optional[List[Dict[str, Any]]] = None
+    history: Optional[List[Dict[str, Any]]] = None
+    metadata: Optional[Dict[str, Any]] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> A2aTask:
+        return cls(
+            id=d['id'],
+            contextId=d['contextId'],
+            status=d['status'],
+            artifacts=d.get('artifacts'),
+            history=d.get('history'),
+            metadata=d.get('metadata'),
+            raw=d,
+        )
 
 
 @dataclass
@@ -426,6 +618,46 @@ class HttpToolDef:
             requires_approval=d['requires_approval'],
             created_at=d.get('created_at'),
             updated_at=d.get('updated_at'),
+            raw=d,
+        )
+
+
+@dataclass
+class JsonRpcErrorObject:
+    code: int
+    message: str
+    data: Any = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> JsonRpcErrorObject:
+        return cls(
+            code=d['code'],
+            message=d['message'],
+            data=d.get('data'),
+            raw=d,
+        )
+
+
+@dataclass
+class JsonRpcResponse:
+    """A JSON-RPC 2.0 response: `result`, or `error` (sent with HTTP 200)."""
+
+    jsonrpc: Any
+    id: Any = None
+    result: Any = None
+    error: Optional[JsonRpcErrorObject] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> JsonRpcResponse:
+        return cls(
+            jsonrpc=d['jsonrpc'],
+            id=d.get('id'),
+            result=d.get('result'),
+            error=_opt(JsonRpcErrorObject.from_json, d.get('error')),
             raw=d,
         )
 
