@@ -2856,21 +2856,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Ended */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description Ended */
-            202: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description Ended */
+            /** @description Ended (also for a session that had ended already) */
             204: {
                 headers: {
                     [name: string]: unknown;

@@ -356,9 +356,7 @@ fn mcp_stream() {}
         ("MCP-Protocol-Version" = Option<McpSessionProtocolVersion>, Header, description = "The session's revision"),
     ),
     responses(
-        (status = 200, description = "Ended"),
-        (status = 202, description = "Ended"),
-        (status = 204, description = "Ended"),
+        (status = 204, description = "Ended (also for a session that had ended already)"),
         (status = 400, description = "The session id is missing or malformed", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such session", body = ErrorBody),
