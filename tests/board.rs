@@ -14,7 +14,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use support::{wait_status, TestApp};
 use testkit::fake_llm::{FakeLlm, Reply};
-use webdriver::{browser_available, Browser};
+use webdriver::{require_browser, Browser};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -84,10 +84,9 @@ async fn wait_for_card(browser: &Browser, column: &str, key: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium and chromium-driver: cargo test --test board -- --ignored"]
 async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
-    if !browser_available() {
-        return;
-    }
+    require_browser();
     let llm = FakeLlm::start().await;
     llm.set_responder(scripted_model());
     let app = TestApp::spawn_with_llm(&llm, |_| {}).await;
@@ -400,10 +399,9 @@ async fn the_board_follows_tickets_live_streams_text_and_cancels_in_flight() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium and chromium-driver: cargo test --test board -- --ignored"]
 async fn with_tokens_the_board_asks_for_one_and_streams_with_it_in_a_header() {
-    if !browser_available() {
-        return;
-    }
+    require_browser();
     let llm = FakeLlm::start().await;
     llm.set_responder(scripted_model());
     let app = TestApp::spawn_with_llm(&llm, |c| c.api_tokens = vec!["board-secret".into()]).await;
@@ -520,10 +518,9 @@ async fn the_board_is_served_from_the_binary_without_a_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium and chromium-driver: cargo test --test board -- --ignored"]
 async fn the_board_resumes_its_stream_with_last_event_id_after_the_service_restarts() {
-    if !browser_available() {
-        return;
-    }
+    require_browser();
     let first = TestApp::spawn().await;
     let (url, database_url) = (first.url.clone(), first.database_url.clone());
     let browser = Browser::start(1200, 800).await.expect("start Chromium");
@@ -597,10 +594,9 @@ async fn the_board_resumes_its_stream_with_last_event_id_after_the_service_resta
 /// operations show with their paths and summaries, every resource came from the desk, and the
 /// page logged no error (a refused load or a content-security-policy violation included).
 #[tokio::test]
+#[ignore = "needs Debian's chromium and chromium-driver: cargo test --test board -- --ignored"]
 async fn the_api_reference_renders_with_the_network_cut_off() {
-    if !browser_available() {
-        return;
-    }
+    require_browser();
     let app = TestApp::spawn_with(|c| c.api_tokens = vec!["docs-secret".into()]).await;
     let browser = Browser::start_offline(1280, 900).await.expect("start Chromium");
     browser.goto(&app.endpoint("/docs")).await.unwrap();

@@ -3,8 +3,10 @@
 //! - llama-cpp-python's stock server (`AGENTDESK_REAL_MODEL_URL`);
 //! - llama.cpp's `llama-server --jinja --parallel 2` (`AGENTDESK_LLAMA_SERVER_URL`).
 //!
-//! Each base URL ends in `/v1`; a test whose server is not given is skipped with a note, so
-//! `cargo test` stays fast on a machine without them. Every check runs on both servers.
+//! Each base URL ends in `/v1`. The tests are `#[ignore]`d, so `cargo test` stays fast on a
+//! machine without the servers (and says they were ignored); `cargo test --test real_model --
+//! --ignored` runs them, as CI does, and fails where a server is not given. Every check runs on
+//! both servers.
 //!
 //! A 135M model follows instructions poorly, so the agents lean on what the servers guarantee: with
 //! `tool_choice` naming a tool (llama-cpp-python) or `"required"` (llama-server, which reads only
@@ -12,7 +14,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::time::Duration;
 
 use agentdesk::app::Mode;
@@ -68,21 +69,15 @@ const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(1200);
 static TURN: Mutex<()> = Mutex::const_new(());
 
 impl RealServer {
-    /// The server's base URL, or None (with a note in the output) when the test is to be skipped.
-    fn url(&self, test: &str) -> Option<String> {
+    /// The server's base URL; the test fails, saying how to start the servers, without it.
+    fn url(&self, test: &str) -> String {
         match std::env::var(self.url_var) {
-            Ok(url) if !url.trim().is_empty() => Some(url.trim().trim_end_matches('/').to_owned()),
-            _ => {
-                // Written past the test harness's capture, so a skip shows in a passing run's output.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED real_model::{test} on {}: {} is not set (bash .ci/real-model.sh starts the \
-                     servers and prints their URLs)",
-                    self.name,
-                    self.url_var
-                );
-                None
-            }
+            Ok(url) if !url.trim().is_empty() => url.trim().trim_end_matches('/').to_owned(),
+            _ => panic!(
+                "real_model::{test} on {} needs {}: `bash .ci/real-model.sh` starts the servers and prints \
+                 their URLs",
+                self.name, self.url_var
+            ),
         }
     }
 }
@@ -195,11 +190,13 @@ macro_rules! on_both_servers {
     ($($check:ident),* $(,)?) => {$(
         mod $check {
             #[tokio::test]
+            #[ignore = "needs a real model server: bash .ci/real-model.sh, then cargo test --test real_model -- --ignored"]
             async fn on_llama_cpp_python() {
                 super::$check(&super::LLAMA_CPP_PYTHON).await;
             }
 
             #[tokio::test]
+            #[ignore = "needs a real model server: bash .ci/real-model.sh, then cargo test --test real_model -- --ignored"]
             async fn on_llama_server() {
                 super::$check(&super::LLAMA_SERVER).await;
             }
@@ -215,9 +212,7 @@ on_both_servers!(
 );
 
 async fn an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket(server: &RealServer) {
-    let Some(url) = server.url("an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket") else {
-        return;
-    };
+    let url = server.url("an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket");
     let _turn = TURN.lock().await;
     let app = start(&url).await;
     put_closer(&app, server, "closer", json!({})).await;
@@ -237,9 +232,7 @@ async fn an_agent_whose_tool_choice_names_close_ticket_finishes_a_ticket(server:
 }
 
 async fn usage_is_estimated_when_the_server_reports_none(server: &RealServer) {
-    let Some(url) = server.url("usage_is_estimated_when_the_server_reports_none") else {
-        return;
-    };
+    let url = server.url("usage_is_estimated_when_the_server_reports_none");
     let _turn = TURN.lock().await;
     let reports = server_reports_streaming_usage(server, &url).await;
     let app = start(&url).await;
@@ -285,9 +278,7 @@ fn notes(n: usize) -> String {
 }
 
 async fn compaction_on_a_2048_token_window_keeps_the_task_verbatim(server: &RealServer) {
-    let Some(url) = server.url("compaction_on_a_2048_token_window_keeps_the_task_verbatim") else {
-        return;
-    };
+    let url = server.url("compaction_on_a_2048_token_window_keeps_the_task_verbatim");
     let _turn = TURN.lock().await;
     let app = start(&url).await;
     let task = "Task REAL-7: reply with the single word ready. Keep this sentence exactly as written.";
@@ -389,9 +380,7 @@ fn is_answer(result: &Value) -> bool {
 /// provider with the server's documented `max_concurrent`, the server as it is run. Eleven of
 /// twelve must be done with an answer, and none may be left `waiting` or working.
 async fn twelve_ordinary_tickets_at_once_finish(server: &RealServer) {
-    let Some(url) = server.url("twelve_ordinary_tickets_at_once_finish") else {
-        return;
-    };
+    let url = server.url("twelve_ordinary_tickets_at_once_finish");
     let _turn = TURN.lock().await;
     let app = start(&url).await;
     let (status, body) = app
