@@ -425,6 +425,7 @@ impl ServerHandler for DeskServer {
         const SESSION_METHODS: &[&str] = &[
             "initialize",
             "ping",
+            "server/discover",
             "tools/list",
             "tools/call",
             "resources/list",
