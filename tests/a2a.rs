@@ -454,7 +454,7 @@ async fn errors_are_the_protocols_own() {
             &app,
             TOKEN,
             "SendMessage",
-            json!({"message": {"messageId": "m", "parts": [{"url": "https://x"}]}})
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"url": "https://x"}]}})
         )
         .await["error"]["code"],
         -32602
@@ -530,4 +530,243 @@ async fn errors_are_the_protocols_own() {
         support::assert_error(&answer, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
     }
     assert_eq!(app.counts().await, before, "refused requests changed nothing");
+}
+
+/// Sends `n` messages that no agent takes (they stay submitted) in `context`; their ids.
+async fn idle_tasks(app: &TestApp, context: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let mut m = message(&format!("idle {i}"));
+        m["contextId"] = json!(context);
+        m["metadata"] = json!({"labels": ["nobody"]});
+        let body = rpc(
+            app,
+            TOKEN,
+            "SendMessage",
+            json!({"message": m, "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+        ids.push(body["result"]["task"]["id"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
+fn ids_of(page: &Value) -> Vec<String> {
+    page["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn tasks_are_listed_by_their_last_change_and_filtered_by_it() {
+    let (_llm, app) = desk(|_| {}).await;
+    let ids = idle_tasks(&app, "ctx-changed", 3).await;
+    // The oldest task changes last: it comes first, as the specification orders by the status's
+    // timestamp, newest first.
+    let (code, _) = app
+        .patch(
+            &format!("/v1/tickets/{}", ids[0]),
+            json!({"labels": ["nobody", "moved"]}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let body = rpc(&app, READ_TOKEN, "ListTasks", json!({"contextId": "ctx-changed"})).await;
+    let page = &body["result"];
+    let newest_first = vec![ids[0].clone(), ids[2].clone(), ids[1].clone()];
+    assert_eq!(ids_of(page), newest_first, "{page}");
+    let stamps: Vec<&str> = page["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"]["timestamp"].as_str().unwrap())
+        .collect();
+    assert!(stamps.windows(2).all(|w| w[0] >= w[1]), "{stamps:?}");
+
+    // Pages follow the same order.
+    let mut paged = Vec::new();
+    let mut token = String::new();
+    loop {
+        let body = rpc(
+            &app,
+            READ_TOKEN,
+            "ListTasks",
+            json!({"contextId": "ctx-changed", "pageSize": 1, "pageToken": token}),
+        )
+        .await;
+        paged.extend(ids_of(&body["result"]));
+        assert_eq!(body["result"]["totalSize"], 3);
+        token = body["result"]["nextPageToken"].as_str().unwrap().to_owned();
+        if token.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(paged, newest_first);
+
+    // statusTimestampAfter keeps the tasks whose status timestamp is at or after it.
+    let mark = stamps[1];
+    let expected: Vec<String> = newest_first
+        .iter()
+        .zip(&stamps)
+        .filter(|(_, stamp)| **stamp >= mark)
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(expected.starts_with(&newest_first[..2]), "{stamps:?}");
+    let body = rpc(
+        &app,
+        READ_TOKEN,
+        "ListTasks",
+        json!({"contextId": "ctx-changed", "statusTimestampAfter": mark}),
+    )
+    .await;
+    assert_eq!(ids_of(&body["result"]), expected, "{body}");
+    assert_eq!(body["result"]["totalSize"], expected.len());
+    // Over HTTP+JSON too, in another offset, its `+` unescaped (a query string reads it as a
+    // space).
+    let at = chrono::DateTime::parse_from_rfc3339(mark).unwrap();
+    let shifted = at
+        .with_timezone(&chrono::FixedOffset::east_opt(2 * 3600).unwrap())
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, false);
+    assert!(shifted.contains('+'), "{shifted}");
+    let (code, page) = rest(
+        &app,
+        READ_TOKEN,
+        reqwest::Method::GET,
+        &format!("/a2a/tasks?contextId=ctx-changed&statusTimestampAfter={shifted}"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{page}");
+    assert_eq!(ids_of(&page), expected);
+    // A time in the future: nothing.
+    let body = rpc(
+        &app,
+        READ_TOKEN,
+        "ListTasks",
+        json!({"contextId": "ctx-changed", "statusTimestampAfter": "2999-01-01T00:00:00Z"}),
+    )
+    .await;
+    assert_eq!(body["result"]["tasks"], json!([]), "{body}");
+    assert_eq!(body["result"]["totalSize"], 0);
+
+    // Not a timestamp: invalid params, on both bindings.
+    let body = rpc(&app, READ_TOKEN, "ListTasks", json!({"statusTimestampAfter": "-1"})).await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("statusTimestampAfter"));
+    let (code, body) = rest(
+        &app,
+        READ_TOKEN,
+        reqwest::Method::GET,
+        "/a2a/tasks?statusTimestampAfter=yesterday",
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["details"][0]["reason"], "INVALID_PARAMS");
+}
+
+#[tokio::test]
+async fn a_task_that_cannot_be_cancelled_is_a_conflict_over_http() {
+    let (_llm, app) = desk(|_| {}).await;
+    let body = rpc(&app, TOKEN, "SendMessage", json!({"message": message("finish")})).await;
+    let task = &body["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+    let id = task["id"].as_str().unwrap();
+    let (code, body) = rest(
+        &app,
+        TOKEN,
+        reqwest::Method::POST,
+        &format!("/a2a/tasks/{id}:cancel"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], 409);
+    assert_eq!(body["error"]["details"][0]["reason"], "TASK_NOT_CANCELABLE");
+    let body = rpc(&app, TOKEN, "CancelTask", json!({"id": id})).await;
+    assert_eq!(body["error"]["code"], -32002, "{body}");
+}
+
+#[tokio::test]
+async fn a_message_needs_its_role() {
+    let (_llm, app) = desk(|_| {}).await;
+    let before = app.counts().await;
+    for role in [None, Some(""), Some("ROLE_UNSPECIFIED"), Some("user")] {
+        let mut m = message("who says this?");
+        match role {
+            None => {
+                m.as_object_mut().unwrap().remove("role");
+            }
+            Some(role) => m["role"] = json!(role),
+        }
+        let body = rpc(&app, TOKEN, "SendMessage", json!({"message": m})).await;
+        assert_eq!(body["error"]["code"], -32602, "{role:?}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("role"), "{body}");
+        let (code, body) = rest(
+            &app,
+            TOKEN,
+            reqwest::Method::POST,
+            "/a2a/message:send",
+            Some(json!({"message": m})),
+        )
+        .await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{role:?}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("role"), "{body}");
+    }
+    assert_eq!(app.counts().await, before, "no ticket was made");
+    // An agent's message is a message all the same.
+    let mut m = message("from another agent");
+    m["role"] = json!("ROLE_AGENT");
+    let body = rpc(&app, TOKEN, "SendMessage", json!({"message": m})).await;
+    assert_eq!(
+        body["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_cannot_start_says_why_in_the_stream() {
+    let (_llm, app) = desk(|_| {}).await;
+    let call = |method: &str, params: Value| {
+        app.stream_client
+            .post(app.endpoint("/a2a/jsonrpc"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"jsonrpc": "2.0", "id": "s-1", "method": method, "params": params}))
+    };
+    // An SSE client reads nothing but events: the JSON-RPC error is the stream's one event.
+    let mut stream = SseClient::open(call("SubscribeToTask", json!({"id": "no-such-task"})))
+        .await
+        .unwrap();
+    let events = stream.wait_end(Duration::from_secs(10)).await.expect("the stream ends");
+    assert_eq!(events.len(), 1, "{events:?}");
+    let error = &events[0].data;
+    assert_eq!(error["id"], "s-1");
+    assert_eq!(error["error"]["code"], -32001, "{error}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("not found"),
+        "{error}"
+    );
+    let mut stream = SseClient::open(call("SendStreamingMessage", json!({"message": {"role": "ROLE_USER"}})))
+        .await
+        .unwrap();
+    let events = stream.wait_end(Duration::from_secs(10)).await.expect("the stream ends");
+    assert_eq!(events[0].data["error"]["code"], -32602, "{events:?}");
+
+    // A client that asked for JSON gets the error as JSON.
+    let body = rpc(&app, TOKEN, "SubscribeToTask", json!({"id": "no-such-task"})).await;
+    assert_eq!(body["error"]["code"], -32001, "{body}");
+    // A missing token stays an HTTP error.
+    let (code, _) = support::send(
+        app.client
+            .post(app.endpoint("/a2a/jsonrpc"))
+            .header("Accept", "text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": "x"}})),
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
 }

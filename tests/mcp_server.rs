@@ -452,3 +452,126 @@ async fn create_ticket_waits_no_longer_than_asked() {
     );
     client.cancel().await.unwrap();
 }
+
+/// The JSON-RPC message of an answer, whether it came as JSON or as an event stream.
+fn message_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| {
+        let data = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim)
+            .find(|data| !data.is_empty())
+            .unwrap_or_else(|| panic!("no message in {text:?}"));
+        serde_json::from_str(data).unwrap()
+    })
+}
+
+#[tokio::test]
+async fn the_stateless_revision_has_no_session_methods() {
+    let (_llm, app) = desk().await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}});
+    let post = |method: &str, params: Value| {
+        let mut request = app
+            .client
+            .post(app.endpoint("/mcp"))
+            .bearer_auth(TOKEN)
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", method);
+        if let Some(uri) = params["uri"].as_str() {
+            request = request.header("Mcp-Name", uri);
+        }
+        request.json(&json!({"jsonrpc": "2.0", "id": 41, "method": method, "params": params}))
+    };
+    // What 2026-07-28 removed, or never had, is no method: HTTP 404 with -32601, whatever the
+    // params, the request's id kept.
+    for (method, params) in [
+        ("initialize", json!({"_meta": meta})),
+        ("ping", json!({"_meta": meta})),
+        ("logging/setLevel", json!({"_meta": meta})),
+        ("logging/setLevel", json!({"_meta": meta, "level": "info"})),
+        ("resources/subscribe", json!({"_meta": meta})),
+        (
+            "resources/subscribe",
+            json!({"_meta": meta, "uri": "agentdesk://tickets/TICKET-1"}),
+        ),
+        ("resources/unsubscribe", json!({"_meta": meta})),
+        ("no/such/method", json!({"_meta": meta})),
+    ] {
+        let answer = post(method, params.clone()).send().await.unwrap();
+        let status = answer.status();
+        let message = message_of(&answer.text().await.unwrap());
+        assert_eq!(status, 404, "{method} {params}: {message}");
+        assert_eq!(message["error"]["code"], -32601, "{method} {params}: {message}");
+        assert_eq!(message["id"], 41, "{message}");
+    }
+    // A method it has, with params of the wrong shape, is still -32602.
+    let answer = post("resources/read", json!({"_meta": meta, "uri": 7}))
+        .send()
+        .await
+        .unwrap();
+    let message = message_of(&answer.text().await.unwrap());
+    assert_eq!(message["error"]["code"], -32602, "{message}");
+
+    // A resource that is not there: the error names its URI (SEP-2164).
+    let uri = "agentdesk://tickets/TICKET-404";
+    let answer = post("resources/read", json!({"_meta": meta, "uri": uri}))
+        .send()
+        .await
+        .unwrap();
+    let message = message_of(&answer.text().await.unwrap());
+    assert_eq!(message["error"]["data"]["uri"], uri, "{message}");
+}
+
+#[tokio::test]
+async fn a_session_revision_keeps_its_methods_and_in_band_errors() {
+    let (_llm, app) = desk().await;
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = app
+            .client
+            .post(app.endpoint("/mcp"))
+            .bearer_auth(TOKEN)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(session) = session {
+            request = request
+                .header("Mcp-Session-Id", session)
+                .header("MCP-Protocol-Version", "2025-11-25");
+        }
+        request
+    };
+    let init = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "agentdesk-tests", "version": "1"}}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(init.status(), 200);
+    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let initialized = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert!(initialized.status().is_success());
+    // logging/setLevel is a method of 2025-11-25 (the desk has no logging): params of the wrong
+    // shape are -32602, right ones -32601, both in a 200 answer as that revision has it.
+    for (params, code) in [(json!({}), -32602), (json!({"level": "info"}), -32601)] {
+        let answer = post(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": params}),
+        )
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(answer.status(), 200);
+        let message = message_of(&answer.text().await.unwrap());
+        assert_eq!(message["error"]["code"], code, "{params}: {message}");
+    }
+}

@@ -444,6 +444,62 @@ pub async fn count<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<i64, s
     .await
 }
 
+/// A position in the list of `list_by_update`: a ticket's `updated_at` and number.
+pub type UpdatePosition = (DateTime<Utc>, i64);
+
+/// A2A's task list: the tickets of `f`'s statuses and context (its other filters are not read),
+/// most recently updated first, since a task's status timestamp is its ticket's `updated_at`
+/// (to the millisecond, as shown). Only those shown as updated at or after `since`; the page
+/// starts after `after`. Returns the page, the position of its last ticket when more follow,
+/// and how many tickets match (the position aside).
+pub async fn list_by_update(
+    pool: &PgPool,
+    f: &ListFilter,
+    since: Option<DateTime<Utc>>,
+    after: Option<UpdatePosition>,
+) -> Result<(Vec<Ticket>, Option<UpdatePosition>, i64), sqlx::Error> {
+    const MATCHING: &str = "(cardinality($1::text[]) = 0 OR t.status = ANY($1))
+           AND ($2::text IS NULL OR coalesce(t.metadata->>'a2a_context_id', t.id::text) = $2)
+           AND ($3::timestamptz IS NULL OR date_trunc('milliseconds', t.updated_at) >= $3)";
+    let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
+    let sql = format!(
+        "SELECT {TICKET_COLUMNS}, t.number FROM tickets t
+         WHERE {MATCHING}
+           AND ($4::timestamptz IS NULL OR (t.updated_at, t.number) < ($4, $5::bigint))
+         ORDER BY t.updated_at DESC, t.number DESC
+         LIMIT $6"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(&statuses)
+        .bind(&f.context_id)
+        .bind(since)
+        .bind(after.map(|(at, _)| at))
+        .bind(after.map(|(_, number)| number))
+        .bind(f.limit + 1)
+        .fetch_all(pool)
+        .await?;
+    use sqlx::{FromRow, Row};
+    let mut tickets = Vec::with_capacity(rows.len());
+    let mut numbers = Vec::with_capacity(rows.len());
+    for row in &rows {
+        numbers.push(row.try_get::<i64, _>("number")?);
+        tickets.push(Ticket::from(TicketRow::from_row(row)?));
+    }
+    let more = tickets.len() as i64 > f.limit;
+    tickets.truncate(f.limit as usize);
+    let next = match (more, tickets.last()) {
+        (true, Some(last)) => Some((last.updated_at, numbers[tickets.len() - 1])),
+        _ => None,
+    };
+    let total: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM tickets t WHERE {MATCHING}"))
+        .bind(&statuses)
+        .bind(&f.context_id)
+        .bind(since)
+        .fetch_one(pool)
+        .await?;
+    Ok((tickets, next, total))
+}
+
 /// Searching the task text must match `%` and `_` literally.
 fn escape_like(q: &str) -> String {
     q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")

@@ -429,15 +429,17 @@ impl ServerHandler for DeskServer {
         TOOLS.iter().find(|spec| spec.name == name).map(tool)
     }
 
-    /// rmcp hands over the requests it could not read as a method it knows. For a method it does
-    /// know, that means params of the wrong shape: JSON-RPC's -32602 (invalid params), not
-    /// -32601 (no such method).
+    /// rmcp hands over the requests it could not read as a method it knows. For a method of the
+    /// request's revision, that means params of the wrong shape: JSON-RPC's -32602 (invalid
+    /// params). Any other method is -32601 (no such method), which the stateless revision
+    /// answers with HTTP 404; it has no `initialize`, `ping`, `logging/setLevel` or resource
+    /// subscriptions.
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
-        const KNOWN: &[&str] = &[
+        const SESSION_METHODS: &[&str] = &[
             "initialize",
             "ping",
             "server/discover",
@@ -453,7 +455,24 @@ impl ServerHandler for DeskServer {
             "completion/complete",
             "logging/setLevel",
         ];
-        if KNOWN.contains(&request.method.as_str()) {
+        const STATELESS_METHODS: &[&str] = &[
+            "server/discover",
+            "subscriptions/listen",
+            "tools/list",
+            "tools/call",
+            "resources/list",
+            "resources/templates/list",
+            "resources/read",
+            "prompts/list",
+            "prompts/get",
+            "completion/complete",
+        ];
+        let known = if is_stateless(&context) {
+            STATELESS_METHODS
+        } else {
+            SESSION_METHODS
+        };
+        if known.contains(&request.method.as_str()) {
             Err(ErrorData::invalid_params(
                 format!("the params of {} are not of the shape it takes", request.method),
                 None,
@@ -515,7 +534,13 @@ impl ServerHandler for DeskServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let not_found = || ErrorData::resource_not_found(format!("no resource {:?}", request.uri), None);
+        // The error names the URI in its data, as SEP-2164 asks.
+        let not_found = || {
+            ErrorData::resource_not_found(
+                format!("no resource {:?}", request.uri),
+                Some(json!({"uri": request.uri})),
+            )
+        };
         let reference = request.uri.strip_prefix(TICKET_RESOURCE_PREFIX).ok_or_else(not_found)?;
         let ticket = match transitions::find(&self.state.pool, reference).await {
             Ok(ticket) => ticket,
@@ -532,6 +557,19 @@ impl ServerHandler for DeskServer {
         ])
         .into())
     }
+}
+
+/// Whether the request speaks the stateless revision (2026-07-28 or later): its
+/// `MCP-Protocol-Version` header says so, and rmcp has checked that it agrees with the request's
+/// `_meta`.
+fn is_stateless(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.headers.get("mcp-protocol-version"))
+        .and_then(|value| value.to_str().ok())
+        // Revisions are dates: later ones sort after.
+        .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28.as_str())
 }
 
 fn tool(spec: &ToolSpec) -> Tool {

@@ -53,9 +53,10 @@ impl A2aError {
     fn parts(&self) -> (i64, StatusCode, &'static str, &'static str) {
         match self {
             A2aError::TaskNotFound(_) => (-32001, StatusCode::NOT_FOUND, "NOT_FOUND", "TASK_NOT_FOUND"),
+            // 409, as the specification's table of error mappings has it.
             A2aError::TaskNotCancelable(_) => (
                 -32002,
-                StatusCode::BAD_REQUEST,
+                StatusCode::CONFLICT,
                 "FAILED_PRECONDITION",
                 "TASK_NOT_CANCELABLE",
             ),

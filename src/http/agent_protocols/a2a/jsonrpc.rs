@@ -17,6 +17,8 @@ use crate::http::AppState;
 
 /// Methods a read token may call.
 const READING: &[&str] = &["GetTask", "ListTasks", "SubscribeToTask"];
+/// Methods that answer with an event stream.
+const STREAMING: &[&str] = &["SendStreamingMessage", "SubscribeToTask"];
 const PUSH_CONFIG: &[&str] = &[
     "CreateTaskPushNotificationConfig",
     "GetTaskPushNotificationConfig",
@@ -55,6 +57,27 @@ where
         })
     });
     crate::http::events::sse_response(frames)
+}
+
+/// Whether the client reads the answer as an event stream (`Accept: text/event-stream`).
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+/// A streaming method's refusal: to a client that asked for an event stream, a stream whose one
+/// event is the JSON-RPC error (an SSE client reads nothing else); otherwise the plain answer.
+/// A missing or read-only token stays an HTTP error.
+fn stream_failure(headers: &HeaderMap, id: Value, err: A2aError) -> Response {
+    if err.is_http_level() || !wants_stream(headers) {
+        return failure(&id, err);
+    }
+    let json = json!({"jsonrpc": "2.0", "id": id, "error": err.rpc_error()});
+    let frame = Bytes::from(format!("data: {json}\n\n"));
+    crate::http::events::sse_response(futures::stream::once(async move { Ok::<_, Infallible>(frame) }))
 }
 
 /// A call's `(id, method, params)`, or the error to answer with.
@@ -108,7 +131,11 @@ pub async fn endpoint(
         return failure(&id, err);
     }
     if let Err(err) = super::check_version(&headers, q.as_deref()) {
-        return failure(&id, err);
+        return if STREAMING.contains(&method.as_str()) {
+            stream_failure(&headers, id, err)
+        } else {
+            failure(&id, err)
+        };
     }
     let state = &state;
     match method.as_str() {
@@ -129,7 +156,7 @@ pub async fn endpoint(
             .await;
             match started {
                 Ok(items) => sse(id, items),
-                Err(err) => failure(&id, err),
+                Err(err) => stream_failure(&headers, id, err),
             }
         }
         "SubscribeToTask" => {
@@ -140,7 +167,7 @@ pub async fn endpoint(
             .await;
             match started {
                 Ok(items) => sse(id, items),
-                Err(err) => failure(&id, err),
+                Err(err) => stream_failure(&headers, id, err),
             }
         }
         "GetTask" => respond(

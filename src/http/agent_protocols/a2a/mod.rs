@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
+use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -31,7 +32,7 @@ use crate::db::tickets::ListFilter;
 use crate::domain::{Author, Ticket};
 use crate::http::auth::{caller_scope, Scope};
 use crate::http::error::ApiError;
-use crate::http::pagination::{Cursor, Page};
+use crate::http::pagination::Cursor;
 use crate::http::AppState;
 use crate::transitions::{self, Created};
 
@@ -160,6 +161,19 @@ async fn accept_message(state: &AppState, request: &SendMessageRequest) -> Resul
     if message.message_id.trim().is_empty() {
         return Err(A2aError::InvalidParams("message.messageId is required".into()));
     }
+    match message.role.as_str() {
+        wire::ROLE_USER | wire::ROLE_AGENT => {}
+        "" => {
+            return Err(A2aError::InvalidParams(
+                "message.role is required (ROLE_USER or ROLE_AGENT)".into(),
+            ))
+        }
+        other => {
+            return Err(A2aError::InvalidParams(format!(
+                "message.role {other:?} is not ROLE_USER or ROLE_AGENT"
+            )))
+        }
+    }
     if message.parts.is_empty() {
         return Err(A2aError::InvalidParams("message.parts must not be empty".into()));
     }
@@ -256,6 +270,9 @@ pub async fn cancel_task(state: &AppState, id: &str) -> Result<Task, A2aError> {
     task_of(state, &ticket, HistoryLength(None)).await
 }
 
+/// `ListTasks`: the most recently updated first (by the status timestamp, as the
+/// specification orders them), optionally only those updated at or after
+/// `statusTimestampAfter`.
 pub async fn list_tasks(state: &AppState, request: ListTasksRequest) -> Result<ListTasksResponse, A2aError> {
     let page_size = request.page_size.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&page_size) {
@@ -264,15 +281,20 @@ pub async fn list_tasks(state: &AppState, request: ListTasksRequest) -> Result<L
     let history = HistoryLength::parse(request.history_length)?;
     // A list shows no history unless asked for.
     let history = HistoryLength(Some(history.0.unwrap_or(0)));
-    let token = request.page_token.as_deref().filter(|t| !t.is_empty());
-    let page =
-        Page::parse(None, token).map_err(|_| A2aError::InvalidParams("pageToken is not one of this list's".into()))?;
-    let after_number = match page.cursor {
+    let after = match request.page_token.as_deref().filter(|t| !t.is_empty()) {
         None => None,
-        Some(c) => Some(
-            c.as_number()
+        Some(token) => Some(
+            page_position(token)
                 .ok_or_else(|| A2aError::InvalidParams("pageToken is not one of this list's".into()))?,
         ),
+    };
+    let since = match request.status_timestamp_after.as_deref().filter(|t| !t.is_empty()) {
+        None => None,
+        Some(text) => Some(timestamp_from(text).ok_or_else(|| {
+            A2aError::InvalidParams(format!(
+                "statusTimestampAfter {text:?} is not an RFC 3339 timestamp (such as 2026-01-31T09:30:00Z)"
+            ))
+        })?),
     };
     let statuses = match request.status {
         None | Some(TaskState::Unspecified) => Vec::new(),
@@ -293,13 +315,10 @@ pub async fn list_tasks(state: &AppState, request: ListTasksRequest) -> Result<L
     let filter = ListFilter {
         statuses,
         context_id: request.context_id.filter(|c| !c.is_empty()),
-        descending: true,
-        after_number,
         limit: page_size,
         ..ListFilter::default()
     };
-    let (tickets, next) = db::tickets::list(&state.pool, &filter).await?;
-    let total_size = db::tickets::count(&state.pool, &filter).await?;
+    let (tickets, next, total_size) = db::tickets::list_by_update(&state.pool, &filter, since, after).await?;
     let include_artifacts = request.include_artifacts.unwrap_or(false);
     let mut tasks = Vec::with_capacity(tickets.len());
     for ticket in &tickets {
@@ -311,10 +330,33 @@ pub async fn list_tasks(state: &AppState, request: ListTasksRequest) -> Result<L
     }
     Ok(ListTasksResponse {
         tasks,
-        next_page_token: next.map(|n| Cursor::number(n).encode()).unwrap_or_default(),
+        next_page_token: next.map(page_token).unwrap_or_default(),
         page_size,
         total_size,
     })
+}
+
+/// A page token names the last task of the page before: its status timestamp (in microseconds)
+/// and ticket number.
+fn page_token((at, number): db::tickets::UpdatePosition) -> String {
+    Cursor::Name(format!("{}.{number}", at.timestamp_micros())).encode()
+}
+
+fn page_position(token: &str) -> Option<db::tickets::UpdatePosition> {
+    let name = Cursor::decode(token)?.into_name()?;
+    let (micros, number) = name.split_once('.')?;
+    let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+    Some((at, number.parse().ok()?))
+}
+
+/// An RFC 3339 timestamp (ProtoJSON's form of `google.protobuf.Timestamp`). In a query string
+/// an unescaped `+` of the offset reads as a space: that is taken as the `+` it was.
+fn timestamp_from(text: &str) -> Option<DateTime<Utc>> {
+    let text = text.trim();
+    DateTime::parse_from_rfc3339(text)
+        .or_else(|_| DateTime::parse_from_rfc3339(&text.replace(' ', "+")))
+        .ok()
+        .map(|at| at.with_timezone(&Utc))
 }
 
 /// `SendStreamingMessage`: accepts the message, then streams its task.

@@ -191,7 +191,7 @@ pub(super) async fn task_of(state: &AppState, ticket: &Ticket, history: HistoryL
 }
 
 pub(super) async fn find_task(state: &AppState, id: &str) -> Result<Ticket, A2aError> {
-    let not_found = || A2aError::TaskNotFound(format!("no task {id:?}"));
+    let not_found = || A2aError::TaskNotFound(format!("task {id:?} not found"));
     // Task ids are ticket ids; a key works too, for people typing them.
     let reference = TicketRef::parse(id).ok_or_else(not_found)?;
     db::tickets::find(&state.pool, &reference).await?.ok_or_else(not_found)

@@ -212,6 +212,9 @@ pub struct ListTasksRequest {
     pub history_length: Option<i64>,
     #[serde(default, deserialize_with = "bool_or_text")]
     pub include_artifacts: Option<bool>,
+    /// RFC 3339: only tasks whose status changed at or after it.
+    #[serde(default)]
+    pub status_timestamp_after: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
