@@ -96,7 +96,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A2A ListTasks (newest first) */
+        /** A2A ListTasks (the most recently changed first) */
         get: operations["list_tasks"];
         put?: never;
         post?: never;
@@ -2402,6 +2402,8 @@ export interface operations {
                 contextId?: string;
                 /** @description Only tasks in this state */
                 status?: components["schemas"]["A2aTaskState"];
+                /** @description Only tasks whose status changed after this time (RFC 3339) */
+                statusTimestampAfter?: string;
                 pageSize?: number;
                 /** @description `nextPageToken` of the previous page */
                 pageToken?: string;

@@ -401,10 +401,12 @@ fn send_message() {}
         (status = 413, description = "The body is larger than 1 MiB", body = ErrorBody)))]
 fn stream_message() {}
 
-/// A2A ListTasks (newest first)
+/// A2A ListTasks (the most recently changed first)
 #[utoipa::path(get, path = "/a2a/tasks", tag = "agent-protocols",
     params(("contextId" = Option<String>, Query),
         ("status" = Option<A2aTaskState>, Query, description = "Only tasks in this state"),
+        ("statusTimestampAfter" = Option<String>, Query, format = DateTime,
+            description = "Only tasks whose status changed after this time (RFC 3339)"),
         ("pageSize" = Option<i64>, Query, minimum = 1, maximum = 100), ("pageToken" = Option<String>, Query, description = "`nextPageToken` of the previous page"),
         ("historyLength" = Option<i64>, Query, minimum = 0), ("includeArtifacts" = Option<bool>, Query)),
     responses((status = 200, description = "A ListTasksResponse", body = ref("#/components/schemas/A2aListTasksResponse")),
