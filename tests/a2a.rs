@@ -770,3 +770,36 @@ async fn a_stream_that_cannot_start_says_why_in_the_stream() {
     .await;
     assert_eq!(code, StatusCode::UNAUTHORIZED);
 }
+
+/// A message for labels no agent takes makes a task nobody will work on: a blocking send answers
+/// at once with it submitted, and its stream sends it and ends, rather than hold on for ever.
+#[tokio::test]
+async fn a_task_no_agent_takes_is_answered_at_once() {
+    let (_llm, app) = desk(|_| {}).await;
+    let mut stray = message("anyone?");
+    stray["metadata"] = json!({"labels": ["nobody"]});
+    let started = std::time::Instant::now();
+    let (code, sent) = rest(
+        &app,
+        TOKEN,
+        reqwest::Method::POST,
+        "/a2a/message:send",
+        Some(json!({"message": stray})),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{sent}");
+    assert_eq!(sent["task"]["status"]["state"], "TASK_STATE_SUBMITTED", "{sent}");
+    assert!(started.elapsed() < Duration::from_secs(10), "answered at once");
+
+    let mut streamed = message("anyone there?");
+    streamed["metadata"] = json!({"labels": ["nobody"]});
+    let request = app
+        .stream_client
+        .post(app.endpoint("/a2a/message:stream"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"message": streamed}));
+    let mut stream = SseClient::open(request).await.unwrap();
+    let events = stream.wait_end(Duration::from_secs(10)).await.expect("the stream ends");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].data["task"]["status"]["state"], "TASK_STATE_SUBMITTED");
+}

@@ -17,7 +17,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde_json::{json, Map, Value};
 use support::{StatusCode, TestApp};
-use testkit::fake_llm::FakeLlm;
+use testkit::fake_llm::{FakeLlm, Reply};
 
 const TOKEN: &str = "mcp-full";
 const READ_TOKEN: &str = "mcp-reader";
@@ -435,21 +435,32 @@ async fn the_stateless_revision_checks_its_headers() {
 
 #[tokio::test]
 async fn create_ticket_waits_no_longer_than_asked() {
-    let (_llm, app) = desk().await;
+    let (llm, app) = desk().await;
     let client = connect(&app, Some(TOKEN), ProtocolVersion::V_2025_11_25).await.unwrap();
+    // The model answers after the wait is over.
+    llm.push(Reply::tool_call("close_ticket", json!({"result": "late"})).first_byte_delay(Duration::from_secs(5)));
     let started = std::time::Instant::now();
-    let todo = ok(call(
-        &client,
-        "create_ticket",
-        json!({"task": "idle", "labels": ["nobody"], "wait_secs": 1}),
-    )
-    .await);
-    assert_eq!(todo["status"], "todo");
+    let working = ok(call(&client, "create_ticket", json!({"task": "slow", "wait_secs": 1})).await);
+    assert!(
+        ["todo", "in_progress"].contains(&working["status"].as_str().unwrap()),
+        "{working}"
+    );
     let waited = started.elapsed();
     assert!(
         waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
         "{waited:?}"
     );
+
+    // A ticket no agent takes would never settle: it is answered at once.
+    let started = std::time::Instant::now();
+    let stray = ok(call(
+        &client,
+        "create_ticket",
+        json!({"task": "idle", "labels": ["nobody"], "wait_secs": 30}),
+    )
+    .await);
+    assert_eq!(stray["status"], "todo");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     client.cancel().await.unwrap();
 }
 

@@ -17,13 +17,18 @@ use crate::http::AppState;
 /// send); the request time limit of these paths is raised by as much.
 pub const LONGEST_WAIT: Duration = Duration::from_secs(300);
 
-/// The ticket once it is done, failed, cancelled or waiting, or as it is after `limit`.
+/// The ticket once it is done, failed, cancelled or waiting, or as it is after `limit` (or at
+/// once when no agent takes it).
 async fn settled_ticket(
     state: &AppState,
     ticket: crate::domain::Ticket,
     limit: Duration,
 ) -> Result<crate::domain::Ticket, ApiError> {
     if limit.is_zero() || crate::events::settle::is_settled(ticket.status) {
+        return Ok(ticket);
+    }
+    // A ticket no agent takes would hold the request for the whole wait: it is answered as it is.
+    if state.route_check.warning(&state.pool, &ticket).await?.is_some() {
         return Ok(ticket);
     }
     let id = ticket.id;

@@ -365,7 +365,18 @@ pub async fn stream_message(
     request: SendMessageRequest,
 ) -> Result<impl futures::Stream<Item = StreamItem> + Send, A2aError> {
     let ticket = accept_message(state, &request).await?;
-    Ok(stream::task_stream(state.clone(), ticket))
+    // A task that no agent takes would keep the answer open for ever, as it would a blocking
+    // send (`settled_ticket`): only the task as it is.
+    let unclaimed = state
+        .route_check
+        .warning(&state.pool, &ticket)
+        .await
+        .map_err(ApiError::from)?
+        .is_some();
+    Ok(futures::StreamExt::take(
+        stream::task_stream(state.clone(), ticket),
+        if unclaimed { 1 } else { usize::MAX },
+    ))
 }
 
 /// `SubscribeToTask`: a task that is already terminal has nothing more to stream.
@@ -377,5 +388,6 @@ pub async fn subscribe(state: &AppState, id: &str) -> Result<impl futures::Strea
             ticket.status.as_str()
         )));
     }
+    // Followed until it ends, even while no agent takes it: its labels may change.
     Ok(stream::task_stream(state.clone(), ticket))
 }
