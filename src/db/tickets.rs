@@ -404,13 +404,7 @@ pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ti
         .bind(&f.context_id)
         .fetch_all(db)
         .await?;
-    use sqlx::{FromRow, Row};
-    let mut tickets = Vec::with_capacity(rows.len());
-    let mut numbers = Vec::with_capacity(rows.len());
-    for row in &rows {
-        numbers.push(row.try_get::<i64, _>("number")?);
-        tickets.push(Ticket::from(TicketRow::from_row(row)?));
-    }
+    let (mut tickets, numbers) = tickets_and_numbers(&rows)?;
     let more = tickets.len() as i64 > f.limit;
     tickets.truncate(f.limit as usize);
     let next = if more {
@@ -478,13 +472,7 @@ pub async fn list_by_update(
         .bind(f.limit + 1)
         .fetch_all(pool)
         .await?;
-    use sqlx::{FromRow, Row};
-    let mut tickets = Vec::with_capacity(rows.len());
-    let mut numbers = Vec::with_capacity(rows.len());
-    for row in &rows {
-        numbers.push(row.try_get::<i64, _>("number")?);
-        tickets.push(Ticket::from(TicketRow::from_row(row)?));
-    }
+    let (mut tickets, numbers) = tickets_and_numbers(&rows)?;
     let more = tickets.len() as i64 > f.limit;
     tickets.truncate(f.limit as usize);
     let next = match (more, tickets.last()) {
@@ -644,4 +632,16 @@ pub async fn approvals(conn: &mut PgConnection, id: Uuid) -> Result<Vec<Approval
             .await?
             .flatten();
     Ok(value.map(|v| v.0).unwrap_or_default())
+}
+
+/// The tickets of a list's rows, with each one's `number` (what the list's cursor is made of).
+fn tickets_and_numbers(rows: &[sqlx::postgres::PgRow]) -> Result<(Vec<Ticket>, Vec<i64>), sqlx::Error> {
+    use sqlx::{FromRow, Row};
+    let mut tickets = Vec::with_capacity(rows.len());
+    let mut numbers = Vec::with_capacity(rows.len());
+    for row in rows {
+        numbers.push(row.try_get::<i64, _>("number")?);
+        tickets.push(Ticket::from(TicketRow::from_row(row)?));
+    }
+    Ok((tickets, numbers))
 }

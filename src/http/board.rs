@@ -51,12 +51,17 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
                    connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
 
 fn page(content_type: &'static str, body: &'static str) -> Response {
+    compiled_in(content_type, body, CSP)
+}
+
+/// A file compiled into the binary (the board's, the API reference's), served under `csp`.
+pub(super) fn compiled_in(content_type: &'static str, body: &'static str, csp: &'static str) -> Response {
     let mut response = body.into_response();
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     // The assets change with the binary: revalidate rather than run a stale page against a newer API.
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(csp));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     response

@@ -4,8 +4,7 @@
 
 use std::sync::LazyLock;
 
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 
@@ -26,15 +25,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsa
                    form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
 
 fn page(content_type: &'static str, body: &'static str) -> Response {
-    let mut response = body.into_response();
-    let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    // The page changes with the binary, as the document does.
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    response
+    super::board::compiled_in(content_type, body, CSP)
 }
 
 /// `GET /docs` and its script; no token needed, like `/openapi.json` that the page reads.
