@@ -12,7 +12,7 @@ use agentdesk::config::{Config, GlobalArgs, ListenArgs, LogFormat, ServerArgs};
 use agentdesk::embedded_pg::EmbeddedPostgres;
 use agentdesk::llm::Providers;
 use clap::error::ErrorKind;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc rather than glibc's malloc: a ticket's life allocates and frees thousands of small
@@ -155,8 +155,24 @@ fn main() -> ExitCode {
 /// option or value, with 0 after --help.
 fn parse_command_line() -> (Command, GlobalArgs) {
     let args: Vec<OsString> = std::env::args_os().collect();
-    let client = args.iter().skip(1).any(|a| a == "ticket" || a == "agents");
-    let parsed = match Cli::try_parse_from(&args) {
+    let client = args
+        .iter()
+        .skip(1)
+        .any(|a| a == "ticket" || a == "agents" || a == "schedule");
+    // The global options configure a server (its database and logs): a client command neither
+    // takes nor lists them.
+    let try_parse = |args: &[OsString]| {
+        let mut command = Cli::command();
+        if client {
+            for id in ["database_url", "data_dir", "log_format"] {
+                command = command.mut_arg(id, |arg| arg.global(false));
+            }
+        }
+        command
+            .try_get_matches_from(args)
+            .and_then(|matches| Cli::from_arg_matches(&matches))
+    };
+    let parsed = match try_parse(&args) {
         Ok(Cli { command: None, .. }) => None,
         // An option of `serve` without a command; after a command, the error stands.
         Err(err)
@@ -170,7 +186,7 @@ fn parse_command_line() -> (Command, GlobalArgs) {
     let parsed = parsed.unwrap_or_else(|| {
         let mut serve = args;
         serve.insert(1.min(serve.len()), "serve".into());
-        Cli::try_parse_from(serve)
+        try_parse(&serve)
     });
     match parsed {
         Ok(Cli {

@@ -618,3 +618,35 @@ fn streamed_text(stdout: &str) -> String {
     };
     stdout.lines().filter(|line| !is_event(line)).collect()
 }
+
+/// The global options configure a server: a client command's help leaves them out, and the
+/// command refuses them.
+#[tokio::test]
+async fn client_commands_neither_list_nor_take_the_server_options() {
+    for args in [
+        &["ticket", "create", "--help"][..],
+        &["schedule", "--help"],
+        &["agents", "apply", "--help"],
+    ] {
+        let help = cli("http://127.0.0.1:1", args).await;
+        assert_eq!(help.code, 0, "{help:?}");
+        assert!(
+            help.stdout.contains("--url") || help.stdout.contains("Usage"),
+            "{help:?}"
+        );
+        for option in ["--database-url", "--data-dir", "--log-format"] {
+            assert!(!help.stdout.contains(option), "{args:?} lists {option}: {help:?}");
+        }
+    }
+    let refused = cli(
+        "http://127.0.0.1:1",
+        &["ticket", "list", "--database-url", "postgres://x"],
+    )
+    .await;
+    assert_eq!(refused.code, 64, "{refused:?}");
+    let serve = std::process::Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&serve.stdout).contains("--database-url"));
+}
