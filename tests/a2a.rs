@@ -658,16 +658,18 @@ async fn tasks_are_listed_by_their_last_change_and_filtered_by_it() {
         .as_str()
         .unwrap()
         .contains("statusTimestampAfter"));
-    let (code, body) = rest(
-        &app,
-        READ_TOKEN,
-        reqwest::Method::GET,
-        "/a2a/tasks?statusTimestampAfter=yesterday",
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
-    assert_eq!(body["error"]["details"][0]["reason"], "INVALID_PARAMS");
+    for bad in ["yesterday", ""] {
+        let (code, body) = rest(
+            &app,
+            READ_TOKEN,
+            reqwest::Method::GET,
+            &format!("/a2a/tasks?statusTimestampAfter={bad}"),
+            None,
+        )
+        .await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{bad:?}: {body}");
+        assert_eq!(body["error"]["details"][0]["reason"], "INVALID_PARAMS");
+    }
 }
 
 #[tokio::test]

@@ -288,7 +288,8 @@ pub async fn list_tasks(state: &AppState, request: ListTasksRequest) -> Result<L
                 .ok_or_else(|| A2aError::InvalidParams("pageToken is not one of this list's".into()))?,
         ),
     };
-    let since = match request.status_timestamp_after.as_deref().filter(|t| !t.is_empty()) {
+    // Given, it is a timestamp: an empty one is refused like any other that is not one.
+    let since = match request.status_timestamp_after.as_deref() {
         None => None,
         Some(text) => Some(timestamp_from(text).ok_or_else(|| {
             A2aError::InvalidParams(format!(
