@@ -16,8 +16,8 @@ use utoipa::{Modify, OpenApi};
         crate::domain::Comment, crate::domain::ContentBlock, crate::domain::Author,
         crate::domain::Agent, crate::domain::event::TicketEventSchema, crate::domain::ProviderDef,
         crate::domain::provider::ProviderKind,
-        crate::db::desk_stats::Stats, crate::db::desk_stats::Figures, crate::db::desk_stats::StatusCounts,
-        crate::db::retention::Storage,
+        crate::db::desk_stats::Stats, crate::db::desk_stats::Figures, crate::db::desk_stats::ModelFigures, crate::db::desk_stats::StatusCounts,
+        crate::db::retention::Storage, crate::domain::price::PriceSource, crate::domain::ticket::WaitingFor,
         super::error::ErrorBody, super::error::ErrorDetail,
     )),
     paths(
@@ -39,6 +39,7 @@ use utoipa::{Modify, OpenApi};
         (name = "schedules", description = "Recurring tickets: a cron expression in a time zone, one ticket per fire time"),
         (name = "agent-protocols", description = "The desk for other agents: an MCP server at /mcp and an A2A v1.0 agent (card, HTTP+JSON under /a2a, JSON-RPC at /a2a/jsonrpc)"),
         (name = "health", description = "Liveness and readiness (no token)"),
+        (name = "prices", description = "What models cost, in US dollars per million tokens: the desk's own prices and a built-in table"),
         (name = "stats", description = "Figures"),
     )
 )]

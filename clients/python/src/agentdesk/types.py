@@ -23,13 +23,17 @@ HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 Overlap = Literal["skip", "allow", "cancel_previous"]
 
+PriceSource = Literal["desk", "built_in"]
+
 ProviderKind = Literal["openai", "anthropic"]
 
-RequeueReason = Literal["lease_lost", "shutdown", "comment", "retry", "approval"]
+RequeueReason = Literal["lease_lost", "shutdown", "comment", "retry", "approval", "budget"]
 
 Status = Literal["todo", "in_progress", "waiting", "done", "failed", "cancelled"]
 
-EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "schedule.skipped", "text.delta", "thinking.delta", "tool_call.delta"]
+WaitingFor = Literal["human", "approval", "budget", "price"]
+
+EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "budget.exhausted", "budget.threshold", "budget.unpriced", "schedule.skipped", "text.delta", "thinking.delta", "tool_call.delta"]
 """Every event kind the document names (a desk may send newer ones)."""
 
 EVENT_KINDS = (
@@ -59,6 +63,9 @@ EVENT_KINDS = (
     "compaction.finished",
     "compaction.failed",
     "context.limit_exceeded",
+    "budget.exhausted",
+    "budget.threshold",
+    "budget.unpriced",
     "schedule.skipped",
     "text.delta",
     "thinking.delta",
@@ -88,6 +95,7 @@ class Agent:
     thinking_budget: Optional[int] = None
     tool_choice: Optional[str] = None
     max_concurrent: Optional[int] = None
+    budget_usd_per_day: Optional[float] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -114,6 +122,7 @@ class Agent:
             thinking_budget=d.get('thinking_budget'),
             tool_choice=d.get('tool_choice'),
             max_concurrent=d.get('max_concurrent'),
+            budget_usd_per_day=d.get('budget_usd_per_day'),
             raw=d,
         )
 
@@ -252,6 +261,7 @@ class CreateTicket:
     metadata: Optional[Dict[str, Any]] = None
     max_attempts: Optional[int] = None
     deadline_secs: Optional[int] = None
+    budget_usd: Optional[float] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -266,6 +276,7 @@ class CreateTicket:
             metadata=d.get('metadata'),
             max_attempts=d.get('max_attempts'),
             deadline_secs=d.get('deadline_secs'),
+            budget_usd=d.get('budget_usd'),
             raw=d,
         )
 
@@ -378,6 +389,8 @@ class Figures:
     success_rate: float
     avg_ticket_ms: float
     avg_work_ms: float
+    cost_usd: float
+    unpriced_tickets: int
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -392,6 +405,8 @@ class Figures:
             success_rate=d['success_rate'],
             avg_ticket_ms=d['avg_ticket_ms'],
             avg_work_ms=d['avg_work_ms'],
+            cost_usd=d['cost_usd'],
+            unpriced_tickets=d['unpriced_tickets'],
             raw=d,
         )
 
@@ -511,6 +526,28 @@ class McpToolInfo:
 
 
 @dataclass
+class ModelFigures:
+    """One model's figures in `by_model`: the usage of the tickets whose agent ran it."""
+
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ModelFigures:
+        return cls(
+            requests=d['requests'],
+            input_tokens=d['input_tokens'],
+            output_tokens=d['output_tokens'],
+            cost_usd=d['cost_usd'],
+            raw=d,
+        )
+
+
+@dataclass
 class PatchSchedule:
     """Changes to a schedule: what the body names. `ticket` keys replace the template's keys of the
 same name. A change of `cron`, `timezone`, `start_at`, `end_at` or `enabled` recomputes
@@ -556,6 +593,7 @@ body that names another field is refused (422) rather than answered as if it had
     priority: Optional[int] = None
     schema: Optional[Dict[str, Any]] = None
     metadata: Optional[Dict[str, Any]] = None
+    budget_usd: Optional[float] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -567,6 +605,7 @@ body that names another field is refused (422) rather than answered as if it had
             priority=d.get('priority'),
             schema=d.get('schema'),
             metadata=d.get('metadata'),
+            budget_usd=d.get('budget_usd'),
             raw=d,
         )
 
@@ -612,6 +651,52 @@ class PendingApproval:
             call_id=d['call_id'],
             tool_name=d['tool_name'],
             input=d['input'],
+            raw=d,
+        )
+
+
+@dataclass
+class Price:
+    """A model's price in US dollars per million tokens."""
+
+    model: str
+    input: Any
+    output: Any
+    source: PriceSource
+    provider: Optional[str] = None
+    cache_read: Optional[Any] = None
+    cache_creation: Optional[Any] = None
+    effective_from: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Price:
+        return cls(
+            model=d['model'],
+            input=d['input'],
+            output=d['output'],
+            source=d['source'],
+            provider=d.get('provider'),
+            cache_read=d.get('cache_read'),
+            cache_creation=d.get('cache_creation'),
+            effective_from=d.get('effective_from'),
+            raw=d,
+        )
+
+
+@dataclass
+class PriceList:
+    items: List[Price]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PriceList:
+        return cls(
+            items=_list(Price.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
             raw=d,
         )
 
@@ -685,6 +770,7 @@ class PutAgent:
     thinking_budget: Optional[int] = None
     tool_choice: Optional[str] = None
     max_concurrent: Optional[int] = None
+    budget_usd_per_day: Optional[float] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -708,6 +794,7 @@ class PutAgent:
             thinking_budget=d.get('thinking_budget'),
             tool_choice=d.get('tool_choice'),
             max_concurrent=d.get('max_concurrent'),
+            budget_usd_per_day=d.get('budget_usd_per_day'),
             raw=d,
         )
 
@@ -728,6 +815,28 @@ class PutMcpServer:
             headers=d.get('headers'),
             timeout_ms=d.get('timeout_ms'),
             requires_approval=d.get('requires_approval'),
+            raw=d,
+        )
+
+
+@dataclass
+class PutPrice:
+    input: float
+    output: float
+    cache_read: Optional[float] = None
+    cache_creation: Optional[float] = None
+    effective_from: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PutPrice:
+        return cls(
+            input=d['input'],
+            output=d['output'],
+            cache_read=d.get('cache_read'),
+            cache_creation=d.get('cache_creation'),
+            effective_from=d.get('effective_from'),
             raw=d,
         )
 
@@ -918,6 +1027,8 @@ class Ticket:
     deadline_at: Optional[str] = None
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
+    budget_usd: Optional[float] = None
+    waiting_for: Optional[WaitingFor] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -948,6 +1059,8 @@ class Ticket:
             deadline_at=d.get('deadline_at'),
             started_at=d.get('started_at'),
             finished_at=d.get('finished_at'),
+            budget_usd=d.get('budget_usd'),
+            waiting_for=d.get('waiting_for'),
             raw=d,
         )
 
@@ -1052,6 +1165,8 @@ class TicketUsage:
     cache_creation_tokens: int
     requests: int
     tool_calls: int
+    cost_usd: Optional[float] = None
+    unpriced: Optional[bool] = None
     estimated: Optional[bool] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
@@ -1065,6 +1180,8 @@ class TicketUsage:
             cache_creation_tokens=d['cache_creation_tokens'],
             requests=d['requests'],
             tool_calls=d['tool_calls'],
+            cost_usd=d.get('cost_usd'),
+            unpriced=d.get('unpriced'),
             estimated=d.get('estimated'),
             raw=d,
         )
