@@ -374,3 +374,93 @@ async fn fifty_tickets_under_one_agent_budget_on_two_processes_never_overspend()
     }
     api.shutdown().await;
 }
+
+/// A day's spending stops the agent; when the UTC day rolls over, the tickets it stopped resume
+/// by themselves against the new day's budget.
+#[tokio::test]
+async fn an_agents_new_day_resumes_what_its_daily_budget_stopped() {
+    let (app, llm) = start().await;
+    app.put(
+        "/v1/agents/default",
+        json!({"model": "house-model", "budget_usd_per_day": 1}),
+    )
+    .await;
+    app.put("/v1/prices/house-model", json!({"input": 1, "output": 1}))
+        .await;
+    llm.set_reply(Reply::tool_call("close_ticket", json!({"result": "ok"})));
+    // Today's budget is spent already.
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    sqlx::query("INSERT INTO budgets (scope, name, period, limit_usd, spent) VALUES ('agent', 'default', $1, 1, 1)")
+        .bind(&today)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let ticket = app.create_ticket(json!({"task": "tomorrow"})).await;
+    let key = ticket["key"].as_str().unwrap();
+    let waiting = wait_status(&app, key, "waiting").await;
+    assert_eq!(waiting["waiting_for"], "budget");
+    // The clock moves on: what was today is yesterday, and the ticket was stopped then.
+    sqlx::query("UPDATE budgets SET period = '2000-01-01' WHERE period = $1")
+        .bind(&today)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE tickets SET blocked_period = '2000-01-01' WHERE blocked_period = $1")
+        .bind(&today)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let done = wait_status(&app, key, "done").await;
+    assert_eq!(done["waiting_for"], Value::Null);
+    let requeued = event_data(&app, ticket["id"].as_str().unwrap(), "ticket.requeued").await;
+    assert_eq!(requeued, vec![json!({"reason": "budget"})]);
+    app.shutdown().await;
+}
+
+/// What a claim reserved and never settled (its worker died between the two) is given back once
+/// the claim has ended.
+#[tokio::test]
+async fn a_reservation_of_an_ended_claim_is_given_back() {
+    let app = TestApp::spawn().await;
+    let ticket = app.create_ticket(json!({"task": "orphan"})).await;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO budgets (scope, name, period, limit_usd, reserved) VALUES ('agent', 'gone', 'x', 1, 0.75)
+         RETURNING id",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO budget_reservations (ticket_id, generation, budget_id, amount) VALUES ($1::uuid, 7, $2, 0.5)",
+    )
+    .bind(ticket["id"].as_str().unwrap())
+    .bind(id)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    // The ticket is not in progress under generation 7: the claim is over.
+    assert_eq!(agentdesk::db::budgets::release_orphans(&app.pool).await.unwrap(), 1);
+    let reserved: String = sqlx::query_scalar("SELECT reserved::text FROM budgets WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(reserved.parse::<f64>().unwrap(), 0.25);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM budget_reservations")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    app.shutdown().await;
+}
+
+/// A ticket that waits for a person says so: a question (a text reply) is `human`.
+#[tokio::test]
+async fn a_ticket_waiting_for_a_reply_waits_for_a_human() {
+    let (app, llm) = start().await;
+    llm.push(Reply::text("Which year do you mean?"));
+    let ticket = app.create_ticket(json!({"task": "When was it?"})).await;
+    let waiting = wait_status(&app, ticket["key"].as_str().unwrap(), "waiting").await;
+    assert_eq!(waiting["waiting_for"], "human", "{waiting}");
+    app.shutdown().await;
+}
