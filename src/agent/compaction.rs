@@ -84,15 +84,16 @@ impl Step<'_> {
         tokens_before: u64,
     ) -> Flow<bool> {
         let name = self.name();
+        let comments = db::comments::all(&self.rt.pool, self.ticket.id).await?;
+        let summariser = summariser_request(&self.agent.model, &comments, window);
+        // Priced and reserved like any request: a summariser that does not fit its budget waits
+        // (before `compaction.started`, so that a compaction begun is always seen to end).
+        let provider_label = self.agent.provider.as_deref().unwrap_or(provider.name()).to_owned();
+        let mut charge = self.charge_for(&provider_label, &summariser).await?;
         let started = EventData::CompactionStarted {
             reason: reason.as_str().into(),
         };
         self.append_events(vec![NewEvent::new(Some(name), started)]).await?;
-        let comments = db::comments::all(&self.rt.pool, self.ticket.id).await?;
-        let summariser = summariser_request(&self.agent.model, &comments, window);
-        // Priced and reserved like any request: a summariser that does not fit its budget waits.
-        let provider_label = self.agent.provider.as_deref().unwrap_or(provider.name()).to_owned();
-        let mut charge = self.charge_for(&provider_label, &summariser).await?;
         // One request, no tools, no retries: a failing summariser is reported, not hammered.
         let mut ignore_deltas = |_: Delta| {};
         // The summariser's request counts against the provider's capacity like any other.
