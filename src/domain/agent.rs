@@ -37,7 +37,7 @@ pub struct Agent {
     pub max_concurrent: Option<i32>,
     /// The most this agent's requests may cost per UTC day, in US dollars; null is no limit.
     #[serde(default)]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, required = true)]
     pub budget_usd_per_day: Option<super::Usd>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

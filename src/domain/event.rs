@@ -75,10 +75,11 @@ event_kinds! {
         /// What the request cost in US dollars at the price in force when it was sent; null when
         /// its model has no price (`unpriced`).
         #[serde(default)]
-        #[schema(value_type = Option<f64>)]
+        #[schema(value_type = Option<f64>, required = true)]
         cost_usd: Option<Usd>,
         /// True when the model has no price: the cost is unknown (never counted as 0).
         #[serde(default)]
+        #[schema(required = true)]
         unpriced: bool,
     },
     /// Sent before the wait.

@@ -69,10 +69,11 @@ pub struct TicketUsage {
     /// What the requests cost, in US dollars, at the prices in force when each was sent; null
     /// when some request's model had no price (`unpriced`).
     #[serde(rename = "cost_usd", default, deserialize_with = "cost_or_zero")]
-    #[schema(value_type = Option<f64>)]
+    #[schema(value_type = Option<f64>, required = true)]
     pub cost: Usd,
     /// True when some request's model had no price: its cost is unknown, and `cost_usd` is null.
     #[serde(default)]
+    #[schema(required = true)]
     pub unpriced: bool,
     /// Present (true) once some of the counts were estimated because a provider reported no usage.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -183,13 +184,14 @@ pub struct Ticket {
     pub approvals: Vec<Approval>,
     /// The most this ticket's requests may cost, in US dollars; null: no limit of its own.
     #[serde(default)]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, required = true)]
     pub budget_usd: Option<Usd>,
     /// Why a `waiting` ticket waits: `human` (a question), `approval` (calls waiting for a
     /// person), `budget` (a money budget has no room for its next request: it resumes when the
     /// budget is raised or its period rolls over), `price` (its model has no price and a money
     /// budget applies: it resumes when a price is set); null otherwise.
     #[serde(default)]
+    #[schema(required = true)]
     pub waiting_for: Option<WaitingFor>,
 }
 

@@ -854,7 +854,7 @@ export interface components {
              * Format: double
              * @description The most this agent's requests may cost per UTC day, in US dollars; null is no limit.
              */
-            budget_usd_per_day?: number | null;
+            budget_usd_per_day: number | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1149,9 +1149,9 @@ export interface components {
                  * @description What the request cost in US dollars at the price in force when it was sent; null when
                  *     its model has no price (`unpriced`).
                  */
-                cost_usd?: number | null;
+                cost_usd: number | null;
                 /** @description True when the model has no price: the cost is unknown (never counted as 0). */
-                unpriced?: boolean;
+                unpriced: boolean;
             };
             /** @enum {string} */
             kind: "request.finished";
@@ -1974,8 +1974,8 @@ export interface components {
              * Format: double
              * @description The most this ticket's requests may cost, in US dollars; null: no limit of its own.
              */
-            budget_usd?: number | null;
-            waiting_for?: null | components["schemas"]["WaitingFor"];
+            budget_usd: number | null;
+            waiting_for: null | components["schemas"]["WaitingFor"];
         };
         TicketError: {
             /** @description Machine-readable cause, e.g. `rate_limited`, `max_turns`, `lease_lost`. */
@@ -2067,9 +2067,9 @@ export interface components {
              * @description What the requests cost, in US dollars, at the prices in force when each was sent; null
              *     when some request's model had no price (`unpriced`).
              */
-            cost_usd?: number | null;
+            cost_usd: number | null;
             /** @description True when some request's model had no price: its cost is unknown, and `cost_usd` is null. */
-            unpriced?: boolean;
+            unpriced: boolean;
             /** @description Present (true) once some of the counts were estimated because a provider reported no usage. */
             estimated?: boolean;
         };

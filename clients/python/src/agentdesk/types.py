@@ -83,6 +83,7 @@ class Agent:
     max_schema_retries: int
     max_request_retries: int
     request_retry_delay_ms: int
+    budget_usd_per_day: Optional[float]
     created_at: str
     updated_at: str
     provider: Optional[str] = None
@@ -95,7 +96,6 @@ class Agent:
     thinking_budget: Optional[int] = None
     tool_choice: Optional[str] = None
     max_concurrent: Optional[int] = None
-    budget_usd_per_day: Optional[float] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -110,6 +110,7 @@ class Agent:
             max_schema_retries=d['max_schema_retries'],
             max_request_retries=d['max_request_retries'],
             request_retry_delay_ms=d['request_retry_delay_ms'],
+            budget_usd_per_day=d['budget_usd_per_day'],
             created_at=d['created_at'],
             updated_at=d['updated_at'],
             provider=d.get('provider'),
@@ -122,7 +123,6 @@ class Agent:
             thinking_budget=d.get('thinking_budget'),
             tool_choice=d.get('tool_choice'),
             max_concurrent=d.get('max_concurrent'),
-            budget_usd_per_day=d.get('budget_usd_per_day'),
             raw=d,
         )
 
@@ -1017,6 +1017,8 @@ class Ticket:
     created_at: str
     updated_at: str
     pending_approvals: List[PendingApproval]
+    budget_usd: Optional[float]
+    waiting_for: Optional[WaitingFor]
     agent: Optional[str] = None
     parent_id: Optional[str] = None
     parent_key: Optional[str] = None
@@ -1027,8 +1029,6 @@ class Ticket:
     deadline_at: Optional[str] = None
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
-    budget_usd: Optional[float] = None
-    waiting_for: Optional[WaitingFor] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -1049,6 +1049,8 @@ class Ticket:
             created_at=d['created_at'],
             updated_at=d['updated_at'],
             pending_approvals=_list(PendingApproval.from_json, d['pending_approvals']),
+            budget_usd=d['budget_usd'],
+            waiting_for=d['waiting_for'],
             agent=d.get('agent'),
             parent_id=d.get('parent_id'),
             parent_key=d.get('parent_key'),
@@ -1059,8 +1061,6 @@ class Ticket:
             deadline_at=d.get('deadline_at'),
             started_at=d.get('started_at'),
             finished_at=d.get('finished_at'),
-            budget_usd=d.get('budget_usd'),
-            waiting_for=d.get('waiting_for'),
             raw=d,
         )
 
@@ -1165,8 +1165,8 @@ class TicketUsage:
     cache_creation_tokens: int
     requests: int
     tool_calls: int
-    cost_usd: Optional[float] = None
-    unpriced: Optional[bool] = None
+    cost_usd: Optional[float]
+    unpriced: bool
     estimated: Optional[bool] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
@@ -1180,8 +1180,8 @@ class TicketUsage:
             cache_creation_tokens=d['cache_creation_tokens'],
             requests=d['requests'],
             tool_calls=d['tool_calls'],
-            cost_usd=d.get('cost_usd'),
-            unpriced=d.get('unpriced'),
+            cost_usd=d['cost_usd'],
+            unpriced=d['unpriced'],
             estimated=d.get('estimated'),
             raw=d,
         )
