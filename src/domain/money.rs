@@ -12,6 +12,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 const SCALE: i128 = 1_000_000_000_000;
 /// Decimal places a dollar amount may have.
 pub const DECIMALS: usize = 12;
+/// The largest amount the API takes (a price per million tokens, a budget): a billion dollars.
+pub const MAX_USD: i128 = 1_000_000_000 * SCALE;
 
 /// An amount of US dollars, exact to the picodollar.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -50,6 +52,15 @@ impl Usd {
     /// Parses a decimal number of dollars (`12`, `0.15`, `-3.5`, `1e-3` as Postgres or a JSON
     /// number may write it); None when it is not one or has more than 12 decimal places.
     pub fn parse(text: &str) -> Option<Usd> {
+        Usd::parse_with(text, false)
+    }
+
+    /// `parse`, rounding (half up) to the picodollar what has more decimal places.
+    pub fn parse_rounded(text: &str) -> Option<Usd> {
+        Usd::parse_with(text, true)
+    }
+
+    fn parse_with(text: &str, round: bool) -> Option<Usd> {
         let text = text.trim();
         let (mantissa, exponent) = match text.find(['e', 'E']) {
             Some(at) => (&text[..at], text[at + 1..].parse::<i32>().ok()?),
@@ -76,7 +87,19 @@ impl Usd {
             digits.pop();
             places -= 1;
         }
-        if places > DECIMALS as i64 || digits.len() > 30 {
+        if places > DECIMALS as i64 {
+            if !round {
+                return None;
+            }
+            // Keep 12 decimal places; the first digit dropped rounds.
+            let drop = (places - DECIMALS as i64) as usize;
+            let keep = digits.len().saturating_sub(drop);
+            let up = drop <= digits.len() && digits.as_bytes().get(keep).is_some_and(|d| *d >= b'5');
+            let kept: i128 = if keep == 0 { 0 } else { digits[..keep].parse().ok()? };
+            let pico = kept + i128::from(up);
+            return Some(Usd(if negative { -pico } else { pico }));
+        }
+        if digits.len() > 30 {
             return None;
         }
         let value: i128 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
@@ -136,11 +159,7 @@ impl<'de> Deserialize<'de> for Usd {
             serde_json::Value::String(s) => s,
             _ => return Err(D::Error::custom("expected an amount of US dollars (a number)")),
         };
-        Usd::parse(&text).ok_or_else(|| {
-            D::Error::custom(format!(
-                "{text} is not an amount of US dollars with at most {DECIMALS} decimal places"
-            ))
-        })
+        Usd::parse_rounded(&text).ok_or_else(|| D::Error::custom(format!("{text} is not an amount of US dollars")))
     }
 }
 
@@ -212,6 +231,10 @@ mod tests {
         }
         assert_eq!(serde_json::from_str::<Usd>("\"0.1\"").unwrap().to_string(), "0.1");
         assert!(serde_json::from_str::<Usd>("true").is_err());
-        assert!(serde_json::from_str::<Usd>("1e-20").is_err());
+        // More decimal places than a picodollar round to it.
+        assert_eq!(serde_json::from_str::<Usd>("1e-20").unwrap(), Usd::ZERO);
+        assert_eq!(Usd::parse_rounded("0.0000000000015").unwrap().pico(), 2);
+        assert_eq!(Usd::parse_rounded("0.0000000000014999").unwrap().pico(), 1);
+        assert_eq!(Usd::parse_rounded("2.5e-300").unwrap(), Usd::ZERO);
     }
 }

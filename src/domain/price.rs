@@ -143,7 +143,7 @@ pub static BUILT_IN: LazyLock<Vec<Price>> = LazyLock::new(|| {
 /// Whether a model name (or prefix pattern) is acceptable as a price's name.
 pub fn is_valid_model_pattern(name: &str) -> bool {
     let bare = name.strip_suffix('*').unwrap_or(name);
-    !name.is_empty() && name.len() <= 200 && !bare.contains('*') && !name.chars().any(char::is_control)
+    !name.is_empty() && name.chars().count() <= 200 && !bare.contains('*') && !name.chars().any(char::is_control)
 }
 
 #[cfg(test)]

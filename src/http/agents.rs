@@ -65,14 +65,17 @@ pub struct PutAgent {
     /// whose request does not fit waits (`waiting_for: "budget"`) until the budget is raised or
     /// the day rolls over.
     #[serde(default)]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
     pub budget_usd_per_day: Option<crate::domain::Usd>,
 }
 
-/// An amount of dollars that must not be negative.
+/// An amount of dollars: 0 to a billion (`money::MAX_USD`).
 pub(crate) fn non_negative_usd(name: &str, v: Option<crate::domain::Usd>) -> ApiResult<Option<crate::domain::Usd>> {
     match v {
         Some(v) if v.is_negative() => Err(ApiError::Validation(format!("{name} must not be negative"))),
+        Some(v) if v.pico() > crate::domain::money::MAX_USD => Err(ApiError::Validation(format!(
+            "{name} must be at most 1000000000 (US dollars)"
+        ))),
         v => Ok(v),
     }
 }

@@ -19,18 +19,18 @@ use crate::domain::Usd;
 #[serde(deny_unknown_fields)]
 pub struct PutPrice {
     /// US dollars per million input tokens.
-    #[schema(value_type = f64, minimum = 0)]
+    #[schema(value_type = f64, minimum = 0, maximum = 1000000000)]
     pub input: Usd,
     /// US dollars per million output tokens.
-    #[schema(value_type = f64, minimum = 0)]
+    #[schema(value_type = f64, minimum = 0, maximum = 1000000000)]
     pub output: Usd,
     /// Per million cached input tokens read; null or omitted: charged as input.
     #[serde(default)]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
     pub cache_read: Option<Usd>,
     /// Per million input tokens written to the cache; null or omitted: charged as input.
     #[serde(default)]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
     pub cache_creation: Option<Usd>,
     /// Requests sent at or after it pay this price; default: now. A price with the same model,
     /// provider and `effective_from` is replaced; others are kept as its history.
@@ -43,6 +43,7 @@ pub struct PutPrice {
 pub struct PriceQuery {
     /// The provider the price holds for (`openai`, `anthropic` or a named provider); omitted: any
     /// provider serving that model name.
+    #[param(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub provider: Option<String>,
 }
 
@@ -89,7 +90,7 @@ pub async fn list_prices(State(state): State<AppState>) -> ApiResult<Json<PriceL
 /// The desk's price of that model and provider in force now (else its earliest coming one),
 /// or the built-in one of that name.
 #[utoipa::path(get, path = "/prices/{model}", tag = "prices",
-    params(("model" = String, Path, description = "The model name as sent, or a prefix ending in `*` (URL-encoded)"), PriceQuery),
+    params(("model" = String, Path, min_length = 1, max_length = 200, pattern = "^[^*\\x00-\\x1f\\x7f-\\x9f]*\\*?$", description = "The model name as sent, or a prefix ending in `*` (URL-encoded)"), PriceQuery),
     responses((status = 200, body = Price), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn get_price(
     State(state): State<AppState>,
@@ -122,7 +123,7 @@ pub async fn get_price(
 /// provider. An exact name beats a prefix, a provider's own price one for any provider, and a
 /// desk price a built-in one. Tickets waiting for a price go back to `todo`.
 #[utoipa::path(put, path = "/prices/{model}", tag = "prices", request_body = PutPrice,
-    params(("model" = String, Path, description = "The model name as sent, or a prefix ending in `*` (URL-encoded)"), PriceQuery),
+    params(("model" = String, Path, min_length = 1, max_length = 200, pattern = "^[^*\\x00-\\x1f\\x7f-\\x9f]*\\*?$", description = "The model name as sent, or a prefix ending in `*` (URL-encoded)"), PriceQuery),
     responses((status = 200, body = Price), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn put_price(
@@ -139,9 +140,7 @@ pub async fn put_price(
         ("cache_read", req.cache_read),
         ("cache_creation", req.cache_creation),
     ] {
-        if value.is_some_and(Usd::is_negative) {
-            return Err(ApiError::Validation(format!("{name} must not be negative")));
-        }
+        super::agents::non_negative_usd(name, value)?;
     }
     let price = Price {
         model,
@@ -172,7 +171,7 @@ pub async fn put_price(
 /// Deletes the desk's price of that model and provider, with its history; requests then pay what
 /// applies next (a prefix, a price for any provider, the built-in table) or are unpriced.
 #[utoipa::path(delete, path = "/prices/{model}", tag = "prices",
-    params(("model" = String, Path, description = "The model name as sent, or a prefix ending in `*` (URL-encoded)"), PriceQuery),
+    params(("model" = String, Path, min_length = 1, max_length = 200, pattern = "^[^*\\x00-\\x1f\\x7f-\\x9f]*\\*?$", description = "The model name as sent, or a prefix ending in `*` (URL-encoded)"), PriceQuery),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn delete_price(
     State(state): State<AppState>,

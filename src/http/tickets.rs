@@ -66,7 +66,7 @@ pub struct CreateTicket {
     /// limit of its own. A request whose worst case does not fit is not sent: the ticket waits
     /// (`waiting_for: "budget"`) until the budget is raised with PATCH.
     #[serde(default)]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
     pub budget_usd: Option<crate::domain::Usd>,
 }
 
@@ -365,7 +365,7 @@ pub struct PatchTicket {
     /// US dollars (at least 0), or null to remove the budget. A ticket waiting for its budget
     /// goes back to `todo` when it is raised or removed.
     #[serde(default, deserialize_with = "double_option_usd")]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
     pub budget_usd: Option<Option<crate::domain::Usd>>,
 }
 
