@@ -87,6 +87,10 @@ impl App {
             tasks.push(tokio::spawn(db::retention::run(pool.clone(), keep, shutdown.clone())));
         }
         let (mcp, catalog) = start_tools(&pool, &config, shutdown.clone()).await?;
+        // Every process charges requests and answers `/v1/prices` from its own price book.
+        let prices = db::prices::PriceBook::default();
+        prices.reload(&pool).await.context("cannot read the prices")?;
+        tasks.push(prices.spawn_refresh(pool.clone(), shutdown.clone()));
         if !mode.runs_api() {
             // Nobody here watches deltas: send them to the API processes.
             tasks.push(hub.forward_deltas(shutdown.clone()));
@@ -102,6 +106,7 @@ impl App {
                 mcp: mcp.clone(),
                 intake: crate::transitions::intake::Intake::start(pool.clone(), hub.clone()),
                 route_check: Default::default(),
+                prices: prices.clone(),
                 shutdown: shutdown.clone(),
             });
             let (server, addr) = serve_api(state, config.addr, shutdown.clone())?;
@@ -133,6 +138,7 @@ impl App {
                 config.clone(),
                 providers.clone(),
                 catalog.clone(),
+                prices.clone(),
             ))
         } else {
             None
@@ -210,6 +216,7 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         thinking_budget: None,
         tool_choice: crate::domain::agent::default_tool_choice(),
         max_concurrent: None,
+        budget_usd_per_day: None,
         created_at: now,
         updated_at: now,
     };

@@ -38,6 +38,7 @@ async fn pool() -> PgPool {
         thinking_budget: None,
         tool_choice: "auto".into(),
         max_concurrent: None,
+        budget_usd_per_day: None,
         created_at: now,
         updated_at: now,
     };

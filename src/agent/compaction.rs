@@ -84,12 +84,16 @@ impl Step<'_> {
         tokens_before: u64,
     ) -> Flow<bool> {
         let name = self.name();
+        let comments = db::comments::all(&self.rt.pool, self.ticket.id).await?;
+        let summariser = summariser_request(&self.agent.model, &comments, window);
+        // Priced and reserved like any request: a summariser that does not fit its budget waits
+        // (before `compaction.started`, so that a compaction begun is always seen to end).
+        let provider_label = self.agent.provider.as_deref().unwrap_or(provider.name()).to_owned();
+        let mut charge = self.charge_for(&provider_label, &summariser).await?;
         let started = EventData::CompactionStarted {
             reason: reason.as_str().into(),
         };
         self.append_events(vec![NewEvent::new(Some(name), started)]).await?;
-        let comments = db::comments::all(&self.rt.pool, self.ticket.id).await?;
-        let summariser = summariser_request(&self.agent.model, &comments, window);
         // One request, no tools, no retries: a failing summariser is reported, not hammered.
         let mut ignore_deltas = |_: Delta| {};
         // The summariser's request counts against the provider's capacity like any other.
@@ -109,9 +113,15 @@ impl Step<'_> {
         }
         // A failed summariser request counts as a request too.
         let usage = match &result {
-            Ok(r) => request::ticket_usage(&r.usage, 1, !r.usage_reported),
+            Ok(r) => self.priced(&charge, request::ticket_usage(&r.usage, 1, !r.usage_reported), true),
             Err(_) => request::ticket_usage(&Default::default(), 1, false),
         };
+        if let Some(cost) = usage.cost_usd().filter(|c| *c > crate::domain::Usd::ZERO) {
+            let dollars: f64 = cost.to_string().parse().unwrap_or(0.0);
+            crate::telemetry::metric::cost(name, &provider_label, &self.agent.model, dollars);
+        }
+        let thresholds = self.settle(&mut charge, usage.cost).await?;
+        self.append_thresholds(thresholds).await?;
         let outcome = match result {
             Ok(response) if !response.text.trim().is_empty() => Ok(response.text),
             Ok(_) => Err("the summariser returned an empty summary".to_owned()),

@@ -11,6 +11,7 @@
 
 mod approvals;
 pub mod capacity;
+mod charge;
 pub mod compaction;
 mod model_call;
 pub mod outputs;
@@ -51,6 +52,8 @@ pub struct Runtime {
     pub stream_idle: Duration,
     /// Slots of the providers with a `max_concurrent`.
     pub slots: capacity::ProviderSlots,
+    /// The prices requests are charged at.
+    pub prices: db::prices::PriceBook,
 }
 
 /// How the outside world stops a running ticket.

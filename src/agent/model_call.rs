@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
+use super::charge::Charged;
 use super::state::Step;
 use super::{aborted, request, Flow};
 use crate::db;
 use crate::domain::event::kind;
-use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent, TicketUsage};
+use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent, TicketUsage, Usd};
 use crate::events::hub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
 use crate::telemetry::metric;
@@ -30,6 +31,12 @@ pub(super) enum ModelOutcome {
 
 impl Step<'_> {
     pub(super) async fn call_model(&self, provider: &dyn Provider, request: &ModelRequest) -> Flow<ModelOutcome> {
+        let provider_label = self.agent.provider.as_deref().unwrap_or(provider.name());
+        // Priced (and, under a budget, reserved) before anything is sent: a request that does
+        // not fit is never sent, and the ticket waits.
+        let mut charge = self.charge_for(provider_label, request).await?;
+        // What this request's failed attempts cost (an empty reply's tokens).
+        let mut spent = Usd::ZERO;
         let started = EventData::RequestStarted {
             model: self.agent.model.clone(),
         };
@@ -41,7 +48,6 @@ impl Step<'_> {
         // The text shown so far, kept if a cancel stops the response.
         let mut streamed = String::new();
         let mut empty = 0u32;
-        let provider_label = self.agent.provider.as_deref().unwrap_or(provider.name());
         loop {
             // Held for this attempt only: a retry's backoff leaves the slot to others.
             let slot = self.take_slot(provider).await?;
@@ -77,6 +83,7 @@ impl Step<'_> {
                 chat.fail("cancelled", "the ticket was cancelled or its claim lost");
                 // It was sent: it counts (added when the step ends, `keep_failed_requests`).
                 self.count_failed_request(TicketUsage::default());
+                self.settle(&mut charge, spent).await?;
                 return self.keep_cancelled_text(streamed).await;
             };
             // The error, and what the provider reported the failed request used.
@@ -88,14 +95,21 @@ impl Step<'_> {
                         self.rt.hub.flush_deltas().await;
                     }
                     request::estimate_usage(request, &mut response);
-                    self.record_response(provider_label, request, &response, &chat, sent, first_output);
+                    let usage = request::ticket_usage(&response.usage, 1, !response.usage_reported);
+                    let usage = self.priced(&charge, usage, true);
+                    let events = self.settle(&mut charge, spent.plus(usage.cost)).await?;
+                    self.record_response(provider_label, request, &response, &chat, (sent, first_output), &usage);
+                    self.set_charged(Charged {
+                        price: charge.price.take(),
+                        events,
+                    });
                     return Ok(ModelOutcome::Response(response));
                 }
                 // Nothing to act on is never a question for humans: sent again as an empty 200.
                 // What the provider reported it used still counts.
                 Ok(empty) => (
                     llm::empty_reply(provider.name()),
-                    request::ticket_usage(&empty.usage, 0, false),
+                    self.priced(&charge, request::ticket_usage(&empty.usage, 0, false), false),
                 ),
                 Err(err) => (err, TicketUsage::default()),
             };
@@ -111,9 +125,12 @@ impl Step<'_> {
             }
             drop(chat);
             // A request that failed was still sent: it counts.
+            spent = spent.plus(used.cost);
             self.count_failed_request(used);
             if err.kind == LlmErrorKind::ContextWindowExceeded {
                 self.log_failure(provider, &err, "context window exceeded");
+                let events = self.settle(&mut charge, spent).await?;
+                self.append_thresholds(events).await?;
                 return Ok(ModelOutcome::Overflow(err));
             }
             attempt += 1;
@@ -151,6 +168,8 @@ impl Step<'_> {
                 }
             }
             self.log_failure(provider, &err, "giving up");
+            let events = self.settle(&mut charge, spent).await?;
+            self.append_thresholds(events).await?;
             let message = if partial && err.kind.is_retryable() {
                 format!(
                     "{} (after partial output, so the request was not repeated)",
@@ -172,11 +191,15 @@ impl Step<'_> {
         request: &ModelRequest,
         response: &ModelResponse,
         chat: &ChildSpan,
-        sent: Instant,
-        first_output: Option<Duration>,
+        (sent, first_output): (Instant, Option<Duration>),
+        priced: &TicketUsage,
     ) {
         let model = &self.agent.model;
         metric::model_request(provider, model, "ok", sent.elapsed(), first_output);
+        let cost_usd: Option<f64> = priced.cost_usd().and_then(|c| c.to_string().parse().ok());
+        if let Some(cost) = cost_usd {
+            metric::cost(&self.agent.name, provider, model, cost);
+        }
         let usage = &response.usage;
         metric::tokens(
             provider,
@@ -196,6 +219,7 @@ impl Step<'_> {
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
             finish_reason: response.stop_reason.as_str(),
+            cost_usd,
         });
         chat.content(|| {
             let messages: Vec<serde_json::Value> = request

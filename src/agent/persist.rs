@@ -5,6 +5,7 @@
 
 use sqlx::{PgConnection, Postgres, Transaction};
 
+use super::charge::{self, Charged};
 use super::state::Step;
 use super::tool_calls::PreparedCall;
 use super::{aborted, request, transcript, Flow, RunEnd, Runtime, Stop};
@@ -27,12 +28,14 @@ pub(super) struct ResponseRecord {
     content: Vec<ContentBlock>,
     /// `request.finished`, logged before the comment.
     finished: NewEvent,
+    /// `budget.threshold` events the request's cost crossed, logged after `request.finished`.
+    thresholds: Vec<NewEvent>,
     /// `tool.started` of each call, logged after it.
     tool_started: Vec<NewEvent>,
 }
 
 impl ResponseRecord {
-    pub fn of(agent: &Agent, response: &ModelResponse, calls: &[PreparedCall]) -> ResponseRecord {
+    pub fn of(agent: &Agent, response: &ModelResponse, calls: &[PreparedCall], charged: Charged) -> ResponseRecord {
         let name = agent.name.as_str();
         let mut content: Vec<ContentBlock> = response.thinking.clone();
         if !response.text.is_empty() {
@@ -50,10 +53,14 @@ impl ResponseRecord {
         } else {
             response.model.clone()
         };
+        let usage = request::ticket_usage(&response.usage, 1, !response.usage_reported);
+        let usage = charge::priced(charged.price.as_ref(), usage, true);
         let finished = EventData::RequestFinished {
             model,
             usage: request::token_usage(&response.usage, !response.usage_reported),
             stop_reason: response.stop_reason.as_str().into(),
+            cost_usd: usage.cost_usd(),
+            unpriced: usage.unpriced,
         };
         let tool_started = calls
             .iter()
@@ -67,9 +74,10 @@ impl ResponseRecord {
             })
             .collect();
         ResponseRecord {
-            usage: request::ticket_usage(&response.usage, 1, !response.usage_reported),
+            usage,
             content,
             finished: NewEvent::new(Some(name), finished),
+            thresholds: charged.events,
             tool_started,
         }
     }
@@ -110,7 +118,9 @@ impl ResponseRecord {
                 comment: comment.clone(),
             },
         );
-        let mut events = vec![self.finished, created];
+        let mut events = vec![self.finished];
+        events.extend(self.thresholds);
+        events.push(created);
         events.extend(self.tool_started);
         events
     }
@@ -272,7 +282,9 @@ impl Step<'_> {
         let mut tx = self.fenced(&record.usage).await?;
         let mut events = if record.content.is_empty() {
             // Nothing to store (a cut reply with no text), only that it came.
-            vec![record.finished]
+            let mut events = vec![record.finished];
+            events.extend(record.thresholds);
+            events
         } else {
             let comment =
                 db::comments::insert(&mut tx, ticket_id, Author::Assistant, Some(name), &record.content).await?;

@@ -91,5 +91,6 @@ pub(super) fn ticket_usage(usage: &llm::Usage, requests: i64, estimated: bool) -
         cache_creation_tokens: usage.cache_creation_tokens as i64,
         requests,
         tool_calls: 0,
+        ..TicketUsage::default()
     }
 }

@@ -24,4 +24,6 @@ pub(super) struct Step<'a> {
     pub failed_usage: std::sync::Mutex<TicketUsage>,
     /// The claim's `invoke_agent` span (inert when tracing is off).
     pub span: &'a AgentSpan,
+    /// The latest response's price and the budget events its cost crossed (`charge`).
+    pub charged: std::sync::Mutex<super::charge::Charged>,
 }

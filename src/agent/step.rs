@@ -68,6 +68,7 @@ pub(super) async fn run(
         streaks,
         failed_usage: Default::default(),
         span,
+        charged: Default::default(),
     };
     let outcome = step.work(transcript).await;
     if matches!(outcome, Err(super::Stop::End(super::RunEnd::Aborted))) {
@@ -261,7 +262,7 @@ impl Step<'_> {
     /// A text reply settles the step; tool calls run, and their results are stored.
     async fn act_on(&self, response: ModelResponse) -> Flow<()> {
         let calls = tool_calls::prepare(&self.agent, &self.tools, &response);
-        let mut record = ResponseRecord::of(&self.agent, &response, &calls);
+        let mut record = ResponseRecord::of(&self.agent, &response, &calls, self.take_charged());
         record.usage = self.with_failed_requests(record.usage);
         if calls.is_empty() && response.stop_reason == StopReason::MaxTokens {
             return self.continue_truncated_reply(record).await;

@@ -198,6 +198,21 @@ fn render_ticket(t: &Value, comments: &[Value]) -> String {
             usage["requests"], usage["tool_calls"], usage["input_tokens"], usage["output_tokens"]
         ),
     );
+    let cost = if usage["unpriced"] == true {
+        "unknown (a model has no price)".to_owned()
+    } else if usage["cost_usd"].is_number() {
+        format!("${}", usage["cost_usd"])
+    } else {
+        "–".to_owned()
+    };
+    let budget = t["budget_usd"]
+        .as_f64()
+        .map(|_| format!(" of a ${} budget", t["budget_usd"]))
+        .unwrap_or_default();
+    field("cost", format!("{cost}{budget}"));
+    if let Some(why) = t["waiting_for"].as_str() {
+        field("waits for", why.to_owned());
+    }
     field("created", short(&t["created_at"], 40));
     field("updated", short(&t["updated_at"], 40));
     if !comments.is_empty() {
@@ -233,5 +248,19 @@ mod tests {
             table(["KEY", "STATUS", "TASK"], &rows),
             "KEY       STATUS  TASK\nTICKET-1  todo    a longer task\n"
         );
+    }
+
+    #[test]
+    fn show_gives_the_cost_the_budget_and_what_a_ticket_waits_for() {
+        let ticket = serde_json::json!({
+            "key": "TICKET-3", "status": "waiting", "waiting_for": "budget", "budget_usd": 0.5,
+            "usage": {"requests": 2, "tool_calls": 1, "input_tokens": 10, "output_tokens": 5,
+                      "cost_usd": 0.00015, "unpriced": false}
+        });
+        let shown = render_ticket(&ticket, &[]);
+        assert!(shown.contains("cost       $0.00015 of a $0.5 budget\n"), "{shown}");
+        assert!(shown.contains("waits for  budget\n"), "{shown}");
+        let unpriced = serde_json::json!({"key": "TICKET-4", "usage": {"cost_usd": null, "unpriced": true}});
+        assert!(render_ticket(&unpriced, &[]).contains("cost       unknown (a model has no price)"));
     }
 }

@@ -309,14 +309,34 @@ pub fn describe(kind: &str, data: &Value, streamed: &mut bool) -> Option<String>
         "request.started" => format!("model={}", s(&data["model"])),
         "request.finished" => {
             let usage = &data["usage"];
+            let cost = if data["unpriced"] == true {
+                " unpriced".to_owned()
+            } else if data["cost_usd"].is_number() {
+                format!(" cost=${}", data["cost_usd"])
+            } else {
+                String::new()
+            };
             format!(
-                "model={} stop={} tokens in={} out={}",
+                "model={} stop={} tokens in={} out={}{cost}",
                 s(&data["model"]),
                 s(&data["stop_reason"]),
                 usage["input_tokens"].as_i64().unwrap_or(0),
                 usage["output_tokens"].as_i64().unwrap_or(0)
             )
         }
+        "budget.exhausted" => format!(
+            "{} {} has spent ${} of ${}: waiting until it is raised (or its day rolls over)",
+            s(&data["scope"]),
+            s(&data["name"]),
+            data["spent_usd"],
+            data["limit_usd"]
+        ),
+        "budget.threshold" => format!("{} {} at {}%", s(&data["scope"]), s(&data["name"]), data["percent"]),
+        "budget.unpriced" => format!(
+            "{} has no price and a budget applies: waiting for PUT /v1/prices/{}",
+            s(&data["model"]),
+            s(&data["model"])
+        ),
         "request.retried" => format!(
             "attempt {}/{} {} (retrying in {} ms)",
             data["attempt"],
@@ -426,6 +446,21 @@ mod tests {
             "provider_error: bad key"
         );
         assert_eq!(line("ticket.cancelled", json!({})), "");
+        assert_eq!(
+            line(
+                "request.finished",
+                json!({"model": "m", "stop_reason": "end_turn", "usage": {"input_tokens": 3, "output_tokens": 2},
+                       "cost_usd": 0.0004, "unpriced": false})
+            ),
+            "model=m stop=end_turn tokens in=3 out=2 cost=$0.0004"
+        );
+        assert_eq!(
+            line(
+                "budget.exhausted",
+                json!({"scope": "agent", "name": "researcher", "limit_usd": 2, "spent_usd": 1.99})
+            ),
+            "agent researcher has spent $1.99 of $2: waiting until it is raised (or its day rolls over)"
+        );
         let assistant = json!({"comment": {"author": "assistant", "content": [{"type": "text", "text": "Hi"}]}});
         assert_eq!(
             describe("comment.created", &assistant, &mut streamed).as_deref(),

@@ -6,7 +6,8 @@ use crate::domain::Agent;
 
 const AGENT_COLUMNS: &str = "name, role, provider, model, labels, tools, context_window, max_turns, \
      max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries, request_retry_delay_ms, \
-     temperature, max_tokens, thinking_budget, tool_choice, max_concurrent, created_at, updated_at";
+     temperature, max_tokens, thinking_budget, tool_choice, max_concurrent, created_at, updated_at, \
+     budget_usd_per_day::text AS budget_usd_per_day";
 
 #[derive(sqlx::FromRow)]
 struct AgentRow {
@@ -30,6 +31,7 @@ struct AgentRow {
     max_concurrent: Option<i32>,
     created_at: chrono::DateTime<chrono::Utc>,
     updated_at: chrono::DateTime<chrono::Utc>,
+    budget_usd_per_day: Option<String>,
 }
 
 impl From<AgentRow> for Agent {
@@ -53,6 +55,7 @@ impl From<AgentRow> for Agent {
             thinking_budget: r.thinking_budget,
             tool_choice: r.tool_choice,
             max_concurrent: r.max_concurrent,
+            budget_usd_per_day: crate::domain::money::from_db(r.budget_usd_per_day),
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -64,8 +67,9 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
     let sql = format!(
         "INSERT INTO agents (name, role, provider, model, labels, tools, context_window, max_turns,
             max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries,
-            request_retry_delay_ms, temperature, max_tokens, thinking_budget, tool_choice, max_concurrent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+            request_retry_delay_ms, temperature, max_tokens, thinking_budget, tool_choice, max_concurrent,
+            budget_usd_per_day)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19::numeric)
          ON CONFLICT (name) DO UPDATE SET
             role = EXCLUDED.role, provider = EXCLUDED.provider, model = EXCLUDED.model,
             labels = EXCLUDED.labels, tools = EXCLUDED.tools, context_window = EXCLUDED.context_window,
@@ -74,7 +78,8 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
             max_request_retries = EXCLUDED.max_request_retries,
             request_retry_delay_ms = EXCLUDED.request_retry_delay_ms, temperature = EXCLUDED.temperature,
             max_tokens = EXCLUDED.max_tokens, thinking_budget = EXCLUDED.thinking_budget,
-            tool_choice = EXCLUDED.tool_choice, max_concurrent = EXCLUDED.max_concurrent, updated_at = now()
+            tool_choice = EXCLUDED.tool_choice, max_concurrent = EXCLUDED.max_concurrent,
+            budget_usd_per_day = EXCLUDED.budget_usd_per_day, updated_at = now()
          RETURNING {AGENT_COLUMNS}, (xmax = 0) AS created"
     );
     let row = sqlx::query(&sql)
@@ -96,6 +101,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
         .bind(a.thinking_budget)
         .bind(&a.tool_choice)
         .bind(a.max_concurrent)
+        .bind(a.budget_usd_per_day.map(|b| b.to_string()))
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row};

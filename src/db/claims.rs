@@ -52,7 +52,7 @@ fn secs(d: Duration) -> f64 {
 /// to that agent; an agent with no labels takes unlabelled tickets; otherwise any agent sharing a
 /// label.
 const ROUTE: &str = "CROSS JOIN LATERAL (
-                SELECT a.name, a.max_concurrent FROM agents a
+                SELECT a.name, a.max_concurrent, a.model FROM agents a
                 WHERE a.name = ANY(t.labels)
                    OR (NOT EXISTS (SELECT 1 FROM agents b WHERE b.name = ANY(t.labels))
                        AND ((cardinality(a.labels) = 0 AND cardinality(t.labels) = 0) OR a.labels && t.labels))
@@ -129,7 +129,7 @@ pub async fn claim_tickets(
 /// The claimable tickets of agents without a limit.
 fn unlimited_candidates() -> String {
     format!(
-        "SELECT t.id, a.name AS agent_name, t.seeded
+        "SELECT t.id, a.name AS agent_name, a.model AS agent_model, t.seeded
             FROM tickets t
             {ROUTE}
             WHERE t.status = 'todo' AND a.max_concurrent IS NULL AND {BEFORE_DEADLINE}
@@ -143,14 +143,14 @@ fn unlimited_candidates() -> String {
 fn limited_candidates() -> String {
     format!(
         "WITH ranked AS MATERIALIZED (
-                SELECT t.id, a.name AS agent_name, t.seeded, t.priority, t.created_at,
+                SELECT t.id, a.name AS agent_name, a.model AS agent_model, t.seeded, t.priority, t.created_at,
                     row_number() OVER (PARTITION BY a.name ORDER BY t.priority DESC, t.created_at, t.id) AS place,
                     a.max_concurrent - (SELECT count(*) FROM tickets r
                                         WHERE r.status = 'in_progress' AND r.agent = a.name) AS free
                 FROM tickets t
                 {ROUTE}
                 WHERE t.status = 'todo' AND a.max_concurrent IS NOT NULL AND {BEFORE_DEADLINE})
-             SELECT t.id, r.agent_name, r.seeded
+             SELECT t.id, r.agent_name, r.agent_model, r.seeded
              FROM tickets t JOIN ranked r ON r.id = t.id
              WHERE r.place <= r.free AND t.status = 'todo'
              ORDER BY r.priority DESC, r.created_at, r.id
@@ -179,6 +179,7 @@ impl ClaimStatement<'_> {
             UPDATE tickets t SET
                 status = 'in_progress',
                 agent = c.agent_name,
+                model = c.agent_model,
                 labels = CASE WHEN c.agent_name = ANY(t.labels) THEN t.labels ELSE array_append(t.labels, c.agent_name) END,
                 generation = t.generation + 1,
                 attempts = t.attempts + 1,
@@ -304,10 +305,8 @@ async fn holds_adding(conn: &mut PgConnection, fence: Fence, usage: &TicketUsage
         super::tickets::usage_added!(),
         " WHERE id = $1 AND generation = $9 AND status = 'in_progress'"
     );
-    let held = super::tickets::bind_usage(sqlx::query(sql).bind(fence.ticket_id), usage)
-        .bind(fence.generation)
-        .execute(conn)
-        .await?;
+    let query = super::tickets::bind_usage(sqlx::query(sql).bind(fence.ticket_id), usage).bind(fence.generation);
+    let held = super::tickets::bind_cost(query, usage).execute(conn).await?;
     Ok(held.rows_affected() == 1)
 }
 

@@ -5,6 +5,8 @@ use sqlx::PgExecutor;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
+use crate::domain::Usd;
+
 #[derive(Clone, Debug, Default, Serialize, ToSchema)]
 pub struct StatusCounts {
     pub todo: i64,
@@ -28,6 +30,21 @@ pub struct Figures {
     pub avg_ticket_ms: f64,
     /// Mean time agents spent working on a finished ticket (summed over its claims), in ms.
     pub avg_work_ms: f64,
+    /// What the tickets' priced requests cost, in US dollars.
+    #[schema(value_type = f64)]
+    pub cost_usd: Usd,
+    /// Tickets with some request whose model had no price (not in `cost_usd`).
+    pub unpriced_tickets: i64,
+}
+
+/// One model's figures in `by_model`: the usage of the tickets whose agent ran it.
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
+pub struct ModelFigures {
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    #[schema(value_type = f64)]
+    pub cost_usd: Usd,
 }
 
 #[derive(Clone, Debug, Default, Serialize, ToSchema)]
@@ -36,6 +53,8 @@ pub struct Stats {
     pub all: Figures,
     pub by_label: BTreeMap<String, Figures>,
     pub by_agent: BTreeMap<String, Figures>,
+    /// By the model the tickets' agent ran at their latest claim.
+    pub by_model: BTreeMap<String, ModelFigures>,
     /// What the database stores now (retention keeps it from growing without end).
     pub storage: super::retention::Storage,
 }
@@ -51,7 +70,9 @@ const FIGURES: &str = "count(*) FILTER (WHERE status = 'todo') AS todo,
     coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
     coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
     coalesce(avg(extract(epoch FROM finished_at - created_at) * 1000) FILTER (WHERE status IN ('done', 'failed')), 0)::float8 AS avg_ticket_ms,
-    coalesce(avg(work_ms) FILTER (WHERE status IN ('done', 'failed')), 0)::float8 AS avg_work_ms";
+    coalesce(avg(work_ms) FILTER (WHERE status IN ('done', 'failed')), 0)::float8 AS avg_work_ms,
+    coalesce(sum(cost_usd), 0)::text AS cost_usd,
+    count(*) FILTER (WHERE unpriced) AS unpriced_tickets";
 
 #[derive(sqlx::FromRow)]
 struct FigureRow {
@@ -68,6 +89,8 @@ struct FigureRow {
     output_tokens: i64,
     avg_ticket_ms: f64,
     avg_work_ms: f64,
+    cost_usd: String,
+    unpriced_tickets: i64,
 }
 
 impl From<&FigureRow> for Figures {
@@ -93,6 +116,8 @@ impl From<&FigureRow> for Figures {
             },
             avg_ticket_ms: r.avg_ticket_ms,
             avg_work_ms: r.avg_work_ms,
+            cost_usd: Usd::parse(&r.cost_usd).unwrap_or_default(),
+            unpriced_tickets: r.unpriced_tickets,
         }
     }
 }
@@ -103,7 +128,9 @@ pub async fn compute<'e>(db: impl PgExecutor<'e>) -> Result<Stats, sqlx::Error> 
          UNION ALL
          SELECT 'label', l.label, {FIGURES} FROM tickets, unnest(labels) AS l(label) GROUP BY l.label
          UNION ALL
-         SELECT 'agent', agent, {FIGURES} FROM tickets WHERE agent IS NOT NULL GROUP BY agent"
+         SELECT 'agent', agent, {FIGURES} FROM tickets WHERE agent IS NOT NULL GROUP BY agent
+         UNION ALL
+         SELECT 'model', model, {FIGURES} FROM tickets WHERE model IS NOT NULL GROUP BY model"
     );
     let rows = sqlx::query(&sql).fetch_all(db).await?;
     let mut stats = Stats::default();
@@ -116,6 +143,15 @@ pub async fn compute<'e>(db: impl PgExecutor<'e>) -> Result<Stats, sqlx::Error> 
             "all" => stats.all = Figures::from(&figures),
             "label" => {
                 stats.by_label.insert(key, Figures::from(&figures));
+            }
+            "model" => {
+                let model = ModelFigures {
+                    requests: figures.requests,
+                    input_tokens: figures.input_tokens,
+                    output_tokens: figures.output_tokens,
+                    cost_usd: Usd::parse(&figures.cost_usd).unwrap_or_default(),
+                };
+                stats.by_model.insert(key, model);
             }
             _ => {
                 stats.by_agent.insert(key, Figures::from(&figures));

@@ -2,6 +2,7 @@
 //! a change and its events in one transaction.
 
 pub mod agents;
+pub mod budgets;
 pub mod claims;
 pub mod comments;
 pub mod deadlines;
@@ -13,6 +14,7 @@ pub mod http_tools;
 pub mod mcp_servers;
 pub mod outputs;
 pub mod planner_stats;
+pub mod prices;
 pub mod provider_slots;
 pub mod providers;
 pub mod retention;

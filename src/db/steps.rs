@@ -130,6 +130,8 @@ pub async fn store_steps(conn: &mut PgConnection, writes: &[StepWrite]) -> Resul
         .bind(&events.data)
         .bind(&steps.event_carries)
         .bind(&steps.estimated)
+        .bind(&steps.costs)
+        .bind(&steps.unpriced)
         .fetch_all(conn)
         .await
 }
@@ -145,6 +147,9 @@ struct StepColumns<'a> {
     /// Input, output, cache read and cache creation tokens, requests and tool calls.
     usage: [Vec<i64>; 6],
     estimated: Vec<bool>,
+    /// The cost in dollars, as text for `numeric`.
+    costs: Vec<String>,
+    unpriced: Vec<bool>,
     comment_counts: Vec<i64>,
     event_counts: Vec<i64>,
     statuses: Vec<Option<&'static str>>,
@@ -177,6 +182,8 @@ impl<'a> StepColumns<'a> {
             generations: Vec::with_capacity(n),
             usage: Default::default(),
             estimated: Vec::with_capacity(n),
+            costs: Vec::with_capacity(n),
+            unpriced: Vec::with_capacity(n),
             comment_counts: Vec::with_capacity(n),
             event_counts: Vec::with_capacity(n),
             statuses: Vec::with_capacity(n),
@@ -211,6 +218,8 @@ impl<'a> StepColumns<'a> {
             column.push(value);
         }
         self.estimated.push(u.estimated);
+        self.costs.push(u.cost.to_string());
+        self.unpriced.push(u.unpriced);
         let final_event = outcome.map(|(_, _, _, event)| event);
         self.comment_counts.push(step.comments.len() as i64);
         self.event_counts
@@ -245,9 +254,9 @@ impl<'a> StepColumns<'a> {
 const STORE_STEPS: &str = "WITH v AS (
             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
                                  $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::text[], $12::jsonb[], $13::jsonb[],
-                                 $27::bool[])
+                                 $27::bool[], $28::numeric[], $29::bool[])
                 AS v(id, generation, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
-                     requests, tool_calls, comments, events, status, result, error, estimated)),
+                     requests, tool_calls, comments, events, status, result, error, estimated, cost_usd, unpriced)),
          t AS (
             UPDATE tickets t SET updated_at = now(),
                 input_tokens = t.input_tokens + v.input_tokens, output_tokens = t.output_tokens + v.output_tokens,
@@ -255,6 +264,7 @@ const STORE_STEPS: &str = "WITH v AS (
                 cache_creation_tokens = t.cache_creation_tokens + v.cache_creation_tokens,
                 requests = t.requests + v.requests, tool_calls = t.tool_calls + v.tool_calls,
                 usage_estimated = t.usage_estimated OR v.estimated,
+                cost_usd = t.cost_usd + v.cost_usd, unpriced = t.unpriced OR v.unpriced,
                 last_comment_seq = t.last_comment_seq + v.comments,
                 last_event_seq = t.last_event_seq + v.events,
                 status = COALESCE(v.status, t.status),

@@ -9,6 +9,8 @@ use uuid::Uuid;
 
 use crate::domain::event::kind::TICKET_CREATED;
 use crate::domain::event::{CREATED_TICKET_FIELDS, CREATED_USAGE_FIELDS};
+use crate::domain::money::{self, Usd};
+use crate::domain::ticket::WaitingFor;
 use crate::domain::{Approval, PendingApproval, Status, Ticket, TicketError, TicketRef, TicketUsage};
 
 /// Every column a `Ticket` is built from, with the parent's key joined in.
@@ -16,7 +18,8 @@ pub const TICKET_COLUMNS: &str = "t.id, t.key, t.task, t.labels, t.status, t.age
      t.parent_id, (SELECT p.key FROM tickets p WHERE p.id = t.parent_id) AS parent_key, \
      t.schema, t.result, t.error, t.attempts, t.max_attempts, t.metadata, t.deadline_secs, t.deadline_at, \
      t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_creation_tokens, t.requests, t.tool_calls, \
-     t.usage_estimated, t.created_at, t.updated_at, t.started_at, t.finished_at, t.approvals";
+     t.usage_estimated, t.created_at, t.updated_at, t.started_at, t.finished_at, t.approvals, \
+     t.cost_usd::text AS cost_usd, t.unpriced, t.budget_usd::text AS budget_usd, t.waiting_for";
 
 #[derive(sqlx::FromRow)]
 pub struct TicketRow {
@@ -50,6 +53,10 @@ pub struct TicketRow {
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
     approvals: Option<sqlx::types::Json<Vec<Approval>>>,
+    cost_usd: String,
+    unpriced: bool,
+    budget_usd: Option<String>,
+    waiting_for: Option<String>,
 }
 
 impl From<TicketRow> for Ticket {
@@ -60,6 +67,17 @@ impl From<TicketRow> for Ticket {
         let approvals = match r.approvals {
             Some(a) if !status.is_terminal() => a.0,
             _ => vec![],
+        };
+        // What the desk stopped it for, else what a waiting ticket waits for by its state.
+        let waiting_for = match status {
+            Status::Waiting => Some(r.waiting_for.as_deref().and_then(WaitingFor::parse).unwrap_or(
+                if approvals.iter().any(|a| a.decision.is_none()) {
+                    WaitingFor::Approval
+                } else {
+                    WaitingFor::Human
+                },
+            )),
+            _ => None,
         };
         Ticket {
             id: r.id,
@@ -88,6 +106,8 @@ impl From<TicketRow> for Ticket {
                 cache_creation_tokens: r.cache_creation_tokens,
                 requests: r.requests,
                 tool_calls: r.tool_calls,
+                cost: Usd::parse(&r.cost_usd).unwrap_or_default(),
+                unpriced: r.unpriced,
                 estimated: r.usage_estimated,
             },
             created_at: r.created_at,
@@ -100,6 +120,8 @@ impl From<TicketRow> for Ticket {
                 .map(PendingApproval::from)
                 .collect(),
             approvals,
+            budget_usd: money::from_db(r.budget_usd),
+            waiting_for,
         }
     }
 }
@@ -146,11 +168,15 @@ fn created_member_sql(field: &str) -> JsonValue {
         "deadline_at" | "created_at" | "updated_at" | "started_at" | "finished_at" => {
             JsonValue::Of(format!("api_time(t.{field})"))
         }
-        "usage" => JsonValue::Text(json_object_sql(
-            CREATED_USAGE_FIELDS
-                .iter()
-                .map(|&counter| (counter, JsonValue::Of(format!("t.{counter}")))),
-        )),
+        "usage" => JsonValue::Text(json_object_sql(CREATED_USAGE_FIELDS.iter().map(|&counter| {
+            let sql = match counter {
+                "cost_usd" => "trim_scale(t.cost_usd)".to_owned(),
+                counter => format!("t.{counter}"),
+            };
+            (counter, JsonValue::Of(sql))
+        }))),
+        // Written as the API writes an amount: no trailing zeros.
+        "budget_usd" => JsonValue::Of("trim_scale(t.budget_usd)".into()),
         // A new ticket waits for no approval.
         "pending_approvals" => JsonValue::Text("'[]'".into()),
         column => JsonValue::Of(format!("t.{column}")),
@@ -183,14 +209,23 @@ fn json_object_sql<'a>(fields: impl Iterator<Item = (&'a str, JsonValue)>) -> St
 
 /// Inserts a ticket and its `ticket.created` event (seq 1 of its log), in one statement.
 pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, sqlx::Error> {
+    insert_budgeted(conn, new, None).await
+}
+
+/// `insert`, with a money budget of the ticket's own.
+pub async fn insert_budgeted(
+    conn: &mut PgConnection,
+    new: NewTicket,
+    budget_usd: Option<Usd>,
+) -> Result<Ticket, sqlx::Error> {
     let (idem_key, idem_hash) = new.idempotency.unzip();
     let sql = format!(
         "WITH t AS (
             INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts,
                                  reporter, idempotency_key, idempotency_hash, last_event_seq, trace_context,
-                                 deadline_secs, deadline_at)
+                                 deadline_secs, deadline_at, budget_usd)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12,
-                    $13, now() + make_interval(secs => $13))
+                    $13, now() + make_interval(secs => $13), $14::numeric)
             RETURNING *),
          e AS (
             INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
@@ -212,6 +247,7 @@ pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, s
         .bind(idem_hash)
         .bind(&new.trace_context)
         .bind(new.deadline_secs)
+        .bind(budget_usd.map(|b| b.to_string()))
         .fetch_one(conn)
         .await?;
     crate::telemetry::metric::events_written(&[TICKET_CREATED]);
@@ -500,6 +536,8 @@ pub struct TicketPatch {
     /// Some(None) clears the schema.
     pub schema: Option<Option<Value>>,
     pub metadata: Option<Value>,
+    /// Some(None) removes the budget.
+    pub budget_usd: Option<Option<Usd>>,
 }
 
 pub async fn update_fields(conn: &mut PgConnection, id: Uuid, patch: &TicketPatch) -> Result<Ticket, sqlx::Error> {
@@ -511,6 +549,7 @@ pub async fn update_fields(conn: &mut PgConnection, id: Uuid, patch: &TicketPatc
                 priority = COALESCE($4, priority),
                 schema = CASE WHEN $5 THEN $6 ELSE schema END,
                 metadata = COALESCE($7, metadata),
+                budget_usd = CASE WHEN $8 THEN $9::numeric ELSE budget_usd END,
                 updated_at = now()
             WHERE id = $1 RETURNING *)
          SELECT {TICKET_COLUMNS} FROM t"
@@ -523,6 +562,8 @@ pub async fn update_fields(conn: &mut PgConnection, id: Uuid, patch: &TicketPatc
         .bind(patch.schema.is_some())
         .bind(patch.schema.clone().flatten())
         .bind(&patch.metadata)
+        .bind(patch.budget_usd.is_some())
+        .bind(patch.budget_usd.flatten().map(|b| b.to_string()))
         .fetch_one(conn)
         .await?;
     Ok(row.into())
@@ -548,6 +589,7 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
                 -- ticket; a comment on a waiting ticket keeps them (the next claim waits again)
                 approvals = CASE WHEN $2 = 'cancelled' OR status IN ('done', 'failed', 'cancelled')
                             THEN NULL ELSE approvals END,
+                waiting_for = NULL, blocked_scope = NULL, blocked_name = NULL, blocked_period = NULL,
                 updated_at = now()
             WHERE id = $1 RETURNING *)
          SELECT {TICKET_COLUMNS} FROM t"
@@ -556,14 +598,16 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
     Ok(row.into())
 }
 
-/// The `SET` clauses that add a usage to a ticket's counters, from parameters `$2` to `$8`
+/// The `SET` clauses that add a usage to a ticket's counters, from parameters `$2` to `$8` and
+/// its cost, `$10` and `$11` (`$9` is left to the statement)
 /// (bound by `bind_usage`; `$1` is the ticket's id): one list of the counters for every
 /// statement that adds to them.
 macro_rules! usage_added {
     () => {
         "input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
          cache_read_tokens = cache_read_tokens + $4, cache_creation_tokens = cache_creation_tokens + $5,
-         requests = requests + $6, tool_calls = tool_calls + $7, usage_estimated = usage_estimated OR $8"
+         requests = requests + $6, tool_calls = tool_calls + $7, usage_estimated = usage_estimated OR $8,
+         cost_usd = cost_usd + $10::numeric, unpriced = unpriced OR $11"
     };
 }
 pub(super) use usage_added;
@@ -583,11 +627,25 @@ pub(super) fn bind_usage<'q>(
         .bind(usage.estimated)
 }
 
+/// Binds the cost of `usage` as `usage_added!` reads it (`$10`, `$11`), after `$9`.
+pub(super) fn bind_cost<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    usage: &TicketUsage,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query.bind(usage.cost.to_string()).bind(usage.unpriced)
+}
+
 /// Adds what a worker's requests used to a ticket's usage, outside any claim (see
 /// `Step::keep_failed_requests`).
 pub async fn add_usage(pool: &PgPool, id: Uuid, usage: &TicketUsage) -> Result<(), sqlx::Error> {
-    let sql = concat!("UPDATE tickets SET ", usage_added!(), " WHERE id = $1");
-    bind_usage(sqlx::query(sql).bind(id), usage).execute(pool).await?;
+    // `$9` is unused here: the cost's parameters follow it.
+    let sql = concat!(
+        "UPDATE tickets SET ",
+        usage_added!(),
+        " WHERE id = $1 AND $9::int8 IS NOT NULL"
+    );
+    let query = bind_usage(sqlx::query(sql).bind(id), usage).bind(0i64);
+    bind_cost(query, usage).execute(pool).await?;
     Ok(())
 }
 

@@ -35,6 +35,10 @@ pub struct Agent {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub max_concurrent: Option<i32>,
+    /// The most this agent's requests may cost per UTC day, in US dollars; null is no limit.
+    #[serde(default)]
+    #[schema(value_type = Option<f64>, minimum = 0, required = true)]
+    pub budget_usd_per_day: Option<super::Usd>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

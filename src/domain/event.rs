@@ -7,7 +7,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{Comment, Ticket, TicketError};
+use super::{Comment, Ticket, TicketError, Usd};
 
 /// Declares every event kind once: its constant in `kind`, its variant of `EventData` (the
 /// serde tag), and `EventData::kind`. The kind is taken as a token tree, not a `literal`
@@ -72,6 +72,15 @@ event_kinds! {
         usage: TokenUsage,
         /// `end_turn`, `tool_use`, `max_tokens`, …
         stop_reason: String,
+        /// What the request cost in US dollars at the price in force when it was sent; null when
+        /// its model has no price (`unpriced`).
+        #[serde(default)]
+        #[schema(value_type = Option<f64>, required = true)]
+        cost_usd: Option<Usd>,
+        /// True when the model has no price: the cost is unknown (never counted as 0).
+        #[serde(default)]
+        #[schema(required = true)]
+        unpriced: bool,
     },
     /// Sent before the wait.
     REQUEST_RETRIED = "request.retried" => RequestRetried {
@@ -145,6 +154,29 @@ event_kinds! {
         estimated_tokens: u64,
         threshold_tokens: u64,
     },
+    /// A request's worst case did not fit a money budget: the request was not sent and the ticket
+    /// waits (`waiting_for: "budget"`) until the budget is raised or its period rolls over.
+    BUDGET_EXHAUSTED = "budget.exhausted" => BudgetExhausted {
+        /// `ticket` or `agent`.
+        scope: String,
+        /// The ticket's key or the agent's name.
+        name: String,
+        #[schema(value_type = f64)]
+        limit_usd: Usd,
+        /// What the budget has spent and reserved in its period.
+        #[schema(value_type = f64)]
+        spent_usd: Usd,
+    },
+    /// A budget's spending reached 50, 80 or 100 % of its limit (once each per period), on the
+    /// ticket whose request crossed it.
+    BUDGET_THRESHOLD = "budget.threshold" => BudgetThreshold {
+        scope: String,
+        name: String,
+        percent: i32,
+    },
+    /// A money budget applies and the model has no price: the ticket waits
+    /// (`waiting_for: "price"`) until one is set (`PUT /v1/prices/{model}`).
+    BUDGET_UNPRICED = "budget.unpriced" => BudgetUnpriced { model: String },
     /// A schedule's fire time passed without a ticket because this ticket (its previous one) was
     /// still unfinished (`overlap: skip`).
     SCHEDULE_SKIPPED = "schedule.skipped" => ScheduleSkipped {
@@ -192,6 +224,8 @@ pub const CREATED_TICKET_FIELDS: &[&str] = &[
     "started_at",
     "finished_at",
     "pending_approvals",
+    "budget_usd",
+    "waiting_for",
 ];
 
 /// The members of a new ticket's `usage`, in their order: nothing is estimated yet, so
@@ -203,6 +237,8 @@ pub const CREATED_USAGE_FIELDS: &[&str] = &[
     "cache_creation_tokens",
     "requests",
     "tool_calls",
+    "cost_usd",
+    "unpriced",
 ];
 
 /// An event as clients receive it in an SSE `data:` line. Its OpenAPI description is
@@ -271,6 +307,8 @@ pub enum RequeueReason {
     Retry,
     /// Every call that waited for approval was answered.
     Approval,
+    /// The budget (or the price) it waited for is there: raised, rolled over, or set.
+    Budget,
 }
 
 /// Tokens of one model response, as the provider reported them.
@@ -402,7 +440,21 @@ mod tests {
                 model: s(),
                 usage: TokenUsage::default(),
                 stop_reason: s(),
+                cost_usd: None,
+                unpriced: true,
             },
+            EventData::BudgetExhausted {
+                scope: s(),
+                name: s(),
+                limit_usd: Usd::ZERO,
+                spent_usd: Usd::ZERO,
+            },
+            EventData::BudgetThreshold {
+                scope: s(),
+                name: s(),
+                percent: 50,
+            },
+            EventData::BudgetUnpriced { model: s() },
             EventData::RequestRetried {
                 attempt: 1,
                 max_attempts: 1,

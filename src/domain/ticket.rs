@@ -6,6 +6,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::money::Usd;
 use super::tool::{Approval, PendingApproval};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -56,7 +57,7 @@ impl Status {
 }
 
 /// Token and call counts summed over every model request of a ticket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
 pub struct TicketUsage {
     pub input_tokens: i64,
     pub output_tokens: i64,
@@ -65,6 +66,15 @@ pub struct TicketUsage {
     /// Every request sent, failed ones and retries included.
     pub requests: i64,
     pub tool_calls: i64,
+    /// What the requests cost, in US dollars, at the prices in force when each was sent; null
+    /// when some request's model had no price (`unpriced`).
+    #[serde(rename = "cost_usd", default, deserialize_with = "cost_or_zero")]
+    #[schema(value_type = Option<f64>, required = true)]
+    pub cost: Usd,
+    /// True when some request's model had no price: its cost is unknown, and `cost_usd` is null.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub unpriced: bool,
     /// Present (true) once some of the counts were estimated because a provider reported no usage.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
@@ -80,8 +90,40 @@ impl TicketUsage {
             cache_creation_tokens: self.cache_creation_tokens + other.cache_creation_tokens,
             requests: self.requests + other.requests,
             tool_calls: self.tool_calls + other.tool_calls,
+            cost: self.cost.plus(other.cost),
+            unpriced: self.unpriced || other.unpriced,
             estimated: self.estimated || other.estimated,
         }
+    }
+
+    /// The cost as the API shows it: None when some request had no price.
+    pub fn cost_usd(&self) -> Option<Usd> {
+        (!self.unpriced).then_some(self.cost)
+    }
+}
+
+/// `cost_usd` is read back as zero when null (`unpriced` says why).
+fn cost_or_zero<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Usd, D::Error> {
+    Ok(Option::<Usd>::deserialize(d)?.unwrap_or_default())
+}
+
+impl Serialize for TicketUsage {
+    /// As derived, but `cost_usd` is null when some request had no price.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut out = s.serialize_struct("TicketUsage", 9)?;
+        out.serialize_field("input_tokens", &self.input_tokens)?;
+        out.serialize_field("output_tokens", &self.output_tokens)?;
+        out.serialize_field("cache_read_tokens", &self.cache_read_tokens)?;
+        out.serialize_field("cache_creation_tokens", &self.cache_creation_tokens)?;
+        out.serialize_field("requests", &self.requests)?;
+        out.serialize_field("tool_calls", &self.tool_calls)?;
+        out.serialize_field("cost_usd", &self.cost_usd())?;
+        out.serialize_field("unpriced", &self.unpriced)?;
+        if self.estimated {
+            out.serialize_field("estimated", &true)?;
+        }
+        out.end()
     }
 }
 
@@ -140,6 +182,49 @@ pub struct Ticket {
     /// runs them (internal: not shown).
     #[serde(skip)]
     pub approvals: Vec<Approval>,
+    /// The most this ticket's requests may cost, in US dollars; null: no limit of its own.
+    #[serde(default)]
+    #[schema(value_type = Option<f64>, minimum = 0, required = true)]
+    pub budget_usd: Option<Usd>,
+    /// Why a `waiting` ticket waits: `human` (a question), `approval` (calls waiting for a
+    /// person), `budget` (a money budget has no room for its next request: it resumes when the
+    /// budget is raised or its period rolls over), `price` (its model has no price and a money
+    /// budget applies: it resumes when a price is set); null otherwise.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub waiting_for: Option<WaitingFor>,
+}
+
+/// Why a ticket waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitingFor {
+    Human,
+    Approval,
+    Budget,
+    Price,
+}
+
+impl WaitingFor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitingFor::Human => "human",
+            WaitingFor::Approval => "approval",
+            WaitingFor::Budget => "budget",
+            WaitingFor::Price => "price",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WaitingFor> {
+        [
+            WaitingFor::Human,
+            WaitingFor::Approval,
+            WaitingFor::Budget,
+            WaitingFor::Price,
+        ]
+        .into_iter()
+        .find(|w| w.as_str() == s)
+    }
 }
 
 impl Ticket {

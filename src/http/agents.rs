@@ -60,6 +60,24 @@ pub struct PutAgent {
     /// How many tickets this agent works on at once, across all processes; null (default) is no limit.
     #[schema(minimum = 1)]
     pub max_concurrent: Option<i32>,
+    /// The most this agent's requests may cost per UTC day, in US dollars (at least 0); null
+    /// (default) is no limit. Each request's worst case is reserved before it is sent; a ticket
+    /// whose request does not fit waits (`waiting_for: "budget"`) until the budget is raised or
+    /// the day rolls over.
+    #[serde(default)]
+    #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
+    pub budget_usd_per_day: Option<crate::domain::Usd>,
+}
+
+/// An amount of dollars: 0 to a billion (`money::MAX_USD`).
+pub(crate) fn non_negative_usd(name: &str, v: Option<crate::domain::Usd>) -> ApiResult<Option<crate::domain::Usd>> {
+    match v {
+        Some(v) if v.is_negative() => Err(ApiError::Validation(format!("{name} must not be negative"))),
+        Some(v) if v.pico() > crate::domain::money::MAX_USD => Err(ApiError::Validation(format!(
+            "{name} must be at most 1000000000 (US dollars)"
+        ))),
+        v => Ok(v),
+    }
 }
 
 fn non_negative<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T>) -> ApiResult<Option<T>> {
@@ -167,10 +185,27 @@ pub async fn put_agent(
         thinking_budget: thinking_budget(req.thinking_budget)?,
         tool_choice,
         max_concurrent: positive("max_concurrent", req.max_concurrent)?,
+        budget_usd_per_day: non_negative_usd("budget_usd_per_day", req.budget_usd_per_day)?,
         created_at: now,
         updated_at: now,
     };
+    let before = db::agents::get(&state.pool, &agent.name).await?;
     let (agent, created) = db::agents::upsert(&state.pool, &agent).await?;
+    let old_budget = before.and_then(|a| a.budget_usd_per_day);
+    if old_budget != agent.budget_usd_per_day {
+        // Tickets its old budget stopped resume when it was raised or removed.
+        let raised = match (old_budget, agent.budget_usd_per_day) {
+            (Some(old), Some(new)) => new > old,
+            _ => true,
+        };
+        let mut tx = state.pool.begin().await?;
+        let resumed = db::budgets::set_limit(&mut tx, "agent", &agent.name, agent.budget_usd_per_day, raised).await?;
+        tx.commit().await?;
+        if resumed > 0 {
+            state.hub.wake();
+            state.hub.work_available();
+        }
+    }
     // New labels may make waiting work claimable.
     let _ = db::agents::notify_agent_changed(&state.pool).await;
     state.route_check.agents_changed().await;

@@ -16,6 +16,7 @@ pub mod mcp_servers;
 pub mod metrics;
 pub mod openapi;
 pub mod pagination;
+pub mod prices;
 pub mod providers;
 pub mod routable;
 pub mod schedules;
@@ -83,6 +84,8 @@ pub struct ApiServices {
     pub intake: crate::transitions::intake::Intake,
     /// Says whether an agent takes a waiting ticket (`routable`).
     pub route_check: routable::RouteCheck,
+    /// The prices, as `/v1/prices` shows them (reloaded at once after a change here).
+    pub prices: crate::db::prices::PriceBook,
     /// Cancelled on shutdown: ends SSE streams so graceful shutdown does not hang on them.
     pub shutdown: CancellationToken,
 }
@@ -133,6 +136,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(schedules::run_schedule))
         .routes(routes!(schedules::list_schedule_tickets))
+        .routes(routes!(prices::list_prices))
+        .routes(routes!(prices::get_price, prices::put_price, prices::delete_price))
         .routes(routes!(health::stats))
 }
 

@@ -18,8 +18,8 @@ use super::agent_protocols::document as protocols;
         crate::domain::Comment, crate::domain::ContentBlock, crate::domain::Author,
         crate::domain::Agent, crate::domain::event::TicketEventSchema, crate::domain::ProviderDef,
         crate::domain::provider::ProviderKind,
-        crate::db::desk_stats::Stats, crate::db::desk_stats::Figures, crate::db::desk_stats::StatusCounts,
-        crate::db::retention::Storage,
+        crate::db::desk_stats::Stats, crate::db::desk_stats::Figures, crate::db::desk_stats::ModelFigures, crate::db::desk_stats::StatusCounts,
+        crate::db::retention::Storage, crate::domain::price::PriceSource, crate::domain::ticket::WaitingFor,
         super::error::ErrorBody, super::error::ErrorDetail,
         protocols::A2aTaskState, protocols::McpAccept, protocols::McpStreamAccept, protocols::McpProtocolVersion,
         protocols::McpSessionProtocolVersion,
@@ -43,6 +43,7 @@ use super::agent_protocols::document as protocols;
         (name = "schedules", description = "Recurring tickets: a cron expression in a time zone, one ticket per fire time"),
         (name = "agent-protocols", description = "The desk for other agents: an MCP server at /mcp and an A2A v1.0 agent (card, HTTP+JSON under /a2a, JSON-RPC at /a2a/jsonrpc; an `A2A-Version` header or query parameter, if sent, must be 1.x). JSON-RPC errors come with HTTP 200."),
         (name = "health", description = "Liveness and readiness (no token)"),
+        (name = "prices", description = "What models cost, in US dollars per million tokens: the desk's own prices and a built-in table"),
         (name = "stats", description = "Figures"),
     )
 )]

@@ -62,6 +62,12 @@ pub struct CreateTicket {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 315360000)]
     pub deadline_secs: Option<i32>,
+    /// The most this ticket's requests may cost, in US dollars (at least 0); null or omitted: no
+    /// limit of its own. A request whose worst case does not fit is not sent: the ticket waits
+    /// (`waiting_for: "budget"`) until the budget is raised with PATCH.
+    #[serde(default)]
+    #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
+    pub budget_usd: Option<crate::domain::Usd>,
 }
 
 /// The longest deadline: ten years.
@@ -198,11 +204,12 @@ pub async fn create(
         trace_context,
         deadline_secs: req.deadline_secs,
     };
-    if plain {
+    let budget = super::agents::non_negative_usd("budget_usd", req.budget_usd)?;
+    if plain && budget.is_none() {
         // One statement on a writer's connection, shared with the creates arriving alongside it.
         return Ok(Created::New(state.intake.create(new).await?));
     }
-    let created = transitions::create_requested(&state.pool, new, req.parent.as_deref()).await?;
+    let created = transitions::create_budgeted(&state.pool, new, req.parent.as_deref(), budget).await?;
     if let Created::New(_) = created {
         state.hub.wake();
         state.hub.work_available();
@@ -355,6 +362,15 @@ pub struct PatchTicket {
     /// A JSON object.
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
+    /// US dollars (at least 0), or null to remove the budget. A ticket waiting for its budget
+    /// goes back to `todo` when it is raised or removed.
+    #[serde(default, deserialize_with = "double_option_usd")]
+    #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
+    pub budget_usd: Option<Option<crate::domain::Usd>>,
+}
+
+fn double_option_usd<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<crate::domain::Usd>>, D::Error> {
+    Option::<crate::domain::Usd>::deserialize(d).map(Some)
 }
 
 /// Edit a todo or waiting ticket
@@ -394,6 +410,10 @@ pub async fn patch_ticket(
         priority: req.priority,
         schema: req.schema,
         metadata: req.metadata,
+        budget_usd: match req.budget_usd {
+            Some(Some(b)) => Some(super::agents::non_negative_usd("budget_usd", Some(b))?),
+            other => other,
+        },
     };
     Ok(Json(transitions::patch(&state.pool, &reference, patch).await?))
 }

@@ -19,6 +19,7 @@ pub const MODEL_REQUESTS: &str = "agentdesk_model_requests_total";
 pub const MODEL_REQUEST_DURATION: &str = "agentdesk_model_request_duration_seconds";
 pub const MODEL_TTFT: &str = "agentdesk_model_time_to_first_token_seconds";
 pub const TOKENS: &str = "agentdesk_tokens_total";
+pub const COST: &str = "agentdesk_cost_usd_total";
 pub const TOOL_CALLS: &str = "agentdesk_tool_calls_total";
 pub const TOOL_DURATION: &str = "agentdesk_tool_duration_seconds";
 pub const EVENTS: &str = "agentdesk_events_total";
@@ -118,6 +119,10 @@ fn describe() {
     describe_counter!(
         TOKENS,
         "Tokens of model responses, by type (input, output, cache_read, cache_creation)"
+    );
+    describe_gauge!(
+        COST,
+        "US dollars that priced model requests cost, at the prices in force when sent (only grows)"
     );
     describe_counter!(TOOL_CALLS, "Tool calls run, by outcome (ok or the error kind)");
     describe_histogram!(TOOL_DURATION, Unit::Seconds, "Tool call duration");
@@ -274,6 +279,15 @@ pub fn tokens(provider: &str, model: &str, counts: [(&'static str, u64); 4]) {
             counter!(TOKENS, "provider" => provider.to_owned(), "model" => model.to_owned(), "type" => kind)
                 .increment(count);
         }
+    }
+}
+
+/// What a priced request cost, in US dollars. A gauge that only grows (the facade's counters count
+/// whole numbers); the figures of record are the tickets' exact costs.
+pub fn cost(agent: &str, provider: &str, model: &str, usd: f64) {
+    if usd > 0.0 {
+        gauge!(COST, "agent" => agent.to_owned(), "provider" => provider.to_owned(), "model" => model.to_owned())
+            .increment(usd);
     }
 }
 

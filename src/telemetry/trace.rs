@@ -285,6 +285,8 @@ pub struct ChatResult<'a> {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub finish_reason: &'a str,
+    /// What the request cost in US dollars; None when its model has no price.
+    pub cost_usd: Option<f64>,
 }
 
 impl ChildSpan {
@@ -300,6 +302,9 @@ impl ChildSpan {
         }
         span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", result.input_tokens as i64));
         span.set_attribute(KeyValue::new("gen_ai.usage.output_tokens", result.output_tokens as i64));
+        if let Some(cost) = result.cost_usd {
+            span.set_attribute(KeyValue::new("gen_ai.usage.cost", cost));
+        }
         let reasons = Array::String(vec![StringValue::from(result.finish_reason.to_owned())]);
         span.set_attribute(KeyValue::new("gen_ai.response.finish_reasons", Value::Array(reasons)));
     }

@@ -88,7 +88,17 @@ pub enum Created {
 /// Creates a ticket asked for over the API, with its parent (an id or key) and its idempotency
 /// key and body hash (in `new.idempotency`), in one transaction. After `Created::New`, call
 /// `EventHub::wake` and `work_available`.
-pub async fn create_requested(pool: &PgPool, mut new: NewTicket, parent: Option<&str>) -> Result<Created, DeskError> {
+pub async fn create_requested(pool: &PgPool, new: NewTicket, parent: Option<&str>) -> Result<Created, DeskError> {
+    create_budgeted(pool, new, parent, None).await
+}
+
+/// `create_requested` with a money budget of the ticket's own (`budget_usd`).
+pub async fn create_budgeted(
+    pool: &PgPool,
+    mut new: NewTicket,
+    parent: Option<&str>,
+    budget: Option<crate::domain::Usd>,
+) -> Result<Created, DeskError> {
     let mut tx = pool.begin().await?;
     if let Some(p) = parent {
         let no_parent = || DeskError::Invalid(format!("parent {p:?} names no ticket"));
@@ -110,7 +120,7 @@ pub async fn create_requested(pool: &PgPool, mut new: NewTicket, parent: Option<
             };
         }
     }
-    let ticket = create_ticket(&mut tx, new).await?;
+    let ticket = db::tickets::insert_budgeted(&mut tx, new, budget).await?;
     tx.commit().await?;
     Ok(Created::New(ticket))
 }
@@ -185,7 +195,17 @@ pub async fn patch_in(conn: &mut PgConnection, reference: &str, patch: TicketPat
             ticket.status.as_str()
         )));
     }
-    let updated = db::tickets::update_fields(conn, ticket.id, &patch).await?;
+    let mut updated = db::tickets::update_fields(conn, ticket.id, &patch).await?;
+    if let Some(new) = patch.budget_usd.filter(|new| *new != ticket.budget_usd) {
+        let raised = match (ticket.budget_usd, new) {
+            (Some(old), Some(new)) => new > old,
+            _ => true,
+        };
+        let key = ticket.id.to_string();
+        if db::budgets::set_limit(conn, "ticket", &key, new, raised).await? > 0 {
+            updated = db::tickets::find_by_id(&mut *conn, ticket.id).await?.unwrap_or(updated);
+        }
+    }
     let event = NewEvent::new(
         None,
         EventData::TicketUpdated {

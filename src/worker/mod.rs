@@ -71,6 +71,7 @@ impl WorkerPool {
         config: Arc<Config>,
         providers: Arc<Providers>,
         catalog: crate::tools::catalog::ToolCatalog,
+        prices: crate::db::prices::PriceBook,
     ) -> WorkerPool {
         let worker_id = format!(
             "{}-{}-{}",
@@ -88,6 +89,7 @@ impl WorkerPool {
             providers,
             catalog,
             stream_idle: config.stream_idle,
+            prices,
         };
         let shared = Arc::new(Shared {
             config,
@@ -449,6 +451,23 @@ async fn reap_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 shared.wake.notify_one();
             }
             Err(err) => tracing::debug!(error = %err, "reaper could not run"),
+        }
+        // Budget reservations of claims that ended without settling are given back, and tickets
+        // an agent's daily budget stopped resume on a new UTC day.
+        if let Err(err) = db::budgets::release_orphans(&shared.runtime.pool).await {
+            tracing::debug!(error = %err, "could not release orphaned budget reservations");
+        }
+        match db::budgets::resume_new_day(&shared.runtime.pool).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(
+                    tickets = n,
+                    "a new day: tickets that waited for an agent's daily budget resume"
+                );
+                shared.runtime.hub.wake();
+                shared.wake.notify_one();
+            }
+            Err(err) => tracing::debug!(error = %err, "could not resume tickets on a new budget day"),
         }
     }
 }

@@ -328,6 +328,56 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/prices": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List prices */
+        get: operations["list_prices"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/prices/{model}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a model's price
+         * @description The desk's price of that model and provider in force now (else its earliest coming one),
+         *     or the built-in one of that name.
+         */
+        get: operations["get_price"];
+        /**
+         * Set a model's price
+         * @description US dollars per million tokens, for requests sent at or after `effective_from`. A trailing `*`
+         *     in the name matches every model with that prefix; without `?provider=` the price holds for any
+         *     provider. An exact name beats a prefix, a provider's own price one for any provider, and a
+         *     desk price a built-in one. Tickets waiting for a price go back to `todo`.
+         */
+        put: operations["put_price"];
+        post?: never;
+        /**
+         * Delete a model's price
+         * @description Deletes the desk's price of that model and provider, with its history; requests then pay what
+         *     applies next (a prefix, a price for any provider, the built-in table) or are unpriced.
+         */
+        delete: operations["delete_price"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/providers": {
         parameters: {
             query?: never;
@@ -922,6 +972,11 @@ export interface components {
              * @description How many tickets this agent works on at once, across all processes; null is no limit.
              */
             max_concurrent?: number | null;
+            /**
+             * Format: double
+             * @description The most this agent's requests may cost per UTC day, in US dollars; null is no limit.
+             */
+            budget_usd_per_day: number | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1068,6 +1123,13 @@ export interface components {
              *     doing (1 to 315360000, ten years); null or omitted: no deadline.
              */
             deadline_secs?: number | null;
+            /**
+             * Format: double
+             * @description The most this ticket's requests may cost, in US dollars (at least 0); null or omitted: no
+             *     limit of its own. A request whose worst case does not fit is not sent: the ticket waits
+             *     (`waiting_for: "budget"`) until the budget is raised with PATCH.
+             */
+            budget_usd?: number | null;
         };
         CreateWebhook: {
             /**
@@ -1204,6 +1266,14 @@ export interface components {
                 usage: components["schemas"]["TokenUsage"];
                 /** @description `end_turn`, `tool_use`, `max_tokens`, … */
                 stop_reason: string;
+                /**
+                 * Format: double
+                 * @description What the request cost in US dollars at the price in force when it was sent; null when
+                 *     its model has no price (`unpriced`).
+                 */
+                cost_usd: number | null;
+                /** @description True when the model has no price: the cost is unknown (never counted as 0). */
+                unpriced: boolean;
             };
             /** @enum {string} */
             kind: "request.finished";
@@ -1349,6 +1419,49 @@ export interface components {
             kind: "context.limit_exceeded";
         } | {
             /**
+             * @description A request's worst case did not fit a money budget: the request was not sent and the ticket
+             *     waits (`waiting_for: "budget"`) until the budget is raised or its period rolls over.
+             */
+            data: {
+                /** @description `ticket` or `agent`. */
+                scope: string;
+                /** @description The ticket's key or the agent's name. */
+                name: string;
+                /** Format: double */
+                limit_usd: number;
+                /**
+                 * Format: double
+                 * @description What the budget has spent and reserved in its period.
+                 */
+                spent_usd: number;
+            };
+            /** @enum {string} */
+            kind: "budget.exhausted";
+        } | {
+            /**
+             * @description A budget's spending reached 50, 80 or 100 % of its limit (once each per period), on the
+             *     ticket whose request crossed it.
+             */
+            data: {
+                scope: string;
+                name: string;
+                /** Format: int32 */
+                percent: number;
+            };
+            /** @enum {string} */
+            kind: "budget.threshold";
+        } | {
+            /**
+             * @description A money budget applies and the model has no price: the ticket waits
+             *     (`waiting_for: "price"`) until one is set (`PUT /v1/prices/{model}`).
+             */
+            data: {
+                model: string;
+            };
+            /** @enum {string} */
+            kind: "budget.unpriced";
+        } | {
+            /**
              * @description A schedule's fire time passed without a ticket because this ticket (its previous one) was
              *     still unfinished (`overlap: skip`).
              */
@@ -1409,6 +1522,16 @@ export interface components {
              * @description Mean time agents spent working on a finished ticket (summed over its claims), in ms.
              */
             avg_work_ms: number;
+            /**
+             * Format: double
+             * @description What the tickets' priced requests cost, in US dollars.
+             */
+            cost_usd: number;
+            /**
+             * Format: int64
+             * @description Tickets with some request whose model had no price (not in `cost_usd`).
+             */
+            unpriced_tickets: number;
         };
         /** @enum {string} */
         HttpMethod: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
@@ -1544,6 +1667,17 @@ export interface components {
             input_schema: Record<string, never>;
             requires_approval: boolean;
         };
+        /** @description One model's figures in `by_model`: the usage of the tickets whose agent ran it. */
+        ModelFigures: {
+            /** Format: int64 */
+            requests: number;
+            /** Format: int64 */
+            input_tokens: number;
+            /** Format: int64 */
+            output_tokens: number;
+            /** Format: double */
+            cost_usd: number;
+        };
         /**
          * @description What a schedule does when a fire time comes while its previous ticket is unfinished.
          * @enum {string}
@@ -1587,6 +1721,12 @@ export interface components {
             schema?: Record<string, never> | null;
             /** @description A JSON object. */
             metadata?: Record<string, never> | null;
+            /**
+             * Format: double
+             * @description US dollars (at least 0), or null to remove the budget. A ticket waiting for its budget
+             *     goes back to `todo` when it is raised or removed.
+             */
+            budget_usd?: number | null;
         };
         /**
          * @description The secret is not among what a PATCH changes (it is shown once, when created): a body that
@@ -1613,6 +1753,35 @@ export interface components {
             tool_name: string;
             input: Record<string, never>;
         };
+        /** @description A model's price in US dollars per million tokens. */
+        Price: {
+            /** @description The model name as sent to the provider; a trailing `*` matches every name with that prefix. */
+            model: string;
+            /** @description The provider it holds for (`openai`, `anthropic` or a named provider); null for any. */
+            provider?: string | null;
+            input: components["schemas"]["Usd"];
+            output: components["schemas"]["Usd"];
+            cache_read?: null | components["schemas"]["Usd"];
+            cache_creation?: null | components["schemas"]["Usd"];
+            /**
+             * Format: date-time
+             * @description Requests sent at or after it pay this price (until a later one takes effect); null for the
+             *     built-in table, which always applies.
+             */
+            effective_from?: string | null;
+            source: components["schemas"]["PriceSource"];
+        };
+        PriceList: {
+            /** @description The desk's own prices first (each one's history newest first), then the built-in table. */
+            items: components["schemas"]["Price"][];
+            /** @description Always null: every price is in `items`. */
+            next_cursor?: string | null;
+        };
+        /**
+         * @description Where a price comes from.
+         * @enum {string}
+         */
+        PriceSource: "desk" | "built_in";
         ProviderDef: {
             name: string;
             kind: components["schemas"]["ProviderKind"];
@@ -1709,6 +1878,14 @@ export interface components {
              * @description How many tickets this agent works on at once, across all processes; null (default) is no limit.
              */
             max_concurrent?: number | null;
+            /**
+             * Format: double
+             * @description The most this agent's requests may cost per UTC day, in US dollars (at least 0); null
+             *     (default) is no limit. Each request's worst case is reserved before it is sent; a ticket
+             *     whose request does not fit waits (`waiting_for: "budget"`) until the budget is raised or
+             *     the day rolls over.
+             */
+            budget_usd_per_day?: number | null;
         };
         PutMcpServer: {
             /**
@@ -1725,6 +1902,34 @@ export interface components {
              */
             timeout_ms?: number | null;
             requires_approval?: boolean | string[];
+        };
+        PutPrice: {
+            /**
+             * Format: double
+             * @description US dollars per million input tokens.
+             */
+            input: number;
+            /**
+             * Format: double
+             * @description US dollars per million output tokens.
+             */
+            output: number;
+            /**
+             * Format: double
+             * @description Per million cached input tokens read; null or omitted: charged as input.
+             */
+            cache_read?: number | null;
+            /**
+             * Format: double
+             * @description Per million input tokens written to the cache; null or omitted: charged as input.
+             */
+            cache_creation?: number | null;
+            /**
+             * Format: date-time
+             * @description Requests sent at or after it pay this price; default: now. A price with the same model,
+             *     provider and `effective_from` is replaced; others are kept as its history.
+             */
+            effective_from?: string | null;
         };
         PutProvider: {
             kind: components["schemas"]["ProviderKind"];
@@ -1797,7 +2002,7 @@ export interface components {
          * @description Why a ticket went back to `todo`.
          * @enum {string}
          */
-        RequeueReason: "lease_lost" | "shutdown" | "comment" | "retry" | "approval";
+        RequeueReason: "lease_lost" | "shutdown" | "comment" | "retry" | "approval" | "budget";
         /**
          * @description Whether a server's tools need a person's approval before a call runs: all, none, or those
          *     named (by the server's own tool names).
@@ -1852,6 +2057,10 @@ export interface components {
             };
             by_agent: {
                 [key: string]: components["schemas"]["Figures"];
+            };
+            /** @description By the model the tickets' agent ran at their latest claim. */
+            by_model: {
+                [key: string]: components["schemas"]["ModelFigures"];
             };
             /** @description What the database stores now (retention keeps it from growing without end). */
             storage: components["schemas"]["Storage"];
@@ -1947,6 +2156,12 @@ export interface components {
              *     (`POST /v1/tickets/{ticket}/approvals/{call_id}`); the ticket is `waiting` until all are answered.
              */
             pending_approvals: components["schemas"]["PendingApproval"][];
+            /**
+             * Format: double
+             * @description The most this ticket's requests may cost, in US dollars; null: no limit of its own.
+             */
+            budget_usd: number | null;
+            waiting_for: null | components["schemas"]["WaitingFor"];
         };
         TicketError: {
             /** @description Machine-readable cause, e.g. `rate_limited`, `max_turns`, `lease_lost`. */
@@ -2033,6 +2248,14 @@ export interface components {
             requests: number;
             /** Format: int64 */
             tool_calls: number;
+            /**
+             * Format: double
+             * @description What the requests cost, in US dollars, at the prices in force when each was sent; null
+             *     when some request's model had no price (`unpriced`).
+             */
+            cost_usd: number | null;
+            /** @description True when some request's model had no price: its cost is unknown, and `cost_usd` is null. */
+            unpriced: boolean;
             /** @description Present (true) once some of the counts were estimated because a provider reported no usage. */
             estimated?: boolean;
         };
@@ -2056,6 +2279,13 @@ export interface components {
             items: components["schemas"]["HttpToolDef"][];
             next_cursor?: string | null;
         };
+        /** @description US dollars (exact to 10⁻¹² $) */
+        Usd: number;
+        /**
+         * @description Why a ticket waits.
+         * @enum {string}
+         */
+        WaitingFor: "human" | "approval" | "budget" | "price";
         /** @description An endpoint as the API shows it (never with its secret, which only its creation returns). */
         Webhook: {
             /** Format: uuid */
@@ -3665,6 +3895,302 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["McpServerView"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A read-only token (read:…) may only GET */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_prices: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PriceList"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_price: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The provider the price holds for (`openai`, `anthropic` or a named provider); omitted: any
+                 *     provider serving that model name.
+                 */
+                provider?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The model name as sent, or a prefix ending in `*` (URL-encoded) */
+                model: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Price"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_price: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The provider the price holds for (`openai`, `anthropic` or a named provider); omitted: any
+                 *     provider serving that model name.
+                 */
+                provider?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The model name as sent, or a prefix ending in `*` (URL-encoded) */
+                model: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PutPrice"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Price"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A read-only token (read:…) may only GET */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_price: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The provider the price holds for (`openai`, `anthropic` or a named provider); omitted: any
+                 *     provider serving that model name.
+                 */
+                provider?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The model name as sent, or a prefix ending in `*` (URL-encoded) */
+                model: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description No valid bearer token */

@@ -2,7 +2,7 @@
 // and the live indicator.
 
 import { api, token, onUnauthorized, ApiError } from './api.js';
-import { h, fill, number, duration, toast, throttle } from './dom.js';
+import { h, fill, number, dollars, duration, toast, throttle } from './dom.js';
 import { boardPage, COLUMNS } from './columns.js';
 import { ticketPage } from './ticket.js';
 import { agentsPage } from './agents.js';
@@ -40,6 +40,7 @@ async function loadStats() {
     h('span', { class: 'stat' }, h('b', {}, `${Math.round((s.success_rate || 0) * 100)}%`), ' success'),
     h('span', { class: 'stat' }, h('b', {}, number(s.requests)), ' requests'),
     h('span', { class: 'stat' }, h('b', {}, `${number(s.input_tokens)}/${number(s.output_tokens)}`), ' tokens in/out'),
+    h('span', { class: 'stat', dataset: { stat: 'cost' } }, h('b', {}, dollars(s.cost_usd)), ' spent'),
     h('span', { class: 'stat' }, h('b', {}, duration(s.avg_ticket_ms)), ' per ticket')
   );
   if (page && page.statsChanged) page.statsChanged();

@@ -57,6 +57,14 @@ export function number(n) {
   return String(n);
 }
 
+// US dollars as the desk reports them (exact amounts, shown to a few significant digits).
+export function dollars(n) {
+  if (n == null) return '–';
+  if (n === 0) return '$0';
+  if (n >= 1) return '$' + n.toFixed(2);
+  return '$' + Number(n.toPrecision(3));
+}
+
 export function duration(ms) {
   if (!ms) return '–';
   if (ms < 1000) return Math.round(ms) + ' ms';

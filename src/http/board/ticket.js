@@ -2,7 +2,7 @@
 // stream, the actions (cancel, retry, comment, approve/deny), and its event log.
 
 import { api, agentRouting, follow, listAll, ApiError } from './api.js';
-import { h, fill, asText, ago, count, number, toast, throttle } from './dom.js';
+import { h, fill, asText, ago, count, number, dollars, toast, throttle } from './dom.js';
 
 const ACTIVE = new Set(['todo', 'in_progress', 'waiting']);
 const FAILED_OR_CANCELLED = new Set(['failed', 'cancelled']);
@@ -180,8 +180,16 @@ export function ticketPage(main, app, reference) {
         `${number(u.input_tokens)} input tokens · ${number(u.output_tokens)} output tokens`,
         u.cache_read_tokens ? ` · ${number(u.cache_read_tokens)} cached` : '',
         ` · ${count(u.requests, 'request')} · ${count(u.tool_calls, 'tool call')}`,
-        u.estimated ? ' (estimated)' : ''
-      )
+        u.estimated ? ' (estimated)' : '',
+        h('span', { id: 'ticket-cost' }, u.unpriced ? ' · cost unknown (a model has no price)' : ` · ${dollars(u.cost_usd)}`),
+        t.budget_usd != null ? ` of a ${dollars(t.budget_usd)} budget` : ''
+      ),
+      t.waiting_for === 'budget' || t.waiting_for === 'price'
+        ? h('p', { class: 'error', id: 'ticket-waiting-for' },
+            t.waiting_for === 'budget'
+              ? 'Waiting for a money budget: raise it (the ticket\'s budget_usd, or its agent\'s budget_usd_per_day) or wait for the next UTC day.'
+              : 'Waiting for a price: its model has none and a money budget applies (PUT /v1/prices/{model}).')
+        : null
     );
     renderApprovals();
   }

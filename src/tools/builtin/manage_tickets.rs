@@ -205,6 +205,7 @@ async fn edit(ctx: &ToolContext<'_>, mut args: Args) -> Result<String, ToolFailu
         priority: None,
         schema: schema.map(Some),
         metadata: None,
+        budget_usd: None,
     };
     let mut tx = ctx
         .pool

@@ -33,13 +33,17 @@ McpStreamAccept = Literal["text/event-stream"]
 
 Overlap = Literal["skip", "allow", "cancel_previous"]
 
+PriceSource = Literal["desk", "built_in"]
+
 ProviderKind = Literal["openai", "anthropic"]
 
-RequeueReason = Literal["lease_lost", "shutdown", "comment", "retry", "approval"]
+RequeueReason = Literal["lease_lost", "shutdown", "comment", "retry", "approval", "budget"]
 
 Status = Literal["todo", "in_progress", "waiting", "done", "failed", "cancelled"]
 
-EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "schedule.skipped", "text.delta", "thinking.delta", "tool_call.delta"]
+WaitingFor = Literal["human", "approval", "budget", "price"]
+
+EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "budget.exhausted", "budget.threshold", "budget.unpriced", "schedule.skipped", "text.delta", "thinking.delta", "tool_call.delta"]
 """Every event kind the document names (a desk may send newer ones)."""
 
 EVENT_KINDS = (
@@ -69,6 +73,9 @@ EVENT_KINDS = (
     "compaction.finished",
     "compaction.failed",
     "context.limit_exceeded",
+    "budget.exhausted",
+    "budget.threshold",
+    "budget.unpriced",
     "schedule.skipped",
     "text.delta",
     "thinking.delta",
@@ -268,6 +275,7 @@ class Agent:
     max_schema_retries: int
     max_request_retries: int
     request_retry_delay_ms: int
+    budget_usd_per_day: Optional[float]
     created_at: str
     updated_at: str
     provider: Optional[str] = None
@@ -294,6 +302,7 @@ class Agent:
             max_schema_retries=d['max_schema_retries'],
             max_request_retries=d['max_request_retries'],
             request_retry_delay_ms=d['request_retry_delay_ms'],
+            budget_usd_per_day=d['budget_usd_per_day'],
             created_at=d['created_at'],
             updated_at=d['updated_at'],
             provider=d.get('provider'),
@@ -444,6 +453,7 @@ class CreateTicket:
     metadata: Optional[Dict[str, Any]] = None
     max_attempts: Optional[int] = None
     deadline_secs: Optional[int] = None
+    budget_usd: Optional[float] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -458,6 +468,7 @@ class CreateTicket:
             metadata=d.get('metadata'),
             max_attempts=d.get('max_attempts'),
             deadline_secs=d.get('deadline_secs'),
+            budget_usd=d.get('budget_usd'),
             raw=d,
         )
 
@@ -570,6 +581,8 @@ class Figures:
     success_rate: float
     avg_ticket_ms: float
     avg_work_ms: float
+    cost_usd: float
+    unpriced_tickets: int
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -584,6 +597,8 @@ class Figures:
             success_rate=d['success_rate'],
             avg_ticket_ms=d['avg_ticket_ms'],
             avg_work_ms=d['avg_work_ms'],
+            cost_usd=d['cost_usd'],
+            unpriced_tickets=d['unpriced_tickets'],
             raw=d,
         )
 
@@ -743,6 +758,28 @@ class McpToolInfo:
 
 
 @dataclass
+class ModelFigures:
+    """One model's figures in `by_model`: the usage of the tickets whose agent ran it."""
+
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ModelFigures:
+        return cls(
+            requests=d['requests'],
+            input_tokens=d['input_tokens'],
+            output_tokens=d['output_tokens'],
+            cost_usd=d['cost_usd'],
+            raw=d,
+        )
+
+
+@dataclass
 class PatchSchedule:
     """Changes to a schedule: what the body names. `ticket` keys replace the template's keys of the
 same name. A change of `cron`, `timezone`, `start_at`, `end_at` or `enabled` recomputes
@@ -788,6 +825,7 @@ body that names another field is refused (422) rather than answered as if it had
     priority: Optional[int] = None
     schema: Optional[Dict[str, Any]] = None
     metadata: Optional[Dict[str, Any]] = None
+    budget_usd: Optional[float] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -799,6 +837,7 @@ body that names another field is refused (422) rather than answered as if it had
             priority=d.get('priority'),
             schema=d.get('schema'),
             metadata=d.get('metadata'),
+            budget_usd=d.get('budget_usd'),
             raw=d,
         )
 
@@ -844,6 +883,52 @@ class PendingApproval:
             call_id=d['call_id'],
             tool_name=d['tool_name'],
             input=d['input'],
+            raw=d,
+        )
+
+
+@dataclass
+class Price:
+    """A model's price in US dollars per million tokens."""
+
+    model: str
+    input: Any
+    output: Any
+    source: PriceSource
+    provider: Optional[str] = None
+    cache_read: Optional[Any] = None
+    cache_creation: Optional[Any] = None
+    effective_from: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Price:
+        return cls(
+            model=d['model'],
+            input=d['input'],
+            output=d['output'],
+            source=d['source'],
+            provider=d.get('provider'),
+            cache_read=d.get('cache_read'),
+            cache_creation=d.get('cache_creation'),
+            effective_from=d.get('effective_from'),
+            raw=d,
+        )
+
+
+@dataclass
+class PriceList:
+    items: List[Price]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PriceList:
+        return cls(
+            items=_list(Price.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
             raw=d,
         )
 
@@ -917,6 +1002,7 @@ class PutAgent:
     thinking_budget: Optional[int] = None
     tool_choice: Optional[str] = None
     max_concurrent: Optional[int] = None
+    budget_usd_per_day: Optional[float] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -940,6 +1026,7 @@ class PutAgent:
             thinking_budget=d.get('thinking_budget'),
             tool_choice=d.get('tool_choice'),
             max_concurrent=d.get('max_concurrent'),
+            budget_usd_per_day=d.get('budget_usd_per_day'),
             raw=d,
         )
 
@@ -960,6 +1047,28 @@ class PutMcpServer:
             headers=d.get('headers'),
             timeout_ms=d.get('timeout_ms'),
             requires_approval=d.get('requires_approval'),
+            raw=d,
+        )
+
+
+@dataclass
+class PutPrice:
+    input: float
+    output: float
+    cache_read: Optional[float] = None
+    cache_creation: Optional[float] = None
+    effective_from: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PutPrice:
+        return cls(
+            input=d['input'],
+            output=d['output'],
+            cache_read=d.get('cache_read'),
+            cache_creation=d.get('cache_creation'),
+            effective_from=d.get('effective_from'),
             raw=d,
         )
 
@@ -1140,6 +1249,8 @@ class Ticket:
     created_at: str
     updated_at: str
     pending_approvals: List[PendingApproval]
+    budget_usd: Optional[float]
+    waiting_for: Optional[WaitingFor]
     agent: Optional[str] = None
     parent_id: Optional[str] = None
     parent_key: Optional[str] = None
@@ -1170,6 +1281,8 @@ class Ticket:
             created_at=d['created_at'],
             updated_at=d['updated_at'],
             pending_approvals=_list(PendingApproval.from_json, d['pending_approvals']),
+            budget_usd=d['budget_usd'],
+            waiting_for=d['waiting_for'],
             agent=d.get('agent'),
             parent_id=d.get('parent_id'),
             parent_key=d.get('parent_key'),
@@ -1284,6 +1397,8 @@ class TicketUsage:
     cache_creation_tokens: int
     requests: int
     tool_calls: int
+    cost_usd: Optional[float]
+    unpriced: bool
     estimated: Optional[bool] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
@@ -1297,6 +1412,8 @@ class TicketUsage:
             cache_creation_tokens=d['cache_creation_tokens'],
             requests=d['requests'],
             tool_calls=d['tool_calls'],
+            cost_usd=d['cost_usd'],
+            unpriced=d['unpriced'],
             estimated=d.get('estimated'),
             raw=d,
         )
