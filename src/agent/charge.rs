@@ -6,7 +6,7 @@
 
 use chrono::Utc;
 
-use super::state::Step;
+use super::state::{Charged, Step};
 use super::{window, Flow, RunEnd, Stop};
 use crate::db;
 use crate::db::budgets::{Budget, Exhausted, Reservation};
@@ -25,14 +25,6 @@ const RESERVE_TRIES: usize = 3;
 pub(super) struct Charge {
     pub price: Option<Price>,
     pub reservation: Option<Reservation>,
-}
-
-/// What the latest response's request was charged, for the step to store with it.
-#[derive(Default)]
-pub(super) struct Charged {
-    pub price: Option<Price>,
-    /// `budget.threshold` events its cost crossed.
-    pub events: Vec<NewEvent>,
 }
 
 /// The most output tokens a request may ask for, as its provider is asked.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::charge::Charged;
+use super::state::Charged;
 use super::state::Step;
 use super::{aborted, request, Flow};
 use crate::db;

@@ -5,7 +5,8 @@
 
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::charge::{self, Charged};
+use super::charge;
+use super::state::Charged;
 use super::state::Step;
 use super::tool_calls::PreparedCall;
 use super::{aborted, request, transcript, Flow, RunEnd, Runtime, Stop};

@@ -25,5 +25,13 @@ pub(super) struct Step<'a> {
     /// The claim's `invoke_agent` span (inert when tracing is off).
     pub span: &'a AgentSpan,
     /// The latest response's price and the budget events its cost crossed (`charge`).
-    pub charged: std::sync::Mutex<super::charge::Charged>,
+    pub charged: std::sync::Mutex<Charged>,
+}
+
+/// What the latest response's request was charged, for the step to store with it.
+#[derive(Default)]
+pub(super) struct Charged {
+    pub price: Option<crate::domain::Price>,
+    /// `budget.threshold` events its cost crossed.
+    pub events: Vec<crate::domain::NewEvent>,
 }
