@@ -129,7 +129,9 @@ class Gen:
         ordered = [p for p in props if p in required] + [p for p in props if p not in required]
         builds = []
         for prop in ordered:
-            attr = prop + "_" if keyword.iskeyword(prop) else prop
+            # `raw` is the attribute holding the whole object (below): a property of that name too
+            # (A2A's Part) takes a trailing underscore, as a Python keyword does.
+            attr = prop + "_" if keyword.iskeyword(prop) or prop == "raw" else prop
             ann = self.annotation(props[prop])
             if prop in required:
                 lines.append(f"    {attr}: {ann}")

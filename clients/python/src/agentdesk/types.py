@@ -156,7 +156,7 @@ class A2aPart:
     text: Optional[str] = None
     data: Any = None
     url: Optional[str] = None
-    raw: Optional[str] = None
+    raw_: Optional[str] = None
     mediaType: Optional[str] = None
     filename: Optional[str] = None
     metadata: Any = None
@@ -169,7 +169,7 @@ class A2aPart:
             text=d.get('text'),
             data=d.get('data'),
             url=d.get('url'),
-            raw=d.get('raw'),
+            raw_=d.get('raw'),
             mediaType=d.get('mediaType'),
             filename=d.get('filename'),
             metadata=d.get('metadata'),
