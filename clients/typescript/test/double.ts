@@ -34,7 +34,9 @@ export function ticketJson(key = "TICKET-1", status = "todo"): Record<string, un
   return {
     id: "0193aaaa-0000-7000-8000-000000000001", key, task: "t", labels: [], status, reporter: "user",
     priority: 0, attempts: 0, max_attempts: 3, metadata: {},
-    usage: { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_creation_tokens: 0, requests: 0, tool_calls: 0 },
+    usage: { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_creation_tokens: 0, requests: 0, tool_calls: 0, cost_usd: 0, unpriced: false },
+    budget_usd: null,
+    waiting_for: null,
     created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z", pending_approvals: [],
   };
 }
