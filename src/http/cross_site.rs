@@ -54,8 +54,13 @@ fn check(config: &Config, request: &Request) -> Result<(), ApiError> {
             if let Some(origin) = headers.get(header::ORIGIN) {
                 let origin = origin.to_str().unwrap_or("null");
                 if !origin_allowed(config, origin, host) {
+                    let allowed = if protocol_endpoint {
+                        "is refused"
+                    } else {
+                        "may only read"
+                    };
                     return Err(ApiError::Forbidden(format!(
-                        "a request from the web page at {origin:?} may only read: this desk has no API \
+                        "a request from the web page at {origin:?} {allowed}: this desk has no API \
                          tokens, and answers changes only from its own pages (the board) and from programs"
                     )));
                 }
