@@ -99,6 +99,7 @@ impl App {
         let (addr, health_addr) = if mode.runs_api() {
             let state = AppState::new(ApiServices {
                 pool: pool.clone(),
+                access: crate::http::access::Access::start(pool.clone(), config.api_tokens.clone(), shutdown.clone()),
                 hub: hub.clone(),
                 config: config.clone(),
                 providers: providers.clone(),

@@ -48,14 +48,15 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// Routes each ticket to one agent (as agentwerk): a ticket labelled with an agent's name goes only
-/// to that agent; an agent with no labels takes unlabelled tickets; otherwise any agent sharing a
-/// label.
+/// Routes each ticket to one agent of its project (as agentwerk): a ticket labelled with an
+/// agent's name goes only to that agent; an agent with no labels takes unlabelled tickets;
+/// otherwise any agent sharing a label.
 const ROUTE: &str = "CROSS JOIN LATERAL (
                 SELECT a.name, a.max_concurrent, a.model FROM agents a
-                WHERE a.name = ANY(t.labels)
-                   OR (NOT EXISTS (SELECT 1 FROM agents b WHERE b.name = ANY(t.labels))
-                       AND ((cardinality(a.labels) = 0 AND cardinality(t.labels) = 0) OR a.labels && t.labels))
+                WHERE a.project_id = t.project_id
+                  AND (a.name = ANY(t.labels)
+                       OR (NOT EXISTS (SELECT 1 FROM agents b WHERE b.project_id = t.project_id AND b.name = ANY(t.labels))
+                           AND ((cardinality(a.labels) = 0 AND cardinality(t.labels) = 0) OR a.labels && t.labels)))
                 ORDER BY (a.name = ANY(t.labels)) DESC, a.name
                 LIMIT 1) a";
 
@@ -126,18 +127,42 @@ pub async fn claim_tickets(
     Ok(claimed)
 }
 
-/// The claimable tickets of agents without a limit.
+/// The claimable tickets of agents without a limit, shared among the projects that have some
+/// by weight: each project's tickets come in its own order (priority, then age), and a project's
+/// k-th ticket ranks by (its running tickets + k) / its weight, so the project furthest below its
+/// share of the workers is served first. A project with a backlog of thousands does not hold up
+/// another's new ticket: that one ranks ahead as soon as its project runs less than its share.
+/// With one project this is the single-queue claim it always was.
 fn unlimited_candidates() -> String {
     format!(
-        "SELECT t.id, a.name AS agent_name, a.model AS agent_model, t.seeded
+        "SELECT c.id, c.agent_name, c.agent_model, c.seeded
+         FROM projects p
+         CROSS JOIN LATERAL (
+            SELECT t.id, a.name AS agent_name, a.model AS agent_model, t.seeded, t.priority, t.created_at
             FROM tickets t
             {ROUTE}
-            WHERE t.status = 'todo' AND a.max_concurrent IS NULL AND {BEFORE_DEADLINE}
+            WHERE t.project_id = p.id AND t.status = 'todo' AND a.max_concurrent IS NULL AND {BEFORE_DEADLINE}
             ORDER BY t.priority DESC, t.created_at, t.id
             LIMIT $1
-            FOR UPDATE OF t SKIP LOCKED"
+            FOR UPDATE OF t SKIP LOCKED) c
+         WHERE EXISTS (SELECT 1 FROM tickets q WHERE q.project_id = p.id AND q.status = 'todo')
+           AND {QUOTA_OPEN}
+         ORDER BY ((SELECT count(*) FROM tickets r WHERE r.project_id = p.id AND r.status = 'in_progress')
+                   + row_number() OVER (PARTITION BY p.id ORDER BY c.priority DESC, c.created_at, c.id))::float8
+                  / p.weight,
+                  c.priority DESC, c.created_at, c.id
+         LIMIT $1"
     )
 }
+
+/// A project whose token or money quota for the period is reached is not claimed for (its
+/// tickets stay `todo`) until the period rolls over or the quota is raised.
+const QUOTA_OPEN: &str = "NOT EXISTS (
+                SELECT 1 FROM project_quota_notices n
+                WHERE n.project_id = p.id AND n.period IN (to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
+                                                           to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM'))
+                  AND n.quota = ANY(ARRAY(SELECT key FROM jsonb_each(p.quotas) WHERE value <> 'null'))
+                  AND n.quota <> 'tickets_per_day')";
 
 /// Ranks each limited agent's claimable tickets and keeps as many as it has free slots.
 fn limited_candidates() -> String {
@@ -146,7 +171,8 @@ fn limited_candidates() -> String {
                 SELECT t.id, a.name AS agent_name, a.model AS agent_model, t.seeded, t.priority, t.created_at,
                     row_number() OVER (PARTITION BY a.name ORDER BY t.priority DESC, t.created_at, t.id) AS place,
                     a.max_concurrent - (SELECT count(*) FROM tickets r
-                                        WHERE r.status = 'in_progress' AND r.agent = a.name) AS free
+                                        WHERE r.status = 'in_progress' AND r.project_id = t.project_id
+                                          AND r.agent = a.name) AS free
                 FROM tickets t
                 {ROUTE}
                 WHERE t.status = 'todo' AND a.max_concurrent IS NOT NULL AND {BEFORE_DEADLINE})
@@ -201,7 +227,7 @@ impl ClaimStatement<'_> {
             RETURNING t.*, c.seeded AS was_seeded)
          -- One row even when nothing was claimed, to carry the flag.
          SELECT f.flag, {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq, t.last_event_seq, t.trace_context,
-                (SELECT to_jsonb(a) FROM agents a WHERE a.name = t.agent) AS definition
+                (SELECT to_jsonb(a) FROM agents a WHERE a.project_id = t.project_id AND a.name = t.agent) AS definition
          FROM (SELECT {flag} AS flag) f LEFT JOIN claimed t ON true"
         )
     }
@@ -481,9 +507,9 @@ pub async fn finish(
                 claimed_at = NULL, finished_at = now(), updated_at = now(),
                 last_event_seq = last_event_seq + cardinality($6::text[])
              WHERE id = $1 AND generation = $2
-             RETURNING id, key, last_event_seq - cardinality($6::text[]) AS base)
-         INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-         SELECT t.id, t.key, t.base + e.ord, e.kind, e.agent, e.data::json FROM e, t",
+             RETURNING id, project_id, key, last_event_seq - cardinality($6::text[]) AS base)
+         INSERT INTO events (ticket_id, project_id, ticket_key, seq, kind, agent, data)
+         SELECT t.id, t.project_id, t.key, t.base + e.ord, e.kind, e.agent, e.data::json FROM e, t",
     )
     .bind(fence.ticket_id)
     .bind(fence.generation)

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::fence::Fence;
 use super::group::{GroupWrite, GroupWriter};
 
-use crate::domain::{Comment, EventData, NewEvent, Ticket, TicketEvent};
+use crate::domain::{Comment, EventData, NewEvent, ProjectId, Ticket, TicketEvent};
 
 /// Position in the global event stream. Opaque to clients.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,6 +61,7 @@ impl fmt::Display for GlobalCursor {
 #[derive(Clone, Debug)]
 pub struct LoggedEvent {
     pub cursor: GlobalCursor,
+    pub project: ProjectId,
     pub event: TicketEvent,
     /// The ticket's labels and agent when the event was read.
     pub ticket_labels: Vec<String>,
@@ -88,11 +89,12 @@ fn logged_event(row: &PgRow) -> Result<LoggedEvent, sqlx::Error> {
         },
         ticket_labels: row.try_get(9)?,
         ticket_agent: row.try_get(10)?,
+        project: row.try_get(11)?,
     })
 }
 
 /// How many columns `EVENT_COLUMNS` (and `logged_event`) has: where a statement's own begin.
-const EVENT_COLUMN_COUNT: usize = 11;
+const EVENT_COLUMN_COUNT: usize = 12;
 
 /// Appends events to a ticket's log inside the caller's transaction. If the transaction rolls
 /// back, the events vanish with the change they describe. After the commit, call `EventHub::wake`.
@@ -104,9 +106,9 @@ pub async fn append(conn: &mut PgConnection, ticket_id: Uuid, events: &[NewEvent
     sqlx::query(
         "WITH t AS (
             UPDATE tickets SET last_event_seq = last_event_seq + $2 WHERE id = $1
-            RETURNING key, last_event_seq - $2 AS base)
-         INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-         SELECT $1, t.key, t.base + e.n, e.kind, e.agent, e.data::json
+            RETURNING key, project_id, last_event_seq - $2 AS base)
+         INSERT INTO events (ticket_id, project_id, ticket_key, seq, kind, agent, data)
+         SELECT $1, t.project_id, t.key, t.base + e.n, e.kind, e.agent, e.data::json
          FROM t, unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e(kind, agent, data, n)",
     )
     .bind(ticket_id)
@@ -167,10 +169,11 @@ pub async fn append_fenced_many(
             UPDATE tickets SET last_event_seq = last_event_seq + counts.n, updated_at = now() FROM counts
             WHERE tickets.id = counts.ticket_id AND tickets.generation = counts.generation
               AND tickets.status = 'in_progress'
-            RETURNING tickets.id, tickets.generation, tickets.key, tickets.last_event_seq - counts.n AS base),
+            RETURNING tickets.id, tickets.project_id, tickets.generation, tickets.key,
+                      tickets.last_event_seq - counts.n AS base),
          ins AS (
-            INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-            SELECT e.ticket_id, t.key, t.base + row_number() OVER (PARTITION BY e.ticket_id ORDER BY e.ord),
+            INSERT INTO events (ticket_id, project_id, ticket_key, seq, kind, agent, data)
+            SELECT e.ticket_id, t.project_id, t.key, t.base + row_number() OVER (PARTITION BY e.ticket_id ORDER BY e.ord),
                    e.kind, e.agent, e.data::json
             FROM e JOIN t ON t.id = e.ticket_id AND t.generation = e.generation
             RETURNING 1)
@@ -225,6 +228,7 @@ impl EventAppender {
 /// without touching the ticket's row again, which would write another version of it.
 pub struct ReservedEvent {
     pub ticket_id: Uuid,
+    pub project: ProjectId,
     pub ticket_key: String,
     pub seq: i64,
     pub event: NewEvent,
@@ -234,6 +238,7 @@ impl ReservedEvent {
     pub fn new(ticket: &Ticket, seq: i64, agent: Option<&str>, data: EventData) -> ReservedEvent {
         ReservedEvent {
             ticket_id: ticket.id,
+            project: ticket.project,
             ticket_key: ticket.key.clone(),
             seq,
             event: NewEvent::new(agent, data),
@@ -264,10 +269,10 @@ pub async fn insert_reserved(
                 WITH ORDINALITY AS c(id, ticket_id, seq, author, agent, content, created_at, ord)
             ORDER BY ord
             RETURNING 1)
-         INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-         SELECT ticket_id, ticket_key, seq, kind, agent, data::json
-         FROM unnest($8::uuid[], $9::text[], $10::int8[], $11::text[], $12::text[], $13::text[])
-             WITH ORDINALITY AS e(ticket_id, ticket_key, seq, kind, agent, data, ord)
+         INSERT INTO events (ticket_id, project_id, ticket_key, seq, kind, agent, data)
+         SELECT ticket_id, project_id, ticket_key, seq, kind, agent, data::json
+         FROM unnest($8::uuid[], $9::text[], $10::int8[], $11::text[], $12::text[], $13::text[], $14::int8[])
+             WITH ORDINALITY AS e(ticket_id, ticket_key, seq, kind, agent, data, project_id, ord)
          ORDER BY ord",
     )
     .bind(comments.iter().map(|c| c.id).collect::<Vec<_>>())
@@ -283,6 +288,7 @@ pub async fn insert_reserved(
     .bind(&columns.kinds)
     .bind(&columns.agents)
     .bind(&columns.data)
+    .bind(events.iter().map(|e| e.project).collect::<Vec<_>>())
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -291,7 +297,7 @@ pub async fn insert_reserved(
 /// The columns `logged_event` reads, in its order; a statement's own columns follow them.
 const EVENT_COLUMNS: &str =
     "e.id, e.txid::text AS txid, e.ticket_id, e.ticket_key, e.seq, e.kind, e.agent, e.data, e.at, \
-     t.labels, t.agent AS ticket_agent";
+     t.labels, t.agent AS ticket_agent, e.project_id";
 
 /// A ticket's events after `after_seq`, in order.
 pub async fn read_ticket<'e>(

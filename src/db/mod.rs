@@ -15,6 +15,7 @@ pub mod mcp_servers;
 pub mod outputs;
 pub mod planner_stats;
 pub mod prices;
+pub mod projects;
 pub mod provider_slots;
 pub mod providers;
 pub mod retention;

@@ -12,18 +12,19 @@ use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::domain::schedule::{CatchUp, Overlap, Schedule, TicketTemplate};
-use crate::domain::{Status, Ticket};
+use crate::domain::{ProjectId, Status, Ticket};
 
 /// The channel a schedule change is announced on: every scheduler looks at `next_run_at` again.
 pub const SCHEDULES_CHANNEL: &str = "agentdesk_schedules";
 
-const COLUMNS: &str = "s.id, s.name, s.cron, s.timezone, s.ticket, s.enabled, s.start_at, s.end_at, s.overlap, \
+const COLUMNS: &str = "s.id, s.project_id, s.name, s.cron, s.timezone, s.ticket, s.enabled, s.start_at, s.end_at, s.overlap, \
      s.catch_up, s.catch_up_window_secs, s.next_run_at, s.last_run_at, \
      (SELECT t.key FROM tickets t WHERE t.id = s.last_ticket_id) AS last_ticket, s.created_at, s.updated_at";
 
 #[derive(sqlx::FromRow)]
 struct ScheduleRow {
     id: Uuid,
+    project_id: ProjectId,
     name: Option<String>,
     cron: String,
     timezone: String,
@@ -48,6 +49,7 @@ impl TryFrom<ScheduleRow> for Schedule {
         let ticket: TicketTemplate = serde_json::from_value(r.ticket).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
         Ok(Schedule {
             id: r.id,
+            project: r.project_id,
             name: r.name,
             cron: r.cron,
             timezone: r.timezone,
@@ -89,8 +91,8 @@ pub async fn insert(pool: &PgPool, s: &Schedule) -> Result<Schedule, sqlx::Error
     let sql = format!(
         "WITH s AS (
             INSERT INTO schedules (id, name, cron, timezone, ticket, enabled, start_at, end_at, overlap, catch_up,
-                                   catch_up_window_secs, next_run_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING *)
+                                   catch_up_window_secs, next_run_at, project_id)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING *)
          SELECT {COLUMNS} FROM s"
     );
     let row: ScheduleRow = sqlx::query_as(&sql)
@@ -106,6 +108,7 @@ pub async fn insert(pool: &PgPool, s: &Schedule) -> Result<Schedule, sqlx::Error
         .bind(s.catch_up.as_str())
         .bind(s.catch_up_window_secs)
         .bind(s.next_run_at)
+        .bind(s.project)
         .fetch_one(&mut *tx)
         .await?;
     notify_changed(&mut tx).await?;
@@ -114,29 +117,51 @@ pub async fn insert(pool: &PgPool, s: &Schedule) -> Result<Schedule, sqlx::Error
 }
 
 /// A schedule by id or name.
-pub async fn find<'e>(db: impl PgExecutor<'e>, reference: &str) -> Result<Option<Schedule>, sqlx::Error> {
+pub async fn find<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    reference: &str,
+) -> Result<Option<Schedule>, sqlx::Error> {
     let id = Uuid::parse_str(reference).ok();
-    let sql = format!("SELECT {COLUMNS} FROM schedules s WHERE s.id = $1 OR s.name = $2");
-    let row: Option<ScheduleRow> = sqlx::query_as(&sql).bind(id).bind(reference).fetch_optional(db).await?;
+    let sql = format!("SELECT {COLUMNS} FROM schedules s WHERE s.project_id = $3 AND (s.id = $1 OR s.name = $2)");
+    let row: Option<ScheduleRow> = sqlx::query_as(&sql)
+        .bind(id)
+        .bind(reference)
+        .bind(project)
+        .fetch_optional(db)
+        .await?;
     row.map(Schedule::try_from).transpose()
 }
 
 /// Locks a schedule (by id or name) for this transaction.
-pub async fn lock(conn: &mut PgConnection, reference: &str) -> Result<Option<Schedule>, sqlx::Error> {
+pub async fn lock(conn: &mut PgConnection, project: ProjectId, reference: &str) -> Result<Option<Schedule>, sqlx::Error> {
     let id = Uuid::parse_str(reference).ok();
-    let sql = format!("SELECT {COLUMNS} FROM schedules s WHERE s.id = $1 OR s.name = $2 FOR UPDATE");
+    let sql = format!("SELECT {COLUMNS} FROM schedules s WHERE s.project_id = $3 AND (s.id = $1 OR s.name = $2) FOR UPDATE");
     let row: Option<ScheduleRow> = sqlx::query_as(&sql)
         .bind(id)
         .bind(reference)
+        .bind(project)
         .fetch_optional(conn)
         .await?;
     row.map(Schedule::try_from).transpose()
 }
 
 /// Schedules in creation order after `after` (an id); and whether more follow.
-pub async fn list(pool: &PgPool, after: Option<Uuid>, limit: i64) -> Result<(Vec<Schedule>, bool), sqlx::Error> {
-    let sql = format!("SELECT {COLUMNS} FROM schedules s WHERE $1::uuid IS NULL OR s.id > $1 ORDER BY s.id LIMIT $2");
-    let rows: Vec<ScheduleRow> = sqlx::query_as(&sql).bind(after).bind(limit + 1).fetch_all(pool).await?;
+pub async fn list(
+    pool: &PgPool,
+    project: ProjectId,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<(Vec<Schedule>, bool), sqlx::Error> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM schedules s WHERE s.project_id = $3 AND ($1::uuid IS NULL OR s.id > $1) ORDER BY s.id LIMIT $2"
+    );
+    let rows: Vec<ScheduleRow> = sqlx::query_as(&sql)
+        .bind(after)
+        .bind(limit + 1)
+        .bind(project)
+        .fetch_all(pool)
+        .await?;
     let more = rows.len() as i64 > limit;
     let items = rows
         .into_iter()
@@ -178,11 +203,12 @@ pub async fn update(conn: &mut PgConnection, s: &Schedule) -> Result<Schedule, s
 }
 
 /// Deletes a schedule (its tickets stay). False when there is none.
-pub async fn delete(pool: &PgPool, reference: &str) -> Result<bool, sqlx::Error> {
+pub async fn delete(pool: &PgPool, project: ProjectId, reference: &str) -> Result<bool, sqlx::Error> {
     let id = Uuid::parse_str(reference).ok();
-    let done = sqlx::query("DELETE FROM schedules WHERE id = $1 OR name = $2")
+    let done = sqlx::query("DELETE FROM schedules WHERE project_id = $3 AND (id = $1 OR name = $2)")
         .bind(id)
         .bind(reference)
+        .bind(project)
         .execute(pool)
         .await?;
     Ok(done.rows_affected() > 0)

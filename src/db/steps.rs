@@ -278,7 +278,7 @@ const STORE_STEPS: &str = "WITH v AS (
                 finished_at = CASE WHEN v.status IS NULL THEN t.finished_at ELSE now() END
             FROM v
             WHERE t.id = v.id AND t.generation = v.generation AND t.status = 'in_progress'
-            RETURNING t.id, t.generation, t.key, t.last_comment_seq - v.comments AS comment_base,
+            RETURNING t.id, t.project_id, t.generation, t.key, t.last_comment_seq - v.comments AS comment_base,
                       t.last_event_seq - v.events AS event_base),
          c AS (
             INSERT INTO comments (id, ticket_id, seq, author, agent, content, created_at)
@@ -290,8 +290,8 @@ const STORE_STEPS: &str = "WITH v AS (
             JOIN t ON t.id = c.ticket_id AND t.generation = c.generation
             RETURNING 1),
          logged AS (
-            INSERT INTO events (ticket_id, ticket_key, seq, kind, agent, data)
-            SELECT t.id, t.key, t.event_base + row_number() OVER (PARTITION BY t.id ORDER BY e.ord), e.kind, e.agent,
+            INSERT INTO events (ticket_id, project_id, ticket_key, seq, kind, agent, data)
+            SELECT t.id, t.project_id, t.key, t.event_base + row_number() OVER (PARTITION BY t.id ORDER BY e.ord), e.kind, e.agent,
                    CASE WHEN e.carries IS NULL THEN e.data::json
                         ELSE jsonb_set(e.data::jsonb, '{comment,seq}', to_jsonb(t.comment_base + e.carries))::json END
             FROM unnest($21::uuid[], $22::int8[], $23::text[], $24::text[], $25::text[], $26::int8[])

@@ -11,10 +11,10 @@ use crate::domain::event::kind::TICKET_CREATED;
 use crate::domain::event::{CREATED_TICKET_FIELDS, CREATED_USAGE_FIELDS};
 use crate::domain::money::{self, Usd};
 use crate::domain::ticket::WaitingFor;
-use crate::domain::{Approval, PendingApproval, Status, Ticket, TicketError, TicketRef, TicketUsage};
+use crate::domain::{Approval, PendingApproval, ProjectId, Status, Ticket, TicketError, TicketRef, TicketUsage};
 
 /// Every column a `Ticket` is built from, with the parent's key joined in.
-pub const TICKET_COLUMNS: &str = "t.id, t.key, t.task, t.labels, t.status, t.agent, t.reporter, t.priority, \
+pub const TICKET_COLUMNS: &str = "t.id, t.project_id, t.key, t.task, t.labels, t.status, t.agent, t.reporter, t.priority, \
      t.parent_id, (SELECT p.key FROM tickets p WHERE p.id = t.parent_id) AS parent_key, \
      t.schema, t.result, t.error, t.attempts, t.max_attempts, t.metadata, t.deadline_secs, t.deadline_at, \
      t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_creation_tokens, t.requests, t.tool_calls, \
@@ -24,6 +24,7 @@ pub const TICKET_COLUMNS: &str = "t.id, t.key, t.task, t.labels, t.status, t.age
 #[derive(sqlx::FromRow)]
 pub struct TicketRow {
     id: Uuid,
+    project_id: ProjectId,
     key: String,
     task: Value,
     labels: Vec<String>,
@@ -81,6 +82,7 @@ impl From<TicketRow> for Ticket {
         };
         Ticket {
             id: r.id,
+            project: r.project_id,
             key: r.key,
             task: r.task,
             labels: r.labels,
@@ -128,6 +130,8 @@ impl From<TicketRow> for Ticket {
 
 #[derive(Clone, Debug)]
 pub struct NewTicket {
+    /// The project it belongs to: its key and number come from there.
+    pub project: ProjectId,
     pub task: Value,
     pub labels: Vec<String>,
     pub priority: i32,
@@ -220,16 +224,18 @@ pub async fn insert_budgeted(
 ) -> Result<Ticket, sqlx::Error> {
     let (idem_key, idem_hash) = new.idempotency.unzip();
     let sql = format!(
-        "WITH t AS (
-            INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts,
-                                 reporter, idempotency_key, idempotency_hash, last_event_seq, trace_context,
-                                 deadline_secs, deadline_at, budget_usd)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12,
-                    $13, now() + make_interval(secs => $13), $14::numeric)
+        "WITH n AS (SELECT agentdesk_ticket_number($15) AS number),
+         t AS (
+            INSERT INTO tickets (id, project_id, number, key, task, labels, priority, schema, parent_id, metadata,
+                                 max_attempts, reporter, idempotency_key, idempotency_hash, last_event_seq,
+                                 trace_context, deadline_secs, deadline_at, budget_usd)
+            SELECT $1, $15, n.number, p.key_prefix || '-' || n.number, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1,
+                   $12, $13, now() + make_interval(secs => $13), $14::numeric
+            FROM n, projects p WHERE p.id = $15
             RETURNING *),
          e AS (
-            INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
-            SELECT t.id, t.key, 1, '{TICKET_CREATED}', {data} FROM t)
+            INSERT INTO events (ticket_id, project_id, ticket_key, seq, kind, data)
+            SELECT t.id, t.project_id, t.key, 1, '{TICKET_CREATED}', {data} FROM t)
          SELECT {TICKET_COLUMNS} FROM t",
         data = *CREATED_EVENT_DATA
     );
@@ -248,6 +254,7 @@ pub async fn insert_budgeted(
         .bind(&new.trace_context)
         .bind(new.deadline_secs)
         .bind(budget_usd.map(|b| b.to_string()))
+        .bind(new.project)
         .fetch_one(conn)
         .await?;
     crate::telemetry::metric::events_written(&[TICKET_CREATED]);
@@ -272,22 +279,27 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
     let reporters: Vec<&str> = new.iter().map(|n| n.reporter.as_str()).collect();
     let trace_contexts: Vec<Option<&str>> = new.iter().map(|n| n.trace_context.as_deref()).collect();
     let deadlines: Vec<Option<i32>> = new.iter().map(|n| n.deadline_secs).collect();
+    let projects: Vec<ProjectId> = new.iter().map(|n| n.project).collect();
     let sql = format!(
         "WITH t AS (
-            INSERT INTO tickets (id, task, labels, priority, schema, parent_id, metadata, max_attempts, reporter,
-                                 last_event_seq, trace_context, deadline_secs, deadline_at)
-            SELECT n.id, n.task, ARRAY(SELECT jsonb_array_elements_text(n.labels)), n.priority, n.schema,
+            INSERT INTO tickets (id, project_id, number, key, task, labels, priority, schema, parent_id, metadata,
+                                 max_attempts, reporter, last_event_seq, trace_context, deadline_secs, deadline_at)
+            SELECT n.id, n.project_id, n.number, p.key_prefix || '-' || n.number, n.task,
+                   ARRAY(SELECT jsonb_array_elements_text(n.labels)), n.priority, n.schema,
                    n.parent_id, n.metadata, n.max_attempts, n.reporter, 1, n.trace_context,
                    n.deadline_secs, now() + make_interval(secs => n.deadline_secs)
-            FROM unnest($1::uuid[], $2::jsonb[], $3::jsonb[], $4::int4[], $5::jsonb[], $6::uuid[], $7::jsonb[],
-                        $8::int4[], $9::text[], $10::text[], $11::int4[])
-                 WITH ORDINALITY AS n(id, task, labels, priority, schema, parent_id, metadata, max_attempts,
-                                      reporter, trace_context, deadline_secs, ord)
+            -- Numbers are drawn as the rows come, in the order given.
+            FROM (SELECT u.*, agentdesk_ticket_number(u.project_id) AS number
+                  FROM unnest($1::uuid[], $2::jsonb[], $3::jsonb[], $4::int4[], $5::jsonb[], $6::uuid[], $7::jsonb[],
+                              $8::int4[], $9::text[], $10::text[], $11::int4[], $12::int8[])
+                       WITH ORDINALITY AS u(id, task, labels, priority, schema, parent_id, metadata, max_attempts,
+                                            reporter, trace_context, deadline_secs, project_id, ord)) n
+            JOIN projects p ON p.id = n.project_id
             ORDER BY n.ord
             RETURNING *),
          e AS (
-            INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
-            SELECT t.id, t.key, 1, '{TICKET_CREATED}', {data} FROM t ORDER BY t.number)
+            INSERT INTO events (ticket_id, project_id, ticket_key, seq, kind, data)
+            SELECT t.id, t.project_id, t.key, 1, '{TICKET_CREATED}', {data} FROM t ORDER BY t.project_id, t.number)
          SELECT {TICKET_COLUMNS} FROM t",
         data = *CREATED_EVENT_DATA
     );
@@ -303,6 +315,7 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
         .bind(&reporters)
         .bind(&trace_contexts)
         .bind(&deadlines)
+        .bind(&projects)
         .fetch_all(conn)
         .await?;
     crate::telemetry::metric::events_written(std::iter::repeat_n(&TICKET_CREATED, rows.len()));
@@ -337,10 +350,13 @@ pub async fn lock_idempotency_key(conn: &mut PgConnection, key: &str) -> Result<
 /// The ticket created earlier with this idempotency key, and the hash of its request body.
 pub async fn find_by_idempotency_key(
     conn: &mut PgConnection,
+    project: ProjectId,
     key: &str,
 ) -> Result<Option<(Ticket, Option<String>)>, sqlx::Error> {
-    let sql = format!("SELECT {TICKET_COLUMNS}, t.idempotency_hash FROM tickets t WHERE t.idempotency_key = $1");
-    let row = sqlx::query(&sql).bind(key).fetch_optional(&mut *conn).await?;
+    let sql = format!(
+        "SELECT {TICKET_COLUMNS}, t.idempotency_hash FROM tickets t WHERE t.project_id = $2 AND t.idempotency_key = $1"
+    );
+    let row = sqlx::query(&sql).bind(key).bind(project).fetch_optional(&mut *conn).await?;
     match row {
         None => Ok(None),
         Some(row) => {
@@ -351,54 +367,66 @@ pub async fn find_by_idempotency_key(
     }
 }
 
-pub async fn find<'e>(db: impl PgExecutor<'e>, ticket: &TicketRef) -> Result<Option<Ticket>, sqlx::Error> {
-    let row: Option<TicketRow> = match ticket {
-        TicketRef::Id(id) => {
-            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.id = $1"))
-                .bind(id)
-                .fetch_optional(db)
-                .await?
-        }
-        TicketRef::Number(number) => {
-            sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.number = $1"))
-                .bind(number)
-                .fetch_optional(db)
-                .await?
-        }
-    };
+/// A ticket of `project` by id or key: another project's ticket is not found.
+pub async fn find<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    ticket: &TicketRef,
+) -> Result<Option<Ticket>, sqlx::Error> {
+    let row: Option<TicketRow> = sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE {BY_REF}"))
+        .bind(project)
+        .bind(ref_id(ticket))
+        .bind(ref_key(ticket))
+        .fetch_optional(db)
+        .await?;
     Ok(row.map(Ticket::from))
 }
 
+/// Matches a reference bound as `$1` (the project), `$2` (an id) and `$3` (a key).
+const BY_REF: &str = "t.project_id = $1 AND ($2::uuid IS NULL OR t.id = $2) AND ($3::text IS NULL OR t.key = $3)";
+
+fn ref_id(r: &TicketRef) -> Option<Uuid> {
+    match r {
+        TicketRef::Id(id) => Some(*id),
+        TicketRef::Key(_) => None,
+    }
+}
+
+fn ref_key(r: &TicketRef) -> Option<&str> {
+    match r {
+        TicketRef::Id(_) => None,
+        TicketRef::Key(key) => Some(key),
+    }
+}
+
+/// A ticket by its id, whatever its project: for the desk's own work on a ticket it already
+/// holds (a claim, a timer), never for a reference a client sent.
 pub async fn find_by_id<'e>(db: impl PgExecutor<'e>, id: Uuid) -> Result<Option<Ticket>, sqlx::Error> {
-    find(db, &TicketRef::Id(id)).await
-}
-
-/// Locks a ticket row for the rest of the transaction. Taking this lock first in every writing
-/// transaction keeps a ticket's events in commit order (see `db::events`).
-pub async fn lock(conn: &mut PgConnection, ticket: &TicketRef) -> Result<Option<Ticket>, sqlx::Error> {
-    let row: Option<TicketRow> = match ticket {
-        TicketRef::Id(id) => {
-            sqlx::query_as(&format!(
-                "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.id = $1 FOR UPDATE OF t"
-            ))
-            .bind(id)
-            .fetch_optional(conn)
-            .await?
-        }
-        TicketRef::Number(number) => {
-            sqlx::query_as(&format!(
-                "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.number = $1 FOR UPDATE OF t"
-            ))
-            .bind(number)
-            .fetch_optional(conn)
-            .await?
-        }
-    };
+    let row: Option<TicketRow> = sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
     Ok(row.map(Ticket::from))
 }
 
-#[derive(Default)]
+/// Locks a ticket row of `project` for the rest of the transaction. Taking this lock first in
+/// every writing transaction keeps a ticket's events in commit order (see `db::events`).
+pub async fn lock(conn: &mut PgConnection, project: ProjectId, ticket: &TicketRef) -> Result<Option<Ticket>, sqlx::Error> {
+    let row: Option<TicketRow> = sqlx::query_as(&format!(
+        "SELECT {TICKET_COLUMNS} FROM tickets t WHERE {BY_REF} FOR UPDATE OF t"
+    ))
+    .bind(project)
+    .bind(ref_id(ticket))
+    .bind(ref_key(ticket))
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(Ticket::from))
+}
+
+#[derive(Clone, Debug)]
 pub struct ListFilter {
+    /// Only this project's tickets.
+    pub project: ProjectId,
     pub statuses: Vec<Status>,
     pub label: Option<String>,
     pub agent: Option<String>,
@@ -413,13 +441,31 @@ pub struct ListFilter {
     pub limit: i64,
 }
 
+impl ListFilter {
+    /// Every ticket of a project, the first page in creation order.
+    pub fn new(project: ProjectId) -> ListFilter {
+        ListFilter {
+            project,
+            statuses: vec![],
+            label: None,
+            agent: None,
+            parent_id: None,
+            query: None,
+            context_id: None,
+            descending: false,
+            after_number: None,
+            limit: 50,
+        }
+    }
+}
+
 /// One page of tickets plus the number of its last one (for the next cursor) when more follow.
 pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ticket>, Option<i64>), sqlx::Error> {
     let (cmp, order) = if f.descending { ("<", "DESC") } else { (">", "ASC") };
     let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
     let sql = format!(
         "SELECT {TICKET_COLUMNS}, t.number FROM tickets t
-         WHERE (cardinality($1::text[]) = 0 OR t.status = ANY($1))
+         WHERE t.project_id = $9 AND (cardinality($1::text[]) = 0 OR t.status = ANY($1))
            AND ($2::text IS NULL OR $2 = ANY(t.labels))
            AND ($3::text IS NULL OR t.agent = $3)
            AND ($4::uuid IS NULL OR t.parent_id = $4)
@@ -438,6 +484,7 @@ pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ti
         .bind(f.after_number)
         .bind(f.limit + 1)
         .bind(&f.context_id)
+        .bind(f.project)
         .fetch_all(db)
         .await?;
     let (mut tickets, numbers) = tickets_and_numbers(&rows)?;
@@ -457,7 +504,7 @@ pub async fn count<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<i64, s
     let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
     sqlx::query_scalar(
         "SELECT count(*) FROM tickets t
-         WHERE (cardinality($1::text[]) = 0 OR t.status = ANY($1))
+         WHERE t.project_id = $7 AND (cardinality($1::text[]) = 0 OR t.status = ANY($1))
            AND ($2::text IS NULL OR $2 = ANY(t.labels))
            AND ($3::text IS NULL OR t.agent = $3)
            AND ($4::uuid IS NULL OR t.parent_id = $4)
@@ -470,6 +517,7 @@ pub async fn count<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<i64, s
     .bind(f.parent_id)
     .bind(f.query.as_deref().map(escape_like))
     .bind(&f.context_id)
+    .bind(f.project)
     .fetch_one(db)
     .await
 }
@@ -488,7 +536,7 @@ pub async fn list_by_update(
     since: Option<DateTime<Utc>>,
     after: Option<UpdatePosition>,
 ) -> Result<(Vec<Ticket>, Option<UpdatePosition>, i64), sqlx::Error> {
-    const MATCHING: &str = "(cardinality($1::text[]) = 0 OR t.status = ANY($1))
+    const MATCHING: &str = "t.project_id = $7 AND (cardinality($1::text[]) = 0 OR t.status = ANY($1))
            AND ($2::text IS NULL OR coalesce(t.metadata->>'a2a_context_id', t.id::text) = $2)
            AND ($3::timestamptz IS NULL OR date_trunc('milliseconds', t.updated_at) >= $3)";
     let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
@@ -506,6 +554,7 @@ pub async fn list_by_update(
         .bind(after.map(|(at, _)| at))
         .bind(after.map(|(_, number)| number))
         .bind(f.limit + 1)
+        .bind(f.project)
         .fetch_all(pool)
         .await?;
     let (mut tickets, numbers) = tickets_and_numbers(&rows)?;
@@ -515,10 +564,16 @@ pub async fn list_by_update(
         (true, Some(last)) => Some((last.updated_at, numbers[tickets.len() - 1])),
         _ => None,
     };
-    let total: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM tickets t WHERE {MATCHING}"))
+    let total: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM tickets t WHERE {MATCHING} AND $4::int8 IS NULL AND $5::int8 IS NULL AND $6::int8 IS NULL"
+    ))
         .bind(&statuses)
         .bind(&f.context_id)
         .bind(since)
+        .bind(None::<i64>)
+        .bind(None::<i64>)
+        .bind(None::<i64>)
+        .bind(f.project)
         .fetch_one(pool)
         .await?;
     Ok((tickets, next, total))

@@ -118,6 +118,9 @@ fn default_max_attempts() -> i32 {
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct Schedule {
     pub id: Uuid,
+    /// The project whose tickets it creates (not shown).
+    #[serde(skip, default = "crate::domain::project::default_project")]
+    pub project: crate::domain::ProjectId,
     /// Unique, 1 to 64 of `[a-zA-Z0-9_-]`; null when none was given.
     pub name: Option<String>,
     #[schema(example = "0 9 * * mon-fri")]

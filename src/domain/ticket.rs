@@ -6,6 +6,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::project::ProjectId;
 use super::money::Usd;
 use super::tool::{Approval, PendingApproval};
 
@@ -140,6 +141,9 @@ pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct Ticket {
     pub id: Uuid,
+    /// The project it belongs to (not shown: a client sees only its own project's tickets).
+    #[serde(skip, default = "default_project")]
+    pub project: ProjectId,
     /// `TICKET-<n>`: unique and increasing.
     #[schema(example = "TICKET-7")]
     pub key: String,
@@ -238,29 +242,34 @@ impl Ticket {
     }
 }
 
-/// A ticket reference in a path: its id, or its key `TICKET-<number>` (kept as the number, which
-/// is what the database indexes).
+fn default_project() -> ProjectId {
+    ProjectId::DEFAULT
+}
+
+/// A ticket reference in a path: its id, or its key `PREFIX-<number>` (kept as written by the
+/// desk: the prefix in capitals, the number without leading zeros).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TicketRef {
     Id(Uuid),
-    Number(i64),
+    Key(String),
 }
 
 impl TicketRef {
     /// Anything that is neither an id (a UUID in its usual hyphenated form, in either case) nor a
-    /// key (`TICKET-<n>`, the prefix in any case) names no ticket.
+    /// key (`TICKET-<n>`, `OPS-<n>`: a project's key prefix in any case) names no ticket.
     pub fn parse(s: &str) -> Option<TicketRef> {
         if s.len() == 36 {
             return Uuid::try_parse(s).ok().map(TicketRef::Id);
         }
-        let (prefix, number) = s.split_at_checked("TICKET-".len())?;
-        if !prefix.eq_ignore_ascii_case("TICKET-") {
+        let (prefix, number) = s.split_once('-')?;
+        if !(1..=10).contains(&prefix.len()) || !prefix.bytes().all(|b| b.is_ascii_alphabetic()) {
             return None;
         }
         if number.is_empty() || number.len() > 18 || !number.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        number.parse().ok().map(TicketRef::Number)
+        let number: i64 = number.parse().ok()?;
+        Some(TicketRef::Key(format!("{}-{number}", prefix.to_ascii_uppercase())))
     }
 }
 
@@ -272,9 +281,11 @@ mod tests {
     fn ticket_refs_parse_ids_and_keys_and_nothing_else() {
         let id = Uuid::now_v7();
         assert_eq!(TicketRef::parse(&id.to_string()), Some(TicketRef::Id(id)));
-        assert_eq!(TicketRef::parse("TICKET-42"), Some(TicketRef::Number(42)));
-        assert_eq!(TicketRef::parse("ticket-042"), Some(TicketRef::Number(42)));
-        assert_eq!(TicketRef::parse("Ticket-7"), Some(TicketRef::Number(7)));
+        let key = |k: &str| Some(TicketRef::Key(k.into()));
+        assert_eq!(TicketRef::parse("TICKET-42"), key("TICKET-42"));
+        assert_eq!(TicketRef::parse("ticket-042"), key("TICKET-42"));
+        assert_eq!(TicketRef::parse("Ticket-7"), key("TICKET-7"));
+        assert_eq!(TicketRef::parse("ops-3"), key("OPS-3"));
         let upper = id.to_string().to_uppercase();
         assert_eq!(TicketRef::parse(&upper), Some(TicketRef::Id(id)));
         let other_spellings = [id.simple().to_string(), format!("{{{id}}}"), id.urn().to_string()];
@@ -284,8 +295,8 @@ mod tests {
             "TICKET-x",
             "42",
             "TICKET-99999999999999999999",
-            "T-1",
-            "TICKETS-1",
+            "TICKETLONGER-1",
+            "T1-1",
         ]
         .into_iter()
         .chain(other_spellings.iter().map(String::as_str))

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::db;
 use crate::db::events::{GlobalCursor, LoggedEvent};
 use crate::domain::event::kind;
-use crate::domain::TicketEvent;
+use crate::domain::{ProjectId, TicketEvent};
 
 /// How many messages a subscriber may fall behind before it re-reads from the database.
 const CHANNEL_CAPACITY: usize = 8192;
@@ -30,6 +30,8 @@ const HELD_BACK_RETRY: Duration = Duration::from_millis(10);
 /// asks, and then shared by every subscriber.
 #[derive(Debug)]
 pub struct StreamItem {
+    /// The project of the event's ticket: a stream shows its own project's only.
+    pub project: ProjectId,
     /// None for live-only deltas.
     pub cursor: Option<GlobalCursor>,
     pub event: TicketEvent,
@@ -43,16 +45,18 @@ pub struct StreamItem {
 
 impl StreamItem {
     pub fn from_logged(e: LoggedEvent) -> StreamItem {
-        StreamItem::new(Some(e.cursor), e.event, e.ticket_labels, e.ticket_agent)
+        StreamItem::new(e.project, Some(e.cursor), e.event, e.ticket_labels, e.ticket_agent)
     }
 
     fn new(
+        project: ProjectId,
         cursor: Option<GlobalCursor>,
         event: TicketEvent,
         ticket_labels: Vec<String>,
         ticket_agent: Option<String>,
     ) -> StreamItem {
         StreamItem {
+            project,
             cursor,
             event,
             ticket_labels,
@@ -120,9 +124,15 @@ impl Forward {
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ForwardedDelta {
+    #[serde(default = "default_project")]
+    project: ProjectId,
     event: TicketEvent,
     labels: Vec<String>,
     agent: Option<String>,
+}
+
+fn default_project() -> ProjectId {
+    ProjectId::DEFAULT
 }
 
 /// A delta's data: `{delta}`, or `{call_id, tool_name, delta}` for `tool_call.delta`.
@@ -192,6 +202,7 @@ fn delta_payloads(items: &[Arc<StreamItem>]) -> Vec<String> {
             fields.delta = part.into();
             event.data = fields.to_raw();
             let forwarded = ForwardedDelta {
+                project: item.project,
                 event: event.clone(),
                 labels: item.ticket_labels.clone(),
                 agent: item.ticket_agent.clone(),
@@ -402,12 +413,18 @@ impl EventHub {
 
     /// Publishes a live-only delta (`text.delta`, `thinking.delta`, `tool_call.delta`) to local
     /// subscribers, when one shows deltas (see `wants_deltas`).
-    pub fn publish_delta(&self, event: TicketEvent, ticket_labels: Vec<String>, ticket_agent: Option<String>) {
+    pub fn publish_delta(
+        &self,
+        project: ProjectId,
+        event: TicketEvent,
+        ticket_labels: Vec<String>,
+        ticket_agent: Option<String>,
+    ) {
         debug_assert!(kind::is_delta(&event.kind));
         if !self.wants_deltas() {
             return;
         }
-        let item = Arc::new(StreamItem::new(None, event, ticket_labels, ticket_agent));
+        let item = Arc::new(StreamItem::new(project, None, event, ticket_labels, ticket_agent));
         if let Some(forwarder) = self.inner.delta_forwarder.get() {
             // Full while Postgres is slow or away: this delta is dropped (they are best effort;
             // the step's persisted events carry the whole text) rather than queued without end.
@@ -485,7 +502,7 @@ impl EventHub {
             return;
         };
         for d in items {
-            self.publish_delta(d.event, d.labels, d.agent);
+            self.publish_delta(d.project, d.event, d.labels, d.agent);
         }
     }
 
@@ -697,7 +714,7 @@ mod tests {
             at: chrono::Utc::now(),
             data,
         };
-        Arc::new(StreamItem::new(None, event, vec![], None))
+        Arc::new(StreamItem::new(ProjectId::DEFAULT, None, event, vec![], None))
     }
 
     #[test]

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::{EventHub, HubMessage};
 use crate::db;
-use crate::domain::{Status, Ticket, TicketRef};
+use crate::domain::{Status, Ticket};
 
 /// Whether a ticket is where a waiting client should hear of it: finished, or waiting for a
 /// person (a question or approvals).
@@ -24,9 +24,8 @@ pub fn is_settled(status: Status) -> bool {
 pub async fn settled(hub: &EventHub, ticket_id: Uuid, limit: Duration) -> Result<Option<Ticket>, sqlx::Error> {
     let deadline = tokio::time::Instant::now() + limit;
     let mut live = hub.subscribe();
-    let reference = TicketRef::Id(ticket_id);
     loop {
-        let ticket = db::tickets::find(hub.pool(), &reference).await?;
+        let ticket = db::tickets::find_by_id(hub.pool(), ticket_id).await?;
         match &ticket {
             Some(t) if !is_settled(t.status) => {}
             _ => return Ok(ticket),

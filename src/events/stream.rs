@@ -26,6 +26,7 @@ use super::hub::{DeltaInterest, EventHub, HubMessage, StreamItem};
 use crate::db;
 use crate::db::events::GlobalCursor;
 use crate::domain::event::kind;
+use crate::domain::ProjectId;
 
 const REPLAY_BATCH: i64 = 500;
 /// A live stream gathers messages that are already waiting into one chunk up to this size.
@@ -34,8 +35,10 @@ const MAX_CHUNK: usize = 64 * 1024;
 const RETRY_MS: u64 = 2000;
 
 /// Filters of `GET /v1/events`; each list matches any of its entries, an empty list matches all.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct GlobalFilter {
+    /// Only this project's events: a stream never shows another project's.
+    pub project: ProjectId,
     pub labels: Vec<String>,
     pub agents: Vec<String>,
     /// Exact kinds, or prefixes when they end in `*`.
@@ -43,6 +46,16 @@ pub struct GlobalFilter {
 }
 
 impl GlobalFilter {
+    /// Every event of a project.
+    pub fn all(project: ProjectId) -> GlobalFilter {
+        GlobalFilter {
+            project,
+            labels: vec![],
+            agents: vec![],
+            kinds: vec![],
+        }
+    }
+
     /// True when the filter lets everything through.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty() && self.agents.is_empty() && self.kinds.is_empty()
@@ -56,7 +69,8 @@ impl GlobalFilter {
     }
 
     pub fn matches(&self, item: &StreamItem) -> bool {
-        (self.labels.is_empty() || item.ticket_labels.iter().any(|l| self.labels.contains(l)))
+        item.project == self.project
+            && (self.labels.is_empty() || item.ticket_labels.iter().any(|l| self.labels.contains(l)))
             && (self.agents.is_empty() || item.ticket_agent.as_ref().is_some_and(|a| self.agents.contains(a)))
             && kind_matches(&self.kinds, &item.event.kind)
     }
@@ -287,7 +301,8 @@ fn take_global(sub: &mut Subscriber<Global>, msg: Result<HubMessage, RecvError>)
             let (Some(first), Some(last)) = (batch.first_cursor(), batch.items.last().and_then(|i| i.cursor)) else {
                 return;
             };
-            if first > sub.kind.cursor && sub.kind.filter.is_empty() {
+            let project = sub.kind.filter.project;
+            if first > sub.kind.cursor && sub.kind.filter.is_empty() && batch.items.iter().all(|i| i.project == project) {
                 // The common case: the whole batch is new and wanted, and its frames are shared.
                 sub.kind.cursor = last;
                 sub.pending.push_back(batch.frames());
@@ -483,7 +498,7 @@ mod tests {
     fn kinds(kinds: &[&str]) -> GlobalFilter {
         GlobalFilter {
             kinds: kinds.iter().map(|k| k.to_string()).collect(),
-            ..GlobalFilter::default()
+            ..GlobalFilter::all(crate::domain::ProjectId::DEFAULT)
         }
     }
 
@@ -497,7 +512,7 @@ mod tests {
         assert!(!kinds(&["ticket.*", "request.started"]).may_match_deltas());
         let labelled = GlobalFilter {
             labels: vec!["billing".into()],
-            ..GlobalFilter::default()
+            ..GlobalFilter::all(crate::domain::ProjectId::DEFAULT)
         };
         assert!(
             labelled.may_match_deltas(),

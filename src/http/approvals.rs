@@ -8,7 +8,9 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath};
+use super::access::Caller;
 use super::AppState;
+use crate::domain::ProjectId;
 use crate::domain::Ticket;
 use crate::transitions;
 
@@ -39,20 +41,24 @@ pub struct AnswerApproval {
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn answer_approval(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath((reference, call_id)): ApiPath<(String, String)>,
     ApiJson(req): ApiJson<AnswerApproval>,
 ) -> ApiResult<Json<Ticket>> {
-    Ok(Json(answer(&state, &reference, &call_id, req).await?))
+    Ok(Json(answer(&state, caller.project_id(), &reference, &call_id, req).await?))
 }
 
 /// Answers a waiting tool call: the endpoint above, and the MCP server's `answer_approval`.
-pub async fn answer(state: &AppState, reference: &str, call_id: &str, req: AnswerApproval) -> ApiResult<Ticket> {
+pub async fn answer(
+    state: &AppState,
+    project: ProjectId,
+    reference: &str, call_id: &str, req: AnswerApproval) -> ApiResult<Ticket> {
     if req.reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_LEN) {
         return Err(ApiError::Validation(format!(
             "reason must be at most {MAX_REASON_LEN} bytes"
         )));
     }
-    let ticket = transitions::answer_approval(&state.pool, reference, call_id, req.approve, req.reason).await?;
+    let ticket = transitions::answer_approval(&state.pool, project, reference, call_id, req.approve, req.reason).await?;
     state.hub.wake();
     Ok(ticket)
 }

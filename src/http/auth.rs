@@ -24,7 +24,7 @@ pub enum Scope {
 /// The scope of the presented token, or None when it is none of the configured ones. Compares
 /// digests in constant time, and every configured token every time, so neither content, length
 /// nor position leaks through timing.
-fn token_scope(presented: &str, tokens: &[String]) -> Option<Scope> {
+pub(super) fn token_scope(presented: &str, tokens: &[String]) -> Option<Scope> {
     let presented = Sha256::digest(presented.as_bytes());
     let (mut full, mut read) = (false, false);
     for configured in tokens {

@@ -26,6 +26,12 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     Validation(String),
+    /// Over a rate limit: the caller adds `Retry-After` and the `RateLimit-*` headers.
+    #[error("{0}")]
+    RateLimited(String),
+    /// Over a quota until the period's end, in seconds (`Retry-After`).
+    #[error("{0}")]
+    QuotaExceeded(String, u64),
     #[error("the database is unavailable; try again shortly")]
     Unavailable,
     #[error("the request took longer than {0} s; try again (a create with the same Idempotency-Key is not repeated)")]
@@ -42,7 +48,8 @@ pub struct ErrorBody {
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`, `payload_too_large`,
-    /// `headers_too_large`, `unsupported_media_type`, `validation_failed`, `unavailable`, `timeout` or `internal`.
+    /// `headers_too_large`, `unsupported_media_type`, `validation_failed`, `rate_limited`,
+    /// `quota_exceeded`, `unavailable`, `timeout` or `internal`.
     pub code: &'static str,
     pub message: String,
 }
@@ -59,6 +66,7 @@ impl ApiError {
             ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::RateLimited(_) | ApiError::QuotaExceeded(..) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable | ApiError::TimedOut(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -75,6 +83,8 @@ impl ApiError {
             ApiError::HeadersTooLarge => "headers_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Validation(_) => "validation_failed",
+            ApiError::RateLimited(_) => "rate_limited",
+            ApiError::QuotaExceeded(..) => "quota_exceeded",
             ApiError::Unavailable => "unavailable",
             ApiError::TimedOut(_) => "timeout",
             ApiError::Internal => "internal",
@@ -111,6 +121,11 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status(), Json(body)).into_response();
+        if let ApiError::QuotaExceeded(_, retry_after) = &self {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(*retry_after));
+        }
         if matches!(self, ApiError::Unauthorized) {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,

@@ -9,6 +9,7 @@ use utoipa::IntoParams;
 
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiPath, ApiQuery};
+use super::access::Caller;
 use super::AppState;
 use crate::db::events::GlobalCursor;
 use crate::events::stream::{self, GlobalFilter};
@@ -81,6 +82,7 @@ pub struct TicketEventsQuery {
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn ticket_events(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<TicketEventsQuery>,
@@ -93,7 +95,7 @@ pub async fn ticket_events(
         })
     })?
     .unwrap_or(0);
-    let ticket = transitions::find(&state.pool, &reference).await?;
+    let ticket = transitions::find(&state.pool, caller.project_id(), &reference).await?;
     let frames = stream::ticket(
         state.hub.clone(),
         ticket.id,
@@ -142,6 +144,7 @@ fn comma_list(s: Option<&str>) -> Vec<String> {
         (status = 400, body = ErrorBody)))]
 pub async fn global_events(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<GlobalEventsQuery>,
 ) -> ApiResult<Response> {
@@ -149,6 +152,7 @@ pub async fn global_events(
         GlobalCursor::parse(s).ok_or_else(|| ApiError::BadRequest(format!("{s:?} is not a cursor of this stream")))
     })?;
     let filter = GlobalFilter {
+        project: caller.project_id(),
         labels: comma_list(q.label.as_deref()),
         agents: comma_list(q.agent.as_deref()),
         kinds: comma_list(q.kind.as_deref()),

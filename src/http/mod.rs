@@ -1,5 +1,6 @@
 //! The HTTP API: routers per resource, the error type, extractors, SSE and OpenAPI.
 
+pub mod access;
 pub mod agent_protocols;
 pub mod agents;
 pub mod approvals;
@@ -17,6 +18,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod pagination;
 pub mod prices;
+pub mod projects;
 pub mod providers;
 pub mod routable;
 pub mod schedules;
@@ -73,6 +75,8 @@ impl std::ops::Deref for AppState {
 
 pub struct ApiServices {
     pub pool: PgPool,
+    /// Tokens and projects: who a request is and which project it acts in.
+    pub access: Arc<access::Access>,
     pub hub: EventHub,
     pub config: Arc<Config>,
     pub providers: Arc<Providers>,
@@ -139,6 +143,15 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(prices::list_prices))
         .routes(routes!(prices::get_price, prices::put_price, prices::delete_price))
         .routes(routes!(health::stats))
+        .routes(routes!(projects::create_project, projects::list_projects))
+        .routes(routes!(
+            projects::get_project,
+            projects::patch_project,
+            projects::delete_project
+        ))
+        .routes(routes!(projects::create_token, projects::list_tokens))
+        .routes(routes!(projects::revoke_token))
+        .routes(routes!(projects::project_usage))
 }
 
 /// Every documented endpoint, with `v1` (the routes of `v1_routes`, with whatever route layers
@@ -159,7 +172,7 @@ fn metrics_routes() -> OpenApiRouter<AppState> {
 pub fn router(state: AppState) -> Router {
     let v1 = v1_routes()
         .fallback(not_found)
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), access::admit));
     let scraped =
         metrics_routes().route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     let (routes, mut api) = documented(v1).merge(scraped).split_for_parts();

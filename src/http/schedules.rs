@@ -12,6 +12,7 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, IdPageQuery, NumberPageQuery, Page};
 use super::tickets::{TicketList, DEFAULT_MAX_ATTEMPTS, MAX_DEADLINE_SECS};
+use super::access::Caller;
 use super::AppState;
 use crate::db;
 use crate::domain::schedule::{check_name, CatchUp, Overlap, Schedule, TicketTemplate, DEFAULT_CATCH_UP_WINDOW_SECS};
@@ -104,7 +105,7 @@ pub struct PatchSchedule {
 }
 
 /// A field that is present (even as null) is `Some`.
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+pub(super) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
 }
 
@@ -230,6 +231,7 @@ fn desk_error(err: DeskError) -> ApiError {
         (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn create_schedule(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(req): ApiJson<CreateSchedule>,
 ) -> ApiResult<(StatusCode, Json<Schedule>)> {
     if let Some(name) = &req.name {
@@ -238,6 +240,7 @@ pub async fn create_schedule(
     let now = Utc::now();
     let schedule = Schedule {
         id: firing::new_id(),
+        project: caller.project_id(),
         name: req.name,
         cron: req.cron.trim().to_owned(),
         timezone: req.timezone.unwrap_or_else(|| "UTC".into()),
@@ -277,6 +280,7 @@ pub async fn create_schedule(
     responses((status = 200, body = ScheduleList), (status = 400, body = ErrorBody)))]
 pub async fn list_schedules(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(q): ApiQuery<IdPageQuery>,
 ) -> ApiResult<Json<ScheduleList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
@@ -284,7 +288,7 @@ pub async fn list_schedules(
         None => None,
         Some(c) => Some(c.into_id().ok_or_else(Page::bad_cursor)?),
     };
-    let (items, more) = db::schedules::list(&state.pool, after, page.limit).await?;
+    let (items, more) = db::schedules::list(&state.pool, caller.project_id(), after, page.limit).await?;
     let next_cursor = more
         .then(|| items.last().map(|s| Cursor::Name(s.id.to_string()).encode()))
         .flatten();
@@ -297,9 +301,10 @@ pub async fn list_schedules(
     responses((status = 200, body = Schedule), (status = 404, body = ErrorBody)))]
 pub async fn get_schedule(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<Json<Schedule>> {
-    db::schedules::find(&state.pool, &reference)
+    db::schedules::find(&state.pool, caller.project_id(), &reference)
         .await?
         .map(|s| Json(s.with_upcoming()))
         .ok_or_else(|| not_found(&reference))
@@ -314,12 +319,13 @@ pub async fn get_schedule(
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn patch_schedule(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
     ApiJson(req): ApiJson<PatchSchedule>,
 ) -> ApiResult<Json<Schedule>> {
     // Under the row lock: a firing of this schedule waits for the edit, or the edit for it.
     let mut tx = state.pool.begin().await?;
-    let mut s = db::schedules::lock(&mut tx, &reference)
+    let mut s = db::schedules::lock(&mut tx, caller.project_id(), &reference)
         .await?
         .ok_or_else(|| not_found(&reference))?;
     let timing_before = (s.cron.clone(), s.timezone.clone(), s.start_at, s.end_at, s.enabled);
@@ -381,9 +387,10 @@ pub async fn patch_schedule(
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
 pub async fn delete_schedule(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
-    if db::schedules::delete(&state.pool, &reference).await? {
+    if db::schedules::delete(&state.pool, caller.project_id(), &reference).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_found(&reference))
@@ -398,9 +405,10 @@ pub async fn delete_schedule(
     responses((status = 201, body = Ticket), (status = 404, body = ErrorBody)))]
 pub async fn run_schedule(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<(StatusCode, Json<Ticket>)> {
-    let ticket = firing::run_now(&state.pool, &reference).await.map_err(desk_error)?;
+    let ticket = firing::run_now(&state.pool, caller.project_id(), &reference).await.map_err(desk_error)?;
     crate::telemetry::metric::schedule_firing("manual");
     state.hub.wake();
     state.hub.work_available();
@@ -413,6 +421,7 @@ pub async fn run_schedule(
     responses((status = 200, body = TicketList), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn list_schedule_tickets(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
     ApiQuery(q): ApiQuery<NumberPageQuery>,
 ) -> ApiResult<Json<TicketList>> {
@@ -421,7 +430,7 @@ pub async fn list_schedule_tickets(
         None => None,
         Some(c) => Some(c.as_number().ok_or_else(Page::bad_cursor)?),
     };
-    let schedule = db::schedules::find(&state.pool, &reference)
+    let schedule = db::schedules::find(&state.pool, caller.project_id(), &reference)
         .await?
         .ok_or_else(|| not_found(&reference))?;
     let (items, more) = db::schedules::tickets(&state.pool, schedule.id, before, page.limit).await?;

@@ -12,10 +12,12 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, NumberPageQuery, Page};
+use super::access::Caller;
 use super::AppState;
 use crate::db;
 use crate::db::tickets::{ListFilter, NewTicket, TicketPatch};
-use crate::domain::{Author, Comment, Status, Ticket, TicketRef};
+use crate::domain::project::Project;
+use crate::domain::{Author, Comment, ProjectId, Status, Ticket, TicketRef};
 use crate::telemetry::trace;
 use crate::transitions::{self, Created, DeskError};
 
@@ -131,6 +133,7 @@ pub(crate) fn is_idempotency_key(key: &str) -> bool {
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create_ticket(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Response> {
@@ -147,7 +150,7 @@ pub async fn create_ticket(
         }
     };
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
-    let (status, ticket) = match create(&state, body, idempotency_key, traceparent).await? {
+    let (status, ticket) = match create(&state, &caller.project, body, idempotency_key, traceparent).await? {
         Created::New(ticket) => (StatusCode::CREATED, ticket),
         Created::Repeat(ticket) => (StatusCode::OK, ticket),
     };
@@ -160,6 +163,7 @@ pub async fn create_ticket(
 /// guarantees (idempotency, durable before acknowledged).
 pub async fn create(
     state: &AppState,
+    project: &Project,
     body: Value,
     idempotency_key: Option<String>,
     traceparent: Option<&str>,
@@ -191,7 +195,13 @@ pub async fn create(
     // Its spans continue the caller's trace (through this request's span when tracing is on).
     let trace_context = trace::ticket_trace_context(traceparent);
     let plain = idempotency_key.is_none() && req.parent.is_none();
+    // A create over the day's quota is refused before anything is written.
+    if project.quotas.tickets_per_day.is_some() {
+        let mut conn = state.pool.acquire().await?;
+        super::projects::admit_tickets(&mut conn, project, 1).await?;
+    }
     let new = NewTicket {
+        project: project.id,
         task: req.task,
         labels,
         priority: req.priority,
@@ -227,9 +237,9 @@ pub struct ListTicketsQuery {
     pub status: Option<String>,
     pub label: Option<String>,
     pub agent: Option<String>,
-    /// Parent ticket id (UUID) or key (`TICKET-42`).
+    /// Parent ticket id (UUID) or key (`TICKET-42`, `OPS-7`).
     #[param(
-        pattern = "^((TICKET|ticket)-[0-9]{1,18}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+        pattern = "^([A-Za-z]{1,10}-[0-9]{1,18}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
     )]
     pub parent: Option<String>,
     /// Case-insensitive search in the task.
@@ -256,13 +266,14 @@ pub struct TicketList {
     responses((status = 200, body = TicketList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn list_tickets(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(q): ApiQuery<ListTicketsQuery>,
 ) -> ApiResult<Json<TicketList>> {
-    Ok(Json(list(&state, q).await?))
+    Ok(Json(list(&state, caller.project_id(), q).await?))
 }
 
 /// One page of tickets: `GET /v1/tickets`, and the MCP server's `list_tickets`.
-pub async fn list(state: &AppState, q: ListTicketsQuery) -> ApiResult<TicketList> {
+pub async fn list(state: &AppState, project: ProjectId, q: ListTicketsQuery) -> ApiResult<TicketList> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let statuses = match q.status.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => vec![],
@@ -289,7 +300,7 @@ pub async fn list(state: &AppState, q: ListTicketsQuery) -> ApiResult<TicketList
     let parent_id = match q.parent.as_deref() {
         None => None,
         Some(p) => match TicketRef::parse(p) {
-            Some(r) => match db::tickets::find(&state.pool, &r).await? {
+            Some(r) => match db::tickets::find(&state.pool, project, &r).await? {
                 Some(parent) => Some(parent.id),
                 None => {
                     return Ok(TicketList {
@@ -310,6 +321,7 @@ pub async fn list(state: &AppState, q: ListTicketsQuery) -> ApiResult<TicketList
         Some(c) => Some(c.as_number().ok_or_else(Page::bad_cursor)?),
     };
     let filter = ListFilter {
+        project,
         statuses,
         label: q.label,
         agent: q.agent,
@@ -332,8 +344,9 @@ pub async fn list(state: &AppState, q: ListTicketsQuery) -> ApiResult<TicketList
     params(("ticket" = String, Path, description = "Ticket id or key (TICKET-7)")),
     responses((status = 200, body = Ticket, headers(("AgentDesk-Warning" = String, description = "Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match"))),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn get_ticket(State(state): State<AppState>, ApiPath(reference): ApiPath<String>) -> ApiResult<Response> {
-    let ticket = transitions::find(&state.pool, &reference).await?;
+pub async fn get_ticket(State(state): State<AppState>,
+    caller: Caller, ApiPath(reference): ApiPath<String>) -> ApiResult<Response> {
+    let ticket = transitions::find(&state.pool, caller.project_id(), &reference).await?;
     let warning = state.route_check.header(&state.pool, &ticket).await?;
     Ok((warning.map(|w| [w]), Json(ticket)).into_response())
 }
@@ -380,6 +393,7 @@ fn double_option_usd<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<cr
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn patch_ticket(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
     ApiJson(req): ApiJson<PatchTicket>,
 ) -> ApiResult<Json<Ticket>> {
@@ -415,7 +429,7 @@ pub async fn patch_ticket(
             other => other,
         },
     };
-    Ok(Json(transitions::patch(&state.pool, &reference, patch).await?))
+    Ok(Json(transitions::patch(&state.pool, caller.project_id(), &reference, patch).await?))
 }
 
 /// Cancel a ticket
@@ -427,9 +441,10 @@ pub async fn patch_ticket(
     responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn cancel_ticket(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<Json<Ticket>> {
-    let ticket = transitions::cancel(&state.pool, &reference).await?;
+    let ticket = transitions::cancel(&state.pool, caller.project_id(), &reference).await?;
     state.hub.wake();
     Ok(Json(ticket))
 }
@@ -440,9 +455,10 @@ pub async fn cancel_ticket(
     responses((status = 200, body = Ticket), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn retry_ticket(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<Json<Ticket>> {
-    let ticket = transitions::retry(&state.pool, &reference).await?;
+    let ticket = transitions::retry(&state.pool, caller.project_id(), &reference).await?;
     state.hub.wake();
     Ok(Json(ticket))
 }
@@ -459,11 +475,12 @@ pub struct CommentList {
     responses((status = 200, body = CommentList), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn list_comments(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
     ApiQuery(q): ApiQuery<NumberPageQuery>,
 ) -> ApiResult<Json<CommentList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let ticket = transitions::find(&state.pool, &reference).await?;
+    let ticket = transitions::find(&state.pool, caller.project_id(), &reference).await?;
     let after = match page.cursor {
         None => 0,
         Some(c) => c.as_number().ok_or_else(Page::bad_cursor)?,
@@ -500,6 +517,7 @@ pub const MAX_COMMENT_LEN: usize = 512 * 1024;
         (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn create_comment(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(reference): ApiPath<String>,
     ApiJson(req): ApiJson<CreateComment>,
 ) -> ApiResult<(StatusCode, Json<Comment>)> {
@@ -514,20 +532,26 @@ pub async fn create_comment(
     };
     Ok((
         StatusCode::CREATED,
-        Json(comment(&state, &reference, author, req.text).await?),
+        Json(comment(&state, caller.project_id(), &reference, author, req.text).await?),
     ))
 }
 
 /// Adds a comment from outside the desk: the endpoint above, MCP's `comment_ticket` and A2A's
 /// follow-up messages.
-pub async fn comment(state: &AppState, reference: &str, author: Author, text: String) -> ApiResult<Comment> {
+pub async fn comment(
+    state: &AppState,
+    project: ProjectId,
+    reference: &str,
+    author: Author,
+    text: String,
+) -> ApiResult<Comment> {
     if text.trim().is_empty() {
         return Err(ApiError::Validation("text must not be empty".into()));
     }
     if text.len() > MAX_COMMENT_LEN {
         return Err(ApiError::Validation("text is longer than 512 KiB".into()));
     }
-    let (comment, _) = transitions::add_comment(&state.pool, reference, author, text).await?;
+    let (comment, _) = transitions::add_comment(&state.pool, project, reference, author, text).await?;
     state.hub.wake();
     Ok(comment)
 }
@@ -539,9 +563,10 @@ pub async fn comment(state: &AppState, reference: &str, author: Author, text: St
         (status = 404, body = ErrorBody)))]
 pub async fn get_output(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath((reference, call_id)): ApiPath<(String, String)>,
 ) -> ApiResult<Response> {
-    let ticket = transitions::find(&state.pool, &reference).await?;
+    let ticket = transitions::find(&state.pool, caller.project_id(), &reference).await?;
     let output = db::outputs::get(&state.pool, ticket.id, &call_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("{} has no stored output for call {call_id:?}", ticket.key)))?;

@@ -50,6 +50,7 @@ pub async fn apply_finisher(
             schema,
         } => {
             let child = NewTicket {
+                project: ticket.project,
                 task: Value::String(substitute_parent(task, &ticket.key, result)),
                 labels: vec![to.clone()],
                 priority: 0,

@@ -12,7 +12,9 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::db;
 use crate::db::tickets::{NewTicket, TicketPatch};
-use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Status, Ticket, TicketRef};
+use crate::domain::{
+    Author, Comment, ContentBlock, EventData, NewEvent, ProjectId, RequeueReason, Status, Ticket, TicketRef,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeskError {
@@ -103,13 +105,13 @@ pub async fn create_budgeted(
     if let Some(p) = parent {
         let no_parent = || DeskError::Invalid(format!("parent {p:?} names no ticket"));
         let parent = TicketRef::parse(p).ok_or_else(no_parent)?;
-        let parent = db::tickets::find(&mut *tx, &parent).await?.ok_or_else(no_parent)?;
+        let parent = db::tickets::find(&mut *tx, new.project, &parent).await?.ok_or_else(no_parent)?;
         new.parent_id = Some(parent.id);
     }
     if let Some((key, hash)) = &new.idempotency {
         // Concurrent repeats wait here for the first to commit, then find its ticket.
-        db::tickets::lock_idempotency_key(&mut tx, key).await?;
-        if let Some((existing, existing_hash)) = db::tickets::find_by_idempotency_key(&mut tx, key).await? {
+        db::tickets::lock_idempotency_key(&mut tx, &format!("{}:{key}", new.project)).await?;
+        if let Some((existing, existing_hash)) = db::tickets::find_by_idempotency_key(&mut tx, new.project, key).await? {
             return if existing_hash.as_deref() == Some(hash.as_str()) {
                 Ok(Created::Repeat(existing))
             } else {
@@ -125,29 +127,29 @@ pub async fn create_budgeted(
     Ok(Created::New(ticket))
 }
 
-pub async fn find(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> {
+pub async fn find(pool: &PgPool, project: ProjectId, reference: &str) -> Result<Ticket, DeskError> {
     let not_found = || DeskError::NotFound(reference.to_owned());
     let ticket_ref = TicketRef::parse(reference).ok_or_else(not_found)?;
-    db::tickets::find(pool, &ticket_ref).await?.ok_or_else(not_found)
+    db::tickets::find(pool, project, &ticket_ref).await?.ok_or_else(not_found)
 }
 
 /// Locks the ticket for this transaction, or NotFound.
-async fn lock(conn: &mut PgConnection, reference: &str) -> Result<Ticket, DeskError> {
+async fn lock(conn: &mut PgConnection, project: ProjectId, reference: &str) -> Result<Ticket, DeskError> {
     let not_found = || DeskError::NotFound(reference.to_owned());
     let ticket_ref = TicketRef::parse(reference).ok_or_else(not_found)?;
-    db::tickets::lock(conn, &ticket_ref).await?.ok_or_else(not_found)
+    db::tickets::lock(conn, project, &ticket_ref).await?.ok_or_else(not_found)
 }
 
 /// A human comment. A waiting or finished ticket goes back to `todo`; an in-progress ticket's
 /// agent sees the comment on its next model request.
 pub async fn add_comment(
     pool: &PgPool,
-    reference: &str,
+    project: ProjectId, reference: &str,
     author: Author,
     text: String,
 ) -> Result<(Comment, Ticket), DeskError> {
     let mut tx = pool.begin().await?;
-    let ticket = lock(&mut tx, reference).await?;
+    let ticket = lock(&mut tx, project, reference).await?;
     let comment = db::comments::insert(&mut tx, ticket.id, author, None, &[ContentBlock::text(text)]).await?;
     let mut events = vec![NewEvent::new(
         None,
@@ -177,17 +179,17 @@ pub async fn add_comment(
     Ok((comment, ticket))
 }
 
-pub async fn patch(pool: &PgPool, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
+pub async fn patch(pool: &PgPool, project: ProjectId, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
-    let updated = patch_in(&mut tx, reference, patch).await?;
+    let updated = patch_in(&mut tx, project, reference, patch).await?;
     tx.commit().await?;
     Ok(updated)
 }
 
 /// Edits a `todo` or `waiting` ticket and logs `ticket.updated`, in the caller's transaction (an
 /// agent's edit runs inside its fenced transaction, so a worker that lost its claim edits nothing).
-pub async fn patch_in(conn: &mut PgConnection, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
-    let ticket = lock(conn, reference).await?;
+pub async fn patch_in(conn: &mut PgConnection, project: ProjectId, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
+    let ticket = lock(conn, project, reference).await?;
     if !ticket.status.is_editable() {
         return Err(DeskError::Conflict(format!(
             "{} is {}: only todo or waiting tickets can be edited",
@@ -223,9 +225,9 @@ pub async fn patch_in(conn: &mut PgConnection, reference: &str, patch: TicketPat
 /// Cancels a ticket. For an in-progress ticket the claim is ended here, in the same transaction
 /// (the bumped generation fences the worker out), and the worker is told to abort its model
 /// stream and tools.
-pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> {
+pub async fn cancel(pool: &PgPool, project: ProjectId, reference: &str) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
-    let (cancelled, agent) = cancel_in(&mut tx, reference).await?;
+    let (cancelled, agent) = cancel_in(&mut tx, project, reference).await?;
     tx.commit().await?;
     if let Some(agent) = agent {
         // Under the agent that had it, if any (`""` for a ticket cancelled before any claim).
@@ -236,8 +238,8 @@ pub async fn cancel(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError>
 
 /// `cancel` in the caller's transaction; with the agent that had the ticket (`""` for none) when
 /// this call cancelled it (None when it already was), for the metric to count after the commit.
-pub async fn cancel_in(conn: &mut PgConnection, reference: &str) -> Result<(Ticket, Option<String>), DeskError> {
-    let ticket = lock(conn, reference).await?;
+pub async fn cancel_in(conn: &mut PgConnection, project: ProjectId, reference: &str) -> Result<(Ticket, Option<String>), DeskError> {
+    let ticket = lock(conn, project, reference).await?;
     match ticket.status {
         Status::Cancelled => return Ok((ticket, None)),
         Status::Done | Status::Failed => {
@@ -259,9 +261,9 @@ pub async fn cancel_in(conn: &mut PgConnection, reference: &str) -> Result<(Tick
 }
 
 /// Re-queues a failed or cancelled ticket, keeping its transcript so the agent continues.
-pub async fn retry(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> {
+pub async fn retry(pool: &PgPool, project: ProjectId, reference: &str) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
-    let ticket = lock(&mut tx, reference).await?;
+    let ticket = lock(&mut tx, project, reference).await?;
     if !matches!(ticket.status, Status::Failed | Status::Cancelled) {
         return Err(DeskError::Conflict(format!(
             "{} is {}: only failed or cancelled tickets can be retried",
@@ -293,13 +295,13 @@ pub async fn retry(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> 
 /// one call cannot both win (the second is a conflict), and a worker's step reads them whole.
 pub async fn answer_approval(
     pool: &PgPool,
-    reference: &str,
+    project: ProjectId, reference: &str,
     call_id: &str,
     approve: bool,
     reason: Option<String>,
 ) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
-    let ticket = lock(&mut tx, reference).await?;
+    let ticket = lock(&mut tx, project, reference).await?;
     let mut approvals = ticket.approvals.clone();
     let Some(approval) = approvals.iter_mut().find(|a| a.call_id == call_id) else {
         // Answered calls leave `approvals` once they ran; their answer stays in the log.

@@ -13,7 +13,7 @@ use super::DeskError;
 use crate::db;
 use crate::db::tickets::NewTicket;
 use crate::domain::schedule::{plan, render_task, ticket_metadata, Overlap, Rule, Schedule};
-use crate::domain::{EventData, NewEvent, Ticket};
+use crate::domain::{EventData, NewEvent, ProjectId, Ticket};
 
 /// What handling one due schedule did (the `outcome` label of `schedule_firings_total`).
 #[derive(Debug)]
@@ -108,7 +108,7 @@ async fn fire_at(
     }
     if schedule.overlap == Overlap::CancelPrevious {
         for (_, key) in &open {
-            if let (_, Some(agent)) = super::cancel_in(conn, key).await? {
+            if let (_, Some(agent)) = super::cancel_in(conn, schedule.project, key).await? {
                 cancelled.push(agent);
             }
         }
@@ -129,6 +129,7 @@ async fn create(
     let previous = previous.map_or_else(|| "null".to_owned(), |v| v.to_string());
     let template = &schedule.ticket;
     let new = NewTicket {
+        project: schedule.project,
         task: render_task(&template.task, &rule.local_rfc3339(at), &previous),
         labels: template.labels.clone(),
         priority: template.priority,
@@ -146,9 +147,9 @@ async fn create(
 
 /// "Run now": one ticket at once, whatever `overlap` says (its `scheduled_for` is now). After it,
 /// call `EventHub::wake` and `work_available`.
-pub async fn run_now(pool: &PgPool, reference: &str) -> Result<Ticket, DeskError> {
+pub async fn run_now(pool: &PgPool, project: ProjectId, reference: &str) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
-    let schedule = db::schedules::lock(&mut tx, reference)
+    let schedule = db::schedules::lock(&mut tx, project, reference)
         .await?
         .ok_or_else(|| not_found(reference))?;
     let rule = schedule.rule().map_err(DeskError::Invalid)?;

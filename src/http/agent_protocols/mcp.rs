@@ -31,7 +31,9 @@ use utoipa::{PartialSchema, ToSchema};
 use crate::db;
 use crate::domain::{Author, Comment, Ticket};
 use crate::http::approvals::AnswerApproval;
-use crate::http::auth::{caller_scope, Scope};
+use crate::domain::ProjectId;
+use crate::http::access::Caller;
+use crate::http::auth::Scope;
 use crate::http::error::ApiError;
 use crate::http::tickets::{CreateTicket, ListTicketsQuery};
 use crate::http::AppState;
@@ -110,31 +112,38 @@ async fn ended_session_is_no_content(request: Request, next: Next) -> Response {
     Response::from_parts(parts, axum::body::Body::empty())
 }
 
-/// Who is calling, put into the request's extensions for the handler.
-#[derive(Clone, Copy, Debug)]
-struct Caller {
-    scope: Scope,
-}
-
-/// 401 without a valid token (when tokens are set); otherwise notes the token's scope. Read tokens
-/// pass: every MCP request is a POST, and what they may do is decided per tool.
+/// 401 without a valid token (when tokens are set); otherwise notes the caller (its project and
+/// scopes) for the handler, after the rate limits. Read tokens pass: every MCP request is a POST,
+/// and what they may do is decided per tool.
 async fn require_caller(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    match caller_scope(request.headers(), &state.config.api_tokens) {
-        Ok(scope) => {
-            request.extensions_mut().insert(Caller { scope });
-            next.run(request).await
-        }
-        Err(refused) => refused.into_response(),
+    let caller = match state.access.caller(request.headers()).await {
+        Ok(caller) => caller,
+        Err(refused) => return refused.into_response(),
+    };
+    let limits = match state.access.take(&caller).await {
+        Ok(limits) => limits,
+        Err(refused) => return refused,
+    };
+    request.extensions_mut().insert(caller);
+    let mut response = next.run(request).await;
+    if let Some(limits) = limits {
+        limits.apply(response.headers_mut());
     }
+    response
 }
 
-fn scope(context: &RequestContext<RoleServer>) -> Scope {
+/// The caller `require_caller` noted; None is unreachable behind it, and is refused.
+fn caller(context: &RequestContext<RoleServer>) -> Option<Caller> {
     context
         .extensions
         .get::<axum::http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<Caller>())
-        // Unreachable behind `require_caller`; the safe reading is the narrow one.
-        .map_or(Scope::Read, |caller| caller.scope)
+        .cloned()
+}
+
+fn scope(context: &RequestContext<RoleServer>) -> Scope {
+    // The safe reading of a missing caller is the narrow one.
+    caller(context).map_or(Scope::Read, |caller| caller.scope())
 }
 
 #[derive(Clone)]
@@ -324,8 +333,9 @@ fn to_json<T: Serialize>(value: &T) -> Result<Value, ApiError> {
 }
 
 impl DeskServer {
-    async fn run(&self, tool: &str, args: Map<String, Value>) -> Result<Value, ApiError> {
+    async fn run(&self, caller: &Caller, tool: &str, args: Map<String, Value>) -> Result<Value, ApiError> {
         let state = &self.state;
+        let project = caller.project_id();
         match tool {
             "create_ticket" => {
                 let mut args = args;
@@ -345,14 +355,14 @@ impl DeskServer {
                         ))
                     }
                 };
-                let ticket = match crate::http::tickets::create(state, Value::Object(args), key, None).await? {
+                let ticket = match crate::http::tickets::create(state, &caller.project, Value::Object(args), key, None).await? {
                     Created::New(ticket) | Created::Repeat(ticket) => ticket,
                 };
                 to_json(&super::settled_ticket(state, ticket, Duration::from_secs(wait)).await?)
             }
             "get_ticket" => {
                 let TicketArgs { ticket } = arguments(args)?;
-                to_json(&self.ticket_with_comments(&ticket).await?)
+                to_json(&self.ticket_with_comments(project, &ticket).await?)
             }
             "list_tickets" => {
                 let list: ListArgs = arguments(args)?;
@@ -371,21 +381,21 @@ impl DeskServer {
                     cursor: list.cursor,
                     ..Default::default()
                 };
-                to_json(&crate::http::tickets::list(state, query).await?)
+                to_json(&crate::http::tickets::list(state, project, query).await?)
             }
             "comment_ticket" => {
                 let CommentArgs { ticket, text } = arguments(args)?;
-                to_json(&crate::http::tickets::comment(state, &ticket, Author::User, text).await?)
+                to_json(&crate::http::tickets::comment(state, project, &ticket, Author::User, text).await?)
             }
             "cancel_ticket" => {
                 let TicketArgs { ticket } = arguments(args)?;
-                let ticket = transitions::cancel(&state.pool, &ticket).await?;
+                let ticket = transitions::cancel(&state.pool, project, &ticket).await?;
                 state.hub.wake();
                 to_json(&ticket)
             }
             "retry_ticket" => {
                 let TicketArgs { ticket } = arguments(args)?;
-                let ticket = transitions::retry(&state.pool, &ticket).await?;
+                let ticket = transitions::retry(&state.pool, project, &ticket).await?;
                 state.hub.wake();
                 to_json(&ticket)
             }
@@ -397,14 +407,14 @@ impl DeskServer {
                     reason,
                 } = arguments(args)?;
                 let answer = AnswerApproval { approve, reason };
-                to_json(&crate::http::approvals::answer(state, &ticket, &call_id, answer).await?)
+                to_json(&crate::http::approvals::answer(state, project, &ticket, &call_id, answer).await?)
             }
             _ => Err(ApiError::NotFound(format!("no tool {tool:?}"))),
         }
     }
 
-    async fn ticket_with_comments(&self, reference: &str) -> Result<TicketWithComments, ApiError> {
-        let ticket = transitions::find(&self.state.pool, reference).await?;
+    async fn ticket_with_comments(&self, project: ProjectId, reference: &str) -> Result<TicketWithComments, ApiError> {
+        let ticket = transitions::find(&self.state.pool, project, reference).await?;
         let comments = db::comments::latest(&self.state.pool, ticket.id, COMMENTS_SHOWN).await?;
         Ok(TicketWithComments { ticket, comments })
     }
@@ -508,8 +518,11 @@ impl ServerHandler for DeskServer {
             let refused = ApiError::Forbidden(format!("this token may only read; {} changes the desk", spec.name));
             return Ok(failure(refused).into());
         }
+        let Some(caller) = caller(&context) else {
+            return Ok(failure(ApiError::Unauthorized).into());
+        };
         let args = request.arguments.unwrap_or_default();
-        let result = match self.run(spec.name, args).await {
+        let result = match self.run(&caller, spec.name, args).await {
             Ok(value) => success(value),
             Err(err) => failure(err),
         };
@@ -532,7 +545,7 @@ impl ServerHandler for DeskServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         // The error names the URI in its data, as SEP-2164 asks.
         let not_found = || {
@@ -542,7 +555,10 @@ impl ServerHandler for DeskServer {
             )
         };
         let reference = request.uri.strip_prefix(TICKET_RESOURCE_PREFIX).ok_or_else(not_found)?;
-        let ticket = match transitions::find(&self.state.pool, reference).await {
+        let Some(caller) = caller(&context) else {
+            return Err(not_found());
+        };
+        let ticket = match transitions::find(&self.state.pool, caller.project_id(), reference).await {
             Ok(ticket) => ticket,
             Err(transitions::DeskError::NotFound(_)) => return Err(not_found()),
             Err(err) => return Err(ErrorData::internal_error(ApiError::from(err).to_string(), None)),

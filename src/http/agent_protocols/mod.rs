@@ -35,7 +35,7 @@ async fn settled_ticket(
     let settled = tokio::select! {
         settled = crate::events::settle::settled(&state.hub, id, limit) => settled?,
         // Shutting down: answer with the ticket as it is rather than hold the shutdown up.
-        _ = state.shutdown.cancelled() => crate::db::tickets::find(&state.pool, &crate::domain::TicketRef::Id(id)).await?,
+        _ = state.shutdown.cancelled() => crate::db::tickets::find_by_id(&state.pool, id).await?,
     };
     settled.ok_or_else(|| ApiError::ticket_not_found(&id.to_string()))
 }

@@ -150,6 +150,7 @@ async fn create(ctx: &ToolContext<'_>, mut args: Args) -> Result<String, ToolFai
     let labels = args.labels()?.unwrap_or_default();
     let schema = args.schema()?;
     let new = NewTicket {
+        project: ctx.ticket.project,
         task: Value::String(task),
         labels,
         priority: 0,
@@ -212,7 +213,7 @@ async fn edit(ctx: &ToolContext<'_>, mut args: Args) -> Result<String, ToolFailu
         .begin()
         .await
         .map_err(|e| ToolFailure::internal("opening a transaction for a tool failed", &e))?;
-    let updated = transitions::patch_in(&mut tx, &key, patch)
+    let updated = transitions::patch_in(&mut tx, ctx.ticket.project, &key, patch)
         .await
         .map_err(|e| desk_failure("editing a ticket failed", e))?;
     check_fence_last(ctx, &mut tx).await?;

@@ -27,7 +27,7 @@ pub(super) async fn get(ctx: &ToolContext<'_>, key: Option<&str>) -> Result<Stri
         return Err(ToolFailure::invalid("action \"get\" needs `key`, e.g. \"TICKET-12\""));
     };
     let ticket_ref = parse_ref(key)?;
-    let ticket = match db::tickets::find(ctx.pool, &ticket_ref).await {
+    let ticket = match db::tickets::find(ctx.pool, ctx.ticket.project, &ticket_ref).await {
         Ok(Some(ticket)) => ticket,
         Ok(None) => return Err(ToolFailure::not_found(format!("no ticket {key:?}"))),
         Err(e) => return Err(ToolFailure::internal("reading a ticket for a tool failed", &e)),
@@ -132,7 +132,7 @@ pub(super) async fn list(ctx: &ToolContext<'_>, filter: Filter<'_>, search: bool
         label: label.map(str::to_string),
         query: query.map(str::to_string),
         limit: MAX_LISTED,
-        ..ListFilter::default()
+        ..ListFilter::new(ctx.ticket.project)
     };
     let (tickets, _) = db::tickets::list(ctx.pool, &filter)
         .await

@@ -120,16 +120,18 @@ pub async fn endpoint(
     bytes: Bytes,
 ) -> Response {
     // The token comes first: a caller without one learns nothing, not even about its JSON.
-    if let Err(err) = super::require(&headers, &state, false) {
+    if let Err(err) = super::require(&headers, &state, false).await {
         return err.into_response();
     }
     let (id, method, params) = match envelope(&bytes) {
         Ok(call) => call,
         Err((id, err)) => return failure(&id, err),
     };
-    if let Err(err) = super::require(&headers, &state, !READING.contains(&method.as_str())) {
-        return failure(&id, err);
-    }
+    let caller = match super::require(&headers, &state, !READING.contains(&method.as_str())).await {
+        Ok(caller) => caller,
+        Err(err) => return failure(&id, err),
+    };
+    let caller = &caller;
     if let Err(err) = super::check_version(&headers, q.as_deref()) {
         return if STREAMING.contains(&method.as_str()) {
             stream_failure(&headers, id, err)
@@ -143,7 +145,7 @@ pub async fn endpoint(
             &id,
             async {
                 let request: SendMessageRequest = read_params(params)?;
-                let task = super::send_message(state, request).await?;
+                let task = super::send_message(state, caller, request).await?;
                 Ok(SendMessageResponse { task })
             }
             .await,
@@ -151,7 +153,7 @@ pub async fn endpoint(
         "SendStreamingMessage" => {
             let started = async {
                 let request: SendMessageRequest = read_params(params)?;
-                super::stream_message(state, request).await
+                super::stream_message(state, caller, request).await
             }
             .await;
             match started {
@@ -162,7 +164,7 @@ pub async fn endpoint(
         "SubscribeToTask" => {
             let started = async {
                 let request: TaskIdRequest = read_params(params)?;
-                super::subscribe(state, &request.id).await
+                super::subscribe(state, caller, &request.id).await
             }
             .await;
             match started {
@@ -174,7 +176,7 @@ pub async fn endpoint(
             &id,
             async {
                 let request: TaskIdRequest = read_params(params)?;
-                super::get_task(state, &request.id, request.history_length).await
+                super::get_task(state, caller, &request.id, request.history_length).await
             }
             .await,
         ),
@@ -182,7 +184,7 @@ pub async fn endpoint(
             &id,
             async {
                 let request: ListTasksRequest = read_params(params)?;
-                super::list_tasks(state, request).await
+                super::list_tasks(state, caller, request).await
             }
             .await,
         ),
@@ -190,7 +192,7 @@ pub async fn endpoint(
             &id,
             async {
                 let request: TaskIdRequest = read_params(params)?;
-                super::cancel_task(state, &request.id).await
+                super::cancel_task(state, caller, &request.id).await
             }
             .await,
         ),

@@ -30,7 +30,8 @@ use wire::{ListTasksRequest, ListTasksResponse, Part, SendMessageRequest, Task, 
 use crate::db;
 use crate::db::tickets::ListFilter;
 use crate::domain::{Author, Ticket};
-use crate::http::auth::{caller_scope, Scope};
+use crate::http::access::Caller;
+use crate::http::auth::Scope;
 use crate::http::error::ApiError;
 use crate::http::pagination::Cursor;
 use crate::http::AppState;
@@ -58,10 +59,11 @@ pub fn routes() -> axum::Router<AppState> {
 }
 
 /// What a caller may do: read tokens may get, list and subscribe.
-fn require(headers: &HeaderMap, state: &AppState, writes: bool) -> Result<(), A2aError> {
-    match caller_scope(headers, &state.config.api_tokens)? {
-        Scope::Full => Ok(()),
-        Scope::Read if !writes => Ok(()),
+async fn require(headers: &HeaderMap, state: &AppState, writes: bool) -> Result<Caller, A2aError> {
+    let caller = state.access.caller(headers).await?;
+    match caller.scope() {
+        Scope::Full => Ok(caller),
+        Scope::Read if !writes => Ok(caller),
         Scope::Read => {
             Err(ApiError::Forbidden("this token may only read (GetTask, ListTasks and SubscribeToTask)".into()).into())
         }
@@ -156,7 +158,7 @@ fn object(value: Option<&Value>, what: &str) -> Result<Map<String, Value>, A2aEr
 }
 
 /// Creates the ticket a message asks for, or comments on the task it names; returns the ticket.
-async fn accept_message(state: &AppState, request: &SendMessageRequest) -> Result<Ticket, A2aError> {
+async fn accept_message(state: &AppState, caller: &Caller, request: &SendMessageRequest) -> Result<Ticket, A2aError> {
     let message = &request.message;
     if message.message_id.trim().is_empty() {
         return Err(A2aError::InvalidParams("message.messageId is required".into()));
@@ -178,7 +180,7 @@ async fn accept_message(state: &AppState, request: &SendMessageRequest) -> Resul
         return Err(A2aError::InvalidParams("message.parts must not be empty".into()));
     }
     if let Some(task_id) = message.task_id.as_deref().filter(|id| !id.is_empty()) {
-        let ticket = find_task(state, task_id).await?;
+        let ticket = find_task(state, caller.project_id(), task_id).await?;
         if let Some(context) = message.context_id.as_deref().filter(|c| !c.is_empty()) {
             if context != context_of(&ticket) {
                 return Err(A2aError::InvalidParams(format!(
@@ -192,8 +194,8 @@ async fn accept_message(state: &AppState, request: &SendMessageRequest) -> Resul
             )));
         }
         let text = comment_from_parts(&message.parts)?;
-        crate::http::tickets::comment(state, &ticket.id.to_string(), Author::User, text).await?;
-        return Ok(transitions::find(&state.pool, &ticket.id.to_string()).await?);
+        crate::http::tickets::comment(state, caller.project_id(), &ticket.id.to_string(), Author::User, text).await?;
+        return Ok(transitions::find(&state.pool, caller.project_id(), &ticket.id.to_string()).await?);
     }
 
     // The labels the message's metadata asks for, else those the request's does; the ticket
@@ -221,7 +223,7 @@ async fn accept_message(state: &AppState, request: &SendMessageRequest) -> Resul
     // A client that sends the same message again (a retry after a lost answer) gets the same
     // task: the message id is the create's idempotency key.
     let key = format!("a2a-{}", hex::encode(Sha256::digest(message.message_id.as_bytes())));
-    match crate::http::tickets::create(state, body, Some(key), None).await {
+    match crate::http::tickets::create(state, &caller.project, body, Some(key), None).await {
         Ok(Created::New(ticket) | Created::Repeat(ticket)) => Ok(ticket),
         Err(ApiError::Conflict(_)) => Err(A2aError::InvalidParams(format!(
             "messageId {:?} was already used for another message",
@@ -232,11 +234,11 @@ async fn accept_message(state: &AppState, request: &SendMessageRequest) -> Resul
 }
 
 /// `SendMessage`: the task once it is terminal or needs input (unless `returnImmediately`).
-pub async fn send_message(state: &AppState, request: SendMessageRequest) -> Result<Task, A2aError> {
+pub async fn send_message(state: &AppState, caller: &Caller, request: SendMessageRequest) -> Result<Task, A2aError> {
     let config = request.configuration.as_ref();
     let history = HistoryLength::parse(config.and_then(|c| c.history_length))?;
     let immediately = config.and_then(|c| c.return_immediately).unwrap_or(false);
-    let ticket = accept_message(state, &request).await?;
+    let ticket = accept_message(state, caller, &request).await?;
     let limit = if immediately {
         Duration::ZERO
     } else {
@@ -246,21 +248,21 @@ pub async fn send_message(state: &AppState, request: SendMessageRequest) -> Resu
     task_of(state, &ticket, history).await
 }
 
-pub async fn get_task(state: &AppState, id: &str, history: Option<i64>) -> Result<Task, A2aError> {
+pub async fn get_task(state: &AppState, caller: &Caller, id: &str, history: Option<i64>) -> Result<Task, A2aError> {
     let history = HistoryLength::parse(history)?;
-    let ticket = find_task(state, id).await?;
+    let ticket = find_task(state, caller.project_id(), id).await?;
     task_of(state, &ticket, history).await
 }
 
-pub async fn cancel_task(state: &AppState, id: &str) -> Result<Task, A2aError> {
-    let ticket = find_task(state, id).await?;
+pub async fn cancel_task(state: &AppState, caller: &Caller, id: &str) -> Result<Task, A2aError> {
+    let ticket = find_task(state, caller.project_id(), id).await?;
     if state_of(&ticket).is_terminal() {
         return Err(A2aError::TaskNotCancelable(format!(
             "task {id} is already {}",
             ticket.status.as_str()
         )));
     }
-    let ticket = match transitions::cancel(&state.pool, &ticket.id.to_string()).await {
+    let ticket = match transitions::cancel(&state.pool, caller.project_id(), &ticket.id.to_string()).await {
         Ok(ticket) => ticket,
         // It finished meanwhile.
         Err(transitions::DeskError::Conflict(message)) => return Err(A2aError::TaskNotCancelable(message)),
@@ -273,7 +275,7 @@ pub async fn cancel_task(state: &AppState, id: &str) -> Result<Task, A2aError> {
 /// `ListTasks`: the most recently updated first (by the status timestamp, as the
 /// specification orders them), optionally only those updated at or after
 /// `statusTimestampAfter`.
-pub async fn list_tasks(state: &AppState, request: ListTasksRequest) -> Result<ListTasksResponse, A2aError> {
+pub async fn list_tasks(state: &AppState, caller: &Caller, request: ListTasksRequest) -> Result<ListTasksResponse, A2aError> {
     let page_size = request.page_size.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&page_size) {
         return Err(A2aError::InvalidParams(format!("pageSize must be 1 to {MAX_PAGE}")));
@@ -317,7 +319,7 @@ pub async fn list_tasks(state: &AppState, request: ListTasksRequest) -> Result<L
         statuses,
         context_id: request.context_id.filter(|c| !c.is_empty()),
         limit: page_size,
-        ..ListFilter::default()
+        ..ListFilter::new(caller.project_id())
     };
     let (tickets, next, total_size) = db::tickets::list_by_update(&state.pool, &filter, since, after).await?;
     let include_artifacts = request.include_artifacts.unwrap_or(false);
@@ -363,9 +365,10 @@ fn timestamp_from(text: &str) -> Option<DateTime<Utc>> {
 /// `SendStreamingMessage`: accepts the message, then streams its task.
 pub async fn stream_message(
     state: &AppState,
+    caller: &Caller,
     request: SendMessageRequest,
 ) -> Result<impl futures::Stream<Item = StreamItem> + Send, A2aError> {
-    let ticket = accept_message(state, &request).await?;
+    let ticket = accept_message(state, caller, &request).await?;
     // A task that no agent takes would keep the answer open for ever, as it would a blocking
     // send (`settled_ticket`): only the task as it is.
     let unclaimed = state
@@ -381,8 +384,8 @@ pub async fn stream_message(
 }
 
 /// `SubscribeToTask`: a task that is already terminal has nothing more to stream.
-pub async fn subscribe(state: &AppState, id: &str) -> Result<impl futures::Stream<Item = StreamItem> + Send, A2aError> {
-    let ticket = find_task(state, id).await?;
+pub async fn subscribe(state: &AppState, caller: &Caller, id: &str) -> Result<impl futures::Stream<Item = StreamItem> + Send, A2aError> {
+    let ticket = find_task(state, caller.project_id(), id).await?;
     if state_of(&ticket).is_terminal() {
         return Err(A2aError::UnsupportedOperation(format!(
             "task {id} is in a terminal state ({}); GetTask returns it",

@@ -67,10 +67,10 @@ fn answer<T: serde::Serialize>(result: Result<T, A2aError>) -> Response {
 pub async fn send(State(state): State<AppState>, headers: HeaderMap, RawQuery(q): RawQuery, bytes: Bytes) -> Response {
     answer(
         async {
-            super::require(&headers, &state, true)?;
+            let caller = super::require(&headers, &state, true).await?;
             super::check_version(&headers, q.as_deref())?;
             let request: SendMessageRequest = body(&bytes)?;
-            let task = super::send_message(&state, request).await?;
+            let task = super::send_message(&state, &caller, request).await?;
             Ok(SendMessageResponse { task })
         }
         .await,
@@ -85,10 +85,10 @@ pub async fn stream(
     bytes: Bytes,
 ) -> Response {
     let started = async {
-        super::require(&headers, &state, true)?;
+        let caller = super::require(&headers, &state, true).await?;
         super::check_version(&headers, q.as_deref())?;
         let request: SendMessageRequest = body(&bytes)?;
-        super::stream_message(&state, request).await
+        super::stream_message(&state, &caller, request).await
     }
     .await;
     match started {
@@ -101,10 +101,10 @@ pub async fn stream(
 pub async fn list(State(state): State<AppState>, headers: HeaderMap, RawQuery(q): RawQuery) -> Response {
     answer(
         async {
-            super::require(&headers, &state, false)?;
+            let caller = super::require(&headers, &state, false).await?;
             super::check_version(&headers, q.as_deref())?;
             let request: ListTasksRequest = query(q.as_deref())?;
-            super::list_tasks(&state, request).await
+            super::list_tasks(&state, &caller, request).await
         }
         .await,
     )
@@ -126,10 +126,10 @@ pub async fn get_task_or_subscribe(
     }
     answer(
         async {
-            super::require(&headers, &state, false)?;
+            let caller = super::require(&headers, &state, false).await?;
             super::check_version(&headers, q.as_deref())?;
             let request: TaskIdRequest = query(q.as_deref())?;
-            super::get_task(&state, &task, request.history_length).await
+            super::get_task(&state, &caller, &task, request.history_length).await
         }
         .await,
     )
@@ -159,9 +159,9 @@ pub async fn task_action(
                     "POST /a2a/tasks/{task} is not an operation: use {task}:cancel or {task}:subscribe"
                 )));
             };
-            super::require(&headers, &state, true)?;
+            let caller = super::require(&headers, &state, true).await?;
             super::check_version(&headers, q.as_deref())?;
-            super::cancel_task(&state, id).await
+            super::cancel_task(&state, &caller, id).await
         }
         .await,
     )
@@ -169,9 +169,9 @@ pub async fn task_action(
 
 async fn subscribe(state: &AppState, headers: &HeaderMap, q: Option<&str>, id: &str) -> Response {
     let started = async {
-        super::require(headers, state, false)?;
+        let caller = super::require(headers, state, false).await?;
         super::check_version(headers, q)?;
-        super::subscribe(state, id).await
+        super::subscribe(state, &caller, id).await
     }
     .await;
     match started {

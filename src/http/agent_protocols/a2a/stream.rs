@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::task::{state_of, task_of, HistoryLength};
 use super::wire::{StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent};
 use crate::db;
-use crate::domain::{Ticket, TicketRef};
+use crate::domain::{Ticket};
 use crate::events::settle::{next_change, Change};
 use crate::events::HubMessage;
 use crate::http::AppState;
@@ -61,7 +61,7 @@ pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item
                 Some(ticket) => ticket,
                 None if f.recheck => {
                     f.recheck = false;
-                    match db::tickets::find(&f.state.pool, &TicketRef::Id(f.ticket_id)).await {
+                    match db::tickets::find_by_id(&f.state.pool, f.ticket_id).await {
                         Ok(Some(ticket)) => ticket,
                         Ok(None) | Err(_) => return None,
                     }
@@ -78,7 +78,7 @@ pub fn task_stream(state: AppState, ticket: Ticket) -> impl futures::Stream<Item
                         Change::TimedOut => return Some((StreamItem::KeepAlive, f)),
                         Change::Changed => {}
                     }
-                    match db::tickets::find(&f.state.pool, &TicketRef::Id(f.ticket_id)).await {
+                    match db::tickets::find_by_id(&f.state.pool, f.ticket_id).await {
                         Ok(Some(ticket)) => ticket,
                         // Deleted (retention), or the database is away: the client resubscribes.
                         Ok(None) | Err(_) => return None,

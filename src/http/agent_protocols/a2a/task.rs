@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::wire::{self, Artifact, Message, Part, Task, TaskState, TaskStatus};
 use super::{A2aError, CONTEXT_KEY};
 use crate::db;
-use crate::domain::{Author, Comment, ContentBlock, Status, Ticket, TicketRef};
+use crate::domain::{Author, Comment, ContentBlock, ProjectId, Status, Ticket, TicketRef};
 use crate::http::AppState;
 
 pub fn state_of(ticket: &Ticket) -> TaskState {
@@ -190,9 +190,9 @@ pub(super) async fn task_of(state: &AppState, ticket: &Ticket, history: HistoryL
     })
 }
 
-pub(super) async fn find_task(state: &AppState, id: &str) -> Result<Ticket, A2aError> {
+pub(super) async fn find_task(state: &AppState, project: ProjectId, id: &str) -> Result<Ticket, A2aError> {
     let not_found = || A2aError::TaskNotFound(format!("task {id:?} not found"));
     // Task ids are ticket ids; a key works too, for people typing them.
     let reference = TicketRef::parse(id).ok_or_else(not_found)?;
-    db::tickets::find(&state.pool, &reference).await?.ok_or_else(not_found)
+    db::tickets::find(&state.pool, project, &reference).await?.ok_or_else(not_found)
 }
