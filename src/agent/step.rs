@@ -43,7 +43,7 @@ pub(super) async fn run(
     }
     let definition = match &claim.definition {
         Some(agent) if first => Some(agent.clone()),
-        _ => db::agents::get(&rt.pool, agent_name).await?,
+        _ => db::agents::get(&rt.pool, ticket.project, agent_name).await?,
     };
     let Some(agent) = definition else {
         let message = format!("agent {agent_name:?} no longer exists");

@@ -2,7 +2,7 @@
 
 use sqlx::{PgExecutor, PgPool};
 
-use crate::domain::Agent;
+use crate::domain::{Agent, ProjectId};
 
 const AGENT_COLUMNS: &str = "name, role, provider, model, labels, tools, context_window, max_turns, \
      max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries, request_retry_delay_ms, \
@@ -63,14 +63,14 @@ impl From<AgentRow> for Agent {
 }
 
 /// Creates or replaces an agent; true when it was created.
-pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bool), sqlx::Error> {
+pub async fn upsert<'e>(db: impl PgExecutor<'e>, project: ProjectId, a: &Agent) -> Result<(Agent, bool), sqlx::Error> {
     let sql = format!(
         "INSERT INTO agents (name, role, provider, model, labels, tools, context_window, max_turns,
             max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries,
             request_retry_delay_ms, temperature, max_tokens, thinking_budget, tool_choice, max_concurrent,
-            budget_usd_per_day)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19::numeric)
-         ON CONFLICT (name) DO UPDATE SET
+            budget_usd_per_day, project_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19::numeric, $20)
+         ON CONFLICT (project_id, name) DO UPDATE SET
             role = EXCLUDED.role, provider = EXCLUDED.provider, model = EXCLUDED.model,
             labels = EXCLUDED.labels, tools = EXCLUDED.tools, context_window = EXCLUDED.context_window,
             max_turns = EXCLUDED.max_turns, max_input_tokens = EXCLUDED.max_input_tokens,
@@ -102,6 +102,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
         .bind(&a.tool_choice)
         .bind(a.max_concurrent)
         .bind(a.budget_usd_per_day.map(|b| b.to_string()))
+        .bind(project)
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row};
@@ -112,9 +113,9 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<(Agent, bo
 /// Inserts the agent unless one of that name exists (the default agent at start-up).
 pub async fn insert_if_none_exist<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
-        "INSERT INTO agents (name, role, provider, model, labels, tools)
-         SELECT $1, $2, $3, $4, $5, $6 WHERE NOT EXISTS (SELECT 1 FROM agents)
-         ON CONFLICT (name) DO NOTHING",
+        "INSERT INTO agents (name, role, provider, model, labels, tools, project_id)
+         SELECT $1, $2, $3, $4, $5, $6, 1 WHERE NOT EXISTS (SELECT 1 FROM agents WHERE project_id = 1)
+         ON CONFLICT (project_id, name) DO NOTHING",
     )
     .bind(&a.name)
     .bind(&a.role)
@@ -127,42 +128,57 @@ pub async fn insert_if_none_exist<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Res
     Ok(done.rows_affected() == 1)
 }
 
-pub async fn get<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Option<Agent>, sqlx::Error> {
-    let row: Option<AgentRow> = sqlx::query_as(&format!("SELECT {AGENT_COLUMNS} FROM agents WHERE name = $1"))
+pub async fn get<'e>(db: impl PgExecutor<'e>, project: ProjectId, name: &str) -> Result<Option<Agent>, sqlx::Error> {
+    let row: Option<AgentRow> =
+        sqlx::query_as(&format!("SELECT {AGENT_COLUMNS} FROM agents WHERE project_id = $2 AND name = $1"))
         .bind(name)
+        .bind(project)
         .fetch_optional(db)
         .await?;
     Ok(row.map(Agent::from))
 }
 
 /// Agents in name order after `after` (exclusive).
-pub async fn list<'e>(db: impl PgExecutor<'e>, after: Option<&str>, limit: i64) -> Result<Vec<Agent>, sqlx::Error> {
+pub async fn list<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Agent>, sqlx::Error> {
     let rows: Vec<AgentRow> = sqlx::query_as(&format!(
-        "SELECT {AGENT_COLUMNS} FROM agents WHERE ($1::text IS NULL OR name > $1) ORDER BY name LIMIT $2"
+        "SELECT {AGENT_COLUMNS} FROM agents WHERE project_id = $3 AND ($1::text IS NULL OR name > $1)
+         ORDER BY name LIMIT $2"
     ))
     .bind(after)
     .bind(limit)
+    .bind(project)
     .fetch_all(db)
     .await?;
     Ok(rows.into_iter().map(Agent::from).collect())
 }
 
-pub async fn all<'e>(db: impl PgExecutor<'e>) -> Result<Vec<Agent>, sqlx::Error> {
-    list(db, None, i64::MAX).await
+pub async fn all<'e>(db: impl PgExecutor<'e>, project: ProjectId) -> Result<Vec<Agent>, sqlx::Error> {
+    list(db, project, None, i64::MAX).await
 }
 
-pub async fn delete<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query("DELETE FROM agents WHERE name = $1")
+pub async fn delete<'e>(db: impl PgExecutor<'e>, project: ProjectId, name: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("DELETE FROM agents WHERE project_id = $2 AND name = $1")
         .bind(name)
+        .bind(project)
         .execute(db)
         .await?;
     Ok(done.rows_affected() == 1)
 }
 
 /// The names of the agents that use this provider.
-pub async fn using_provider<'e>(db: impl PgExecutor<'e>, provider: &str) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT name FROM agents WHERE provider = $1 ORDER BY name")
+pub async fn using_provider<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    provider: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT name FROM agents WHERE project_id = $2 AND provider = $1 ORDER BY name")
         .bind(provider)
+        .bind(project)
         .fetch_all(db)
         .await
 }
@@ -174,7 +190,7 @@ pub async fn notify_agent_changed(pool: &PgPool) -> Result<(), sqlx::Error> {
     super::tickets::notify_work(&mut conn).await
 }
 
-/// Every agent's name and labels: what routing reads (`ROUTE` in `claims`).
-pub async fn routing<'e>(db: impl PgExecutor<'e>) -> Result<Vec<(String, Vec<String>)>, sqlx::Error> {
-    sqlx::query_as("SELECT name, labels FROM agents").fetch_all(db).await
+/// Every agent's project, name and labels: what routing reads (`ROUTE` in `claims`).
+pub async fn routing<'e>(db: impl PgExecutor<'e>) -> Result<Vec<(ProjectId, String, Vec<String>)>, sqlx::Error> {
+    sqlx::query_as("SELECT project_id, name, labels FROM agents").fetch_all(db).await
 }

@@ -5,7 +5,7 @@ use sqlx::PgExecutor;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
-use crate::domain::Usd;
+use crate::domain::{ProjectId, Usd};
 
 #[derive(Clone, Debug, Default, Serialize, ToSchema)]
 pub struct StatusCounts {
@@ -122,17 +122,19 @@ impl From<&FigureRow> for Figures {
     }
 }
 
-pub async fn compute<'e>(db: impl PgExecutor<'e>) -> Result<Stats, sqlx::Error> {
+/// A project's figures (`/v1/stats` shows the request's project only).
+pub async fn compute<'e>(db: impl PgExecutor<'e>, project: ProjectId) -> Result<Stats, sqlx::Error> {
     let sql = format!(
-        "SELECT 'all' AS scope, NULL::text AS group_key, {FIGURES} FROM tickets
+        "SELECT 'all' AS scope, NULL::text AS group_key, {FIGURES} FROM tickets WHERE project_id = $1
          UNION ALL
-         SELECT 'label', l.label, {FIGURES} FROM tickets, unnest(labels) AS l(label) GROUP BY l.label
+         SELECT 'label', l.label, {FIGURES} FROM tickets, unnest(labels) AS l(label) WHERE project_id = $1
+         GROUP BY l.label
          UNION ALL
-         SELECT 'agent', agent, {FIGURES} FROM tickets WHERE agent IS NOT NULL GROUP BY agent
+         SELECT 'agent', agent, {FIGURES} FROM tickets WHERE project_id = $1 AND agent IS NOT NULL GROUP BY agent
          UNION ALL
-         SELECT 'model', model, {FIGURES} FROM tickets WHERE model IS NOT NULL GROUP BY model"
+         SELECT 'model', model, {FIGURES} FROM tickets WHERE project_id = $1 AND model IS NOT NULL GROUP BY model"
     );
-    let rows = sqlx::query(&sql).fetch_all(db).await?;
+    let rows = sqlx::query(&sql).bind(project).fetch_all(db).await?;
     let mut stats = Stats::default();
     for row in &rows {
         use sqlx::{FromRow, Row};

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::events::{self, GlobalCursor};
 use crate::domain::webhook::{Delivery, Webhook};
+use crate::domain::ProjectId;
 
 /// How many log entries an endpoint keeps (older ones are pruned as new ones come).
 pub const KEPT_DELIVERIES: i64 = 1000;
@@ -61,12 +62,12 @@ pub struct NewWebhook {
 }
 
 /// Creates an endpoint whose cursor is the log's head: it receives the events from now on.
-pub async fn insert(pool: &PgPool, new: &NewWebhook) -> Result<Webhook, sqlx::Error> {
+pub async fn insert(pool: &PgPool, project: ProjectId, new: &NewWebhook) -> Result<Webhook, sqlx::Error> {
     let mut conn = pool.acquire().await?;
     let head = events::head(&mut conn).await?;
     let row: WebhookRow = sqlx::query_as(&format!(
-        "INSERT INTO webhooks (id, url, events, labels, description, secret, cursor_txid, cursor_id, disabled)
-         VALUES ($1, $2, $3, $4, $5, $6, $7::text::xid8, $8, $9) RETURNING {WEBHOOK_COLUMNS}"
+        "INSERT INTO webhooks (id, url, events, labels, description, secret, cursor_txid, cursor_id, disabled, project_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7::text::xid8, $8, $9, $10) RETURNING {WEBHOOK_COLUMNS}"
     ))
     .bind(Uuid::now_v7())
     .bind(&new.url)
@@ -77,26 +78,36 @@ pub async fn insert(pool: &PgPool, new: &NewWebhook) -> Result<Webhook, sqlx::Er
     .bind(head.txid.to_string())
     .bind(head.id)
     .bind(new.disabled)
+    .bind(project)
     .fetch_one(&mut *conn)
     .await?;
     Ok(row.into())
 }
 
-pub async fn get<'e>(db: impl PgExecutor<'e>, id: Uuid) -> Result<Option<Webhook>, sqlx::Error> {
-    let row: Option<WebhookRow> = sqlx::query_as(&format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = $1"))
+pub async fn get<'e>(db: impl PgExecutor<'e>, project: ProjectId, id: Uuid) -> Result<Option<Webhook>, sqlx::Error> {
+    let row: Option<WebhookRow> =
+        sqlx::query_as(&format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE project_id = $2 AND id = $1"))
         .bind(id)
+        .bind(project)
         .fetch_optional(db)
         .await?;
     Ok(row.map(Webhook::from))
 }
 
 /// Endpoints after `after` by id (creation order), and whether more follow.
-pub async fn list(pool: &PgPool, after: Option<Uuid>, limit: i64) -> Result<(Vec<Webhook>, bool), sqlx::Error> {
+pub async fn list(
+    pool: &PgPool,
+    project: ProjectId,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<(Vec<Webhook>, bool), sqlx::Error> {
     let rows: Vec<WebhookRow> = sqlx::query_as(&format!(
-        "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE $1::uuid IS NULL OR id > $1 ORDER BY id LIMIT $2"
+        "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE project_id = $3 AND ($1::uuid IS NULL OR id > $1)
+         ORDER BY id LIMIT $2"
     ))
     .bind(after)
     .bind(limit + 1)
+    .bind(project)
     .fetch_all(pool)
     .await?;
     let more = rows.len() as i64 > limit;
@@ -115,7 +126,12 @@ pub struct WebhookPatch {
 
 /// Applies a patch; None when there is no such endpoint. Enabling a disabled endpoint moves its
 /// cursor to the log's head (it receives the events from then on) and clears its retry state.
-pub async fn update(pool: &PgPool, id: Uuid, patch: &WebhookPatch) -> Result<Option<Webhook>, sqlx::Error> {
+pub async fn update(
+    pool: &PgPool,
+    project: ProjectId,
+    id: Uuid,
+    patch: &WebhookPatch,
+) -> Result<Option<Webhook>, sqlx::Error> {
     let mut conn = pool.acquire().await?;
     // The head is read first, in its own statement (as `events::head` requires of any read).
     let head = events::head(&mut conn).await?;
@@ -132,7 +148,7 @@ pub async fn update(pool: &PgPool, id: Uuid, patch: &WebhookPatch) -> Result<Opt
             attempts = CASE WHEN w.disabled AND $7 = false THEN 0 ELSE w.attempts END,
             next_attempt_at = CASE WHEN w.disabled AND $7 = false THEN NULL ELSE w.next_attempt_at END,
             updated_at = now()
-         WHERE id = $1 RETURNING {WEBHOOK_COLUMNS}"
+         WHERE id = $1 AND project_id = $10 RETURNING {WEBHOOK_COLUMNS}"
     ))
     .bind(id)
     .bind(&patch.url)
@@ -143,14 +159,16 @@ pub async fn update(pool: &PgPool, id: Uuid, patch: &WebhookPatch) -> Result<Opt
     .bind(patch.disabled)
     .bind(head.txid.to_string())
     .bind(head.id)
+    .bind(project)
     .fetch_optional(&mut *conn)
     .await?;
     Ok(row.map(Webhook::from))
 }
 
-pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
-    let deleted = sqlx::query("DELETE FROM webhooks WHERE id = $1")
+pub async fn delete(pool: &PgPool, project: ProjectId, id: Uuid) -> Result<bool, sqlx::Error> {
+    let deleted = sqlx::query("DELETE FROM webhooks WHERE project_id = $2 AND id = $1")
         .bind(id)
+        .bind(project)
         .execute(pool)
         .await?;
     Ok(deleted.rows_affected() > 0)
@@ -235,6 +253,8 @@ pub async fn log_unfenced(pool: &PgPool, webhook_id: Uuid, delivery: &Delivery) 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct EndpointState {
     pub id: Uuid,
+    /// Only this project's events are delivered.
+    pub project_id: ProjectId,
     pub url: String,
     pub events: Vec<String>,
     pub labels: Vec<String>,
@@ -289,7 +309,7 @@ pub async fn renew(
     sqlx::query_as(
         "UPDATE webhooks SET lease_until = now() + make_interval(secs => $3)
          WHERE id = $1 AND lease_owner = $2
-         RETURNING id, url, events, labels, secret, disabled, cursor_txid::text AS cursor_txid, cursor_id,
+         RETURNING id, project_id, url, events, labels, secret, disabled, cursor_txid::text AS cursor_txid, cursor_id,
                    attempts, next_attempt_at",
     )
     .bind(id)

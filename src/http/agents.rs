@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, NamePageQuery, Page};
+use super::access::Caller;
 use super::AppState;
 use crate::db;
 use crate::domain::agent::{default_model, is_valid_agent_name};
@@ -105,6 +106,7 @@ fn positive<T: PartialOrd + Default + std::fmt::Display>(name: &str, v: Option<T
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn put_agent(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiJson(req): ApiJson<PutAgent>,
 ) -> ApiResult<Response> {
@@ -189,8 +191,8 @@ pub async fn put_agent(
         created_at: now,
         updated_at: now,
     };
-    let before = db::agents::get(&state.pool, &agent.name).await?;
-    let (agent, created) = db::agents::upsert(&state.pool, &agent).await?;
+    let before = db::agents::get(&state.pool, caller.project_id(), &agent.name).await?;
+    let (agent, created) = db::agents::upsert(&state.pool, caller.project_id(), &agent).await?;
     let old_budget = before.and_then(|a| a.budget_usd_per_day);
     if old_budget != agent.budget_usd_per_day {
         // Tickets its old budget stopped resume when it was raised or removed.
@@ -268,8 +270,9 @@ fn thinking_budget(budget: Option<i32>) -> Result<Option<i32>, ApiError> {
 #[utoipa::path(get, path = "/agents/{name}", tag = "agents",
     params(("name" = String, Path)),
     responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
-pub async fn get_agent(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<Json<Agent>> {
-    db::agents::get(&state.pool, &name)
+pub async fn get_agent(State(state): State<AppState>,
+    caller: Caller, ApiPath(name): ApiPath<String>) -> ApiResult<Json<Agent>> {
+    db::agents::get(&state.pool, caller.project_id(), &name)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no agent {name:?}")))
@@ -286,6 +289,7 @@ pub struct AgentList {
     responses((status = 200, body = AgentList), (status = 400, body = ErrorBody)))]
 pub async fn list_agents(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(q): ApiQuery<NamePageQuery>,
 ) -> ApiResult<Json<AgentList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
@@ -293,7 +297,7 @@ pub async fn list_agents(
         None => None,
         Some(c) => Some(c.into_name().ok_or_else(Page::bad_cursor)?),
     };
-    let mut items = db::agents::list(&state.pool, after.as_deref(), page.limit + 1).await?;
+    let mut items = db::agents::list(&state.pool, caller.project_id(), after.as_deref(), page.limit + 1).await?;
     let more = items.len() as i64 > page.limit;
     items.truncate(page.limit as usize);
     let next_cursor = if more {
@@ -308,8 +312,9 @@ pub async fn list_agents(
 #[utoipa::path(delete, path = "/agents/{name}", tag = "agents",
     params(("name" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
-pub async fn delete_agent(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
-    if db::agents::delete(&state.pool, &name).await? {
+pub async fn delete_agent(State(state): State<AppState>,
+    caller: Caller, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
+    if db::agents::delete(&state.pool, caller.project_id(), &name).await? {
         state.route_check.agents_changed().await;
         Ok(StatusCode::NO_CONTENT)
     } else {

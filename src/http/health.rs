@@ -52,8 +52,8 @@ pub fn worker_router(pool: sqlx::PgPool) -> axum::Router {
 /// Ticket statistics, overall and per label and agent
 #[utoipa::path(get, path = "/stats", tag = "stats",
     responses((status = 200, body = Stats), (status = 401, body = ErrorBody)))]
-pub async fn stats(State(state): State<AppState>) -> ApiResult<Json<Stats>> {
-    let mut stats = db::desk_stats::compute(&state.pool).await?;
+pub async fn stats(State(state): State<AppState>, caller: super::access::Caller) -> ApiResult<Json<Stats>> {
+    let mut stats = db::desk_stats::compute(&state.pool, caller.project_id()).await?;
     stats.storage = db::retention::storage(&state.pool).await?;
     Ok(Json(stats))
 }

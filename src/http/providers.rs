@@ -228,11 +228,15 @@ pub async fn list_providers(
     params(("name" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody),
         (status = 409, description = "A built-in provider, or one that agents use", body = ErrorBody)))]
-pub async fn delete_provider(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
+pub async fn delete_provider(
+    State(state): State<AppState>,
+    caller: super::access::Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<StatusCode> {
     if BUILTIN_PROVIDERS.contains(&name.as_str()) {
         return Err(builtin_refused(&name));
     }
-    let users = db::agents::using_provider(&state.pool, &name).await?;
+    let users = db::agents::using_provider(&state.pool, caller.project_id(), &name).await?;
     if !users.is_empty() {
         return Err(ApiError::Conflict(format!(
             "provider {name:?} is used by agents {}: change their provider first",

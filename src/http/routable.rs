@@ -24,7 +24,7 @@ pub const WARNING: HeaderName = HeaderName::from_static("agentdesk-warning");
 
 const FRESH_FOR: Duration = Duration::from_secs(2);
 
-type Routes = Arc<Vec<(String, Vec<String>)>>;
+type Routes = Arc<Vec<(crate::domain::ProjectId, String, Vec<String>)>>;
 
 #[derive(Clone, Default)]
 pub struct RouteCheck(Arc<Mutex<Option<(Instant, Routes)>>>);
@@ -50,7 +50,17 @@ impl RouteCheck {
     /// The warning for a `todo` ticket that no agent takes; None for any other ticket (the
     /// agents are read only for a `todo` one).
     pub async fn warning(&self, pool: &PgPool, ticket: &Ticket) -> Result<Option<String>, sqlx::Error> {
-        if ticket.status != Status::Todo || some_agent_takes(&self.routes(pool).await?, &ticket.labels) {
+        if ticket.status != Status::Todo {
+            return Ok(None);
+        }
+        // Only the ticket's own project's agents take it.
+        let routes = self.routes(pool).await?;
+        let own: Vec<(String, Vec<String>)> = routes
+            .iter()
+            .filter(|(project, _, _)| *project == ticket.project)
+            .map(|(_, name, labels)| (name.clone(), labels.clone()))
+            .collect();
+        if some_agent_takes(&own, &ticket.labels) {
             return Ok(None);
         }
         let labels = if ticket.labels.is_empty() {

@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, IdPageQuery, NumberPageQuery, Page};
+use super::access::Caller;
 use super::AppState;
 use crate::db;
 use crate::db::webhooks::{NewWebhook, WebhookPatch};
@@ -142,6 +143,7 @@ fn check_description(description: Option<String>) -> ApiResult<Option<String>> {
         (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn create_webhook(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(req): ApiJson<CreateWebhook>,
 ) -> ApiResult<(StatusCode, Json<CreatedWebhook>)> {
     let url = check_url(&req.url)?;
@@ -163,7 +165,7 @@ pub async fn create_webhook(
         secret,
         disabled: req.disabled,
     };
-    let webhook = db::webhooks::insert(&state.pool, &new).await?;
+    let webhook = db::webhooks::insert(&state.pool, caller.project_id(), &new).await?;
     Ok((
         StatusCode::CREATED,
         Json(CreatedWebhook {
@@ -178,6 +180,7 @@ pub async fn create_webhook(
     responses((status = 200, body = WebhookList), (status = 400, body = ErrorBody)))]
 pub async fn list_webhooks(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(q): ApiQuery<IdPageQuery>,
 ) -> ApiResult<Json<WebhookList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
@@ -185,7 +188,7 @@ pub async fn list_webhooks(
         None => None,
         Some(c) => Some(c.into_id().ok_or_else(Page::bad_cursor)?),
     };
-    let (items, more) = db::webhooks::list(&state.pool, after, page.limit).await?;
+    let (items, more) = db::webhooks::list(&state.pool, caller.project_id(), after, page.limit).await?;
     let next_cursor = more
         .then(|| items.last().map(|w| Cursor::Name(w.id.to_string()).encode()))
         .flatten();
@@ -195,8 +198,9 @@ pub async fn list_webhooks(
 /// Get a webhook endpoint (without its secret)
 #[utoipa::path(get, path = "/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
     responses((status = 200, body = Webhook), (status = 404, body = ErrorBody)))]
-pub async fn get_webhook(State(state): State<AppState>, ApiPath(id): ApiPath<String>) -> ApiResult<Json<Webhook>> {
-    db::webhooks::get(&state.pool, parse_id(&id)?)
+pub async fn get_webhook(State(state): State<AppState>,
+    caller: Caller, ApiPath(id): ApiPath<String>) -> ApiResult<Json<Webhook>> {
+    db::webhooks::get(&state.pool, caller.project_id(), parse_id(&id)?)
         .await?
         .map(Json)
         .ok_or_else(|| not_found(&id))
@@ -212,6 +216,7 @@ pub async fn get_webhook(State(state): State<AppState>, ApiPath(id): ApiPath<Str
         (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn patch_webhook(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<PatchWebhook>,
 ) -> ApiResult<Json<Webhook>> {
@@ -227,7 +232,7 @@ pub async fn patch_webhook(
         description: req.description.map(check_description).transpose()?,
         disabled: req.disabled,
     };
-    db::webhooks::update(&state.pool, webhook_id, &patch)
+    db::webhooks::update(&state.pool, caller.project_id(), webhook_id, &patch)
         .await?
         .map(Json)
         .ok_or_else(|| not_found(&id))
@@ -236,8 +241,9 @@ pub async fn patch_webhook(
 /// Delete a webhook endpoint and its delivery log
 #[utoipa::path(delete, path = "/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
-pub async fn delete_webhook(State(state): State<AppState>, ApiPath(id): ApiPath<String>) -> ApiResult<StatusCode> {
-    if db::webhooks::delete(&state.pool, parse_id(&id)?).await? {
+pub async fn delete_webhook(State(state): State<AppState>,
+    caller: Caller, ApiPath(id): ApiPath<String>) -> ApiResult<StatusCode> {
+    if db::webhooks::delete(&state.pool, caller.project_id(), parse_id(&id)?).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_found(&id))
@@ -252,6 +258,7 @@ pub async fn delete_webhook(State(state): State<AppState>, ApiPath(id): ApiPath<
     responses((status = 200, body = DeliveryList), (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn list_deliveries(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<NumberPageQuery>,
 ) -> ApiResult<Json<DeliveryList>> {
@@ -261,7 +268,7 @@ pub async fn list_deliveries(
         None => None,
         Some(c) => Some(c.as_number().ok_or_else(Page::bad_cursor)?),
     };
-    if db::webhooks::get(&state.pool, webhook_id).await?.is_none() {
+    if db::webhooks::get(&state.pool, caller.project_id(), webhook_id).await?.is_none() {
         return Err(not_found(&id));
     }
     let (items, more) = db::webhooks::deliveries(&state.pool, webhook_id, before, page.limit).await?;
@@ -280,8 +287,9 @@ pub async fn list_deliveries(
 /// disabled), and answers with that attempt, which is also logged.
 #[utoipa::path(post, path = "/webhooks/{id}/test", tag = "webhooks", params(("id" = String, Path)),
     responses((status = 200, body = Delivery), (status = 404, body = ErrorBody)))]
-pub async fn test_webhook(State(state): State<AppState>, ApiPath(id): ApiPath<String>) -> ApiResult<Json<Delivery>> {
-    crate::webhooks::send_test(&state.pool, &state.config, parse_id(&id)?)
+pub async fn test_webhook(State(state): State<AppState>,
+    caller: Caller, ApiPath(id): ApiPath<String>) -> ApiResult<Json<Delivery>> {
+    crate::webhooks::send_test(&state.pool, &state.config, caller.project_id(), parse_id(&id)?)
         .await?
         .map(Json)
         .ok_or_else(|| not_found(&id))

@@ -373,9 +373,10 @@ impl Task {
     }
 }
 
-/// Whether the endpoint takes an event: its kind matches `events` and its ticket has one of
+/// Whether the endpoint takes an event: it is of the endpoint's project, its kind matches `events` and its ticket has one of
 /// `labels` (an empty list takes all).
 fn takes(state: &EndpointState, event: &LoggedEvent) -> bool {
-    kind_matches(&state.events, &event.event.kind)
+    event.project == state.project_id
+        && kind_matches(&state.events, &event.event.kind)
         && (state.labels.is_empty() || event.ticket_labels.iter().any(|l| state.labels.contains(l)))
 }

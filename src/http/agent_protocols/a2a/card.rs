@@ -1,6 +1,6 @@
 //! The agent card at `/.well-known/agent-card.json`: public, and generated from the desk's agents.
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -8,12 +8,27 @@ use serde_json::{json, Value};
 
 use super::wire;
 use crate::db;
+use crate::domain::project::DEFAULT_PROJECT;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 
-/// The desk's agent card: public (it holds no secrets), one skill per agent.
-pub(super) async fn agent_card(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let agents = match db::agents::all(&state.pool).await {
+/// The desk's agent card for one project (`?project=`, default `default`): public (it holds no
+/// secrets), one skill per agent of that project; its interfaces name the project as `tenant`.
+pub(super) async fn agent_card(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let name = query
+        .as_deref()
+        .and_then(|q| url::form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "project").map(|(_, v)| v.into_owned()))
+        .unwrap_or_else(|| DEFAULT_PROJECT.to_owned());
+    let project = match state.access.project(&name).await {
+        Ok(Some(project)) => project,
+        Ok(None) => return ApiError::NotFound(format!("no project {name:?}")).into_response(),
+        Err(err) => return err.into_response(),
+    };
+    let agents = match db::agents::all(&state.pool, project.id).await {
         Ok(agents) => agents,
         Err(err) => return ApiError::from(err).into_response(),
     };
@@ -40,8 +55,10 @@ pub(super) async fn agent_card(State(state): State<AppState>, headers: HeaderMap
                         answer its questions with follow-up messages. Name an agent with metadata.skill.",
         "version": env!("CARGO_PKG_VERSION"),
         "supportedInterfaces": [
-            {"url": format!("{base}/a2a"), "protocolBinding": "HTTP+JSON", "protocolVersion": wire::PROTOCOL_VERSION},
-            {"url": format!("{base}/a2a/jsonrpc"), "protocolBinding": "JSONRPC", "protocolVersion": wire::PROTOCOL_VERSION},
+            {"url": format!("{base}/a2a"), "protocolBinding": "HTTP+JSON", "protocolVersion": wire::PROTOCOL_VERSION,
+             "tenant": project.name},
+            {"url": format!("{base}/a2a/jsonrpc"), "protocolBinding": "JSONRPC", "protocolVersion": wire::PROTOCOL_VERSION,
+             "tenant": project.name},
         ],
         "capabilities": {"streaming": true, "pushNotifications": false},
         "defaultInputModes": ["text/plain", "application/json"],
