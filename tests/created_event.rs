@@ -18,6 +18,7 @@ async fn pool() -> PgPool {
 
 fn new_ticket(task: Value, parent_id: Option<uuid::Uuid>, deadline_secs: Option<i32>) -> NewTicket {
     NewTicket {
+        project: agentdesk::domain::ProjectId::DEFAULT,
         task,
         labels: vec!["x".into(), "ü-label".into()],
         priority: -3,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use agentdesk::db;
+use agentdesk::domain::ProjectId;
 use agentdesk::db::claims::Claim;
 use agentdesk::db::tickets::NewTicket;
 use agentdesk::domain::{Agent, Author, ContentBlock, EventData, NewEvent, Status, Ticket, TicketRef};
@@ -42,12 +43,13 @@ async fn pool() -> PgPool {
         created_at: now,
         updated_at: now,
     };
-    db::agents::upsert(&pool, &agent).await.expect("agent");
+    db::agents::upsert(&pool, ProjectId::DEFAULT, &agent).await.expect("agent");
     pool
 }
 
 fn new_ticket(task: &str, labels: &[&str], schema: Option<Value>) -> NewTicket {
     NewTicket {
+        project: ProjectId::DEFAULT,
         task: json!(task),
         labels: labels.iter().map(|l| l.to_string()).collect(),
         priority: 0,
@@ -131,7 +133,7 @@ fn ctx<'a>(pool: &'a PgPool, claim: &'a Claim) -> ToolContext<'a> {
 }
 
 async fn ticket(pool: &PgPool, key: &str) -> Ticket {
-    db::tickets::find(pool, &TicketRef::parse(key).expect("a ticket key"))
+    db::tickets::find(pool, ProjectId::DEFAULT, &TicketRef::parse(key).expect("a ticket key"))
         .await
         .expect("find")
         .expect("ticket exists")
@@ -279,7 +281,7 @@ async fn handover_closes_the_parent_and_creates_a_child_with_a_single_pass_task(
         &db::tickets::ListFilter {
             parent_id: Some(parent.id),
             limit: 10,
-            ..Default::default()
+            ..db::tickets::ListFilter::new(ProjectId::DEFAULT)
         },
     )
     .await

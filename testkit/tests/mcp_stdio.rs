@@ -25,6 +25,7 @@ async fn ticket(pool: &PgPool) -> Ticket {
     let ticket = agentdesk::transitions::create_ticket(
         &mut tx,
         NewTicket {
+            project: agentdesk::domain::ProjectId::DEFAULT,
             task: json!("use the tools"),
             labels: vec![],
             priority: 0,
