@@ -46,7 +46,7 @@ impl Step<'_> {
             budgets.push(Budget::ticket(self.ticket.id, &self.ticket.key, limit, spent));
         }
         if let Some(limit) = self.agent.budget_usd_per_day {
-            budgets.push(Budget::agent_day(&self.agent.name, limit));
+            budgets.push(Budget::agent_day(self.ticket.project, &self.agent.name, limit));
         }
         budgets
     }

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::fence::Fence;
 use crate::domain::money::Usd;
-use crate::domain::{EventData, NewEvent, RequeueReason};
+use crate::domain::{EventData, NewEvent, ProjectId, RequeueReason};
 
 /// The thresholds announced once each per period (`budget.threshold`).
 pub const THRESHOLDS: [i32; 3] = [50, 80, 100];
@@ -44,15 +44,25 @@ impl Budget {
         }
     }
 
-    pub fn agent_day(name: &str, limit: Usd) -> Budget {
+    pub fn agent_day(project: ProjectId, name: &str, limit: Usd) -> Budget {
         Budget {
             scope: "agent",
-            key: name.to_owned(),
+            key: agent_key(project, name),
             period: today(),
             name: name.to_owned(),
             limit,
             spent_before: Usd::ZERO,
         }
+    }
+}
+
+/// The key of an agent's budget: its name, with its project's id before it outside `default`
+/// (agents of two projects may share a name; `default`'s keys stay as they were).
+pub fn agent_key(project: ProjectId, name: &str) -> String {
+    if project == ProjectId::DEFAULT {
+        name.to_owned()
+    } else {
+        format!("{project}/{name}")
     }
 }
 
@@ -132,8 +142,9 @@ pub async fn reserve(
 /// The budget's row, made with its limit when this is the period's first request.
 async fn ensure_row(conn: &mut PgConnection, budget: &Budget) -> Result<i64, sqlx::Error> {
     let made: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO budgets (scope, name, period, limit_usd, spent) VALUES ($1, $2, $3, $4::numeric, $5::numeric)
-         ON CONFLICT (scope, name, period) DO NOTHING RETURNING id",
+        "INSERT INTO budgets (scope, name, period, limit_usd, spent, project_id)
+         VALUES ($1, $2, $3, $4::numeric, $5::numeric, 1)
+         ON CONFLICT (project_id, scope, name, period) DO NOTHING RETURNING id",
     )
     .bind(budget.scope)
     .bind(&budget.key)

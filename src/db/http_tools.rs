@@ -48,9 +48,10 @@ impl From<Row> for HttpToolDef {
 /// true when it was created.
 pub async fn upsert<'e>(db: impl PgExecutor<'e>, t: &HttpToolDef) -> Result<(HttpToolDef, bool), sqlx::Error> {
     let sql = format!(
-        "INSERT INTO http_tools (name, description, input_schema, url, method, headers, timeout_ms, requires_approval)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-         ON CONFLICT (name) DO UPDATE SET
+        "INSERT INTO http_tools (name, description, input_schema, url, method, headers, timeout_ms, requires_approval,
+                                 project_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1)
+         ON CONFLICT (project_id, name) DO UPDATE SET
             description = EXCLUDED.description, input_schema = EXCLUDED.input_schema, url = EXCLUDED.url,
             method = EXCLUDED.method, headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms,
             requires_approval = EXCLUDED.requires_approval, updated_at = now()

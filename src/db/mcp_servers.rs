@@ -66,9 +66,9 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, def: &McpServerDef) -> Result<(
         return Err(sqlx::Error::Protocol("only HTTP MCP servers are stored".into()));
     };
     let sql = format!(
-        "INSERT INTO mcp_servers (name, url, headers, timeout_ms, requires_approval)
-         VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT (name) DO UPDATE SET
+        "INSERT INTO mcp_servers (name, url, headers, timeout_ms, requires_approval, project_id)
+         VALUES ($1, $2, $3, $4, $5, 1)
+         ON CONFLICT (project_id, name) DO UPDATE SET
             url = EXCLUDED.url, headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms,
             requires_approval = EXCLUDED.requires_approval, revision = mcp_servers.revision + 1,
             tools = '[]', status = 'pending', listed_at = NULL, updated_at = now()

@@ -46,9 +46,9 @@ impl From<ProviderRow> for ProviderDef {
 /// Creates or replaces a provider; true when it was created.
 pub async fn upsert<'e>(db: impl PgExecutor<'e>, p: &ProviderDef) -> Result<(ProviderDef, bool), sqlx::Error> {
     let sql = format!(
-        "INSERT INTO providers (name, kind, base_url, api_key, headers, timeout_ms, max_concurrent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (name) DO UPDATE SET
+        "INSERT INTO providers (name, kind, base_url, api_key, headers, timeout_ms, max_concurrent, project_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
+         ON CONFLICT (project_id, name) DO UPDATE SET
             kind = EXCLUDED.kind, base_url = EXCLUDED.base_url, api_key = EXCLUDED.api_key,
             headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms,
             max_concurrent = EXCLUDED.max_concurrent, updated_at = now()

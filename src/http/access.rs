@@ -346,6 +346,16 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
+/// Resources still shared by the whole desk: they live in the project `default`, and a request
+/// acting in another project is answered 404 for them (it sees none, and changes none).
+pub const DESK_WIDE: [&str; 3] = ["/v1/tools", "/v1/mcp-servers", "/v1/providers"];
+
+fn desk_wide(path: &str) -> bool {
+    DESK_WIDE
+        .iter()
+        .any(|prefix| path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
+}
+
 /// The `/v1` gate: resolves the caller, checks what the route needs, takes from the rate
 /// limits, and puts the caller on the request for the handler.
 pub async fn admit(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
@@ -363,6 +373,12 @@ pub async fn admit(State(state): State<AppState>, mut req: Request, next: Next) 
             }
             _ => format!("this token's scopes do not allow this request (it needs {need:?})").to_lowercase(),
         })
+        .into_response();
+    }
+    if caller.project.id != ProjectId::DEFAULT && desk_wide(req.uri().path()) {
+        return ApiError::NotFound(
+            "HTTP tools, MCP servers and named providers belong to the project default; this request acts in another".into(),
+        )
         .into_response();
     }
     let limits = match state.access.take(&caller).await {

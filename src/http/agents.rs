@@ -201,7 +201,13 @@ pub async fn put_agent(
             _ => true,
         };
         let mut tx = state.pool.begin().await?;
-        let resumed = db::budgets::set_limit(&mut tx, "agent", &agent.name, agent.budget_usd_per_day, raised).await?;
+        let resumed = db::budgets::set_limit(
+            &mut tx,
+            "agent",
+            &db::budgets::agent_key(caller.project_id(), &agent.name),
+            agent.budget_usd_per_day,
+            raised,
+        ).await?;
         tx.commit().await?;
         if resumed > 0 {
             state.hub.wake();
