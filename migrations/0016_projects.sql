@@ -30,26 +30,19 @@ CREATE TABLE project_tokens (
 CREATE INDEX project_tokens_by_project ON project_tokens (project_id, created_at);
 
 -- Each table gets the column filled with `default` for the rows it has (a constant default is
--- metadata only, no rewrite), then loses the default: a write that forgets its project fails
--- instead of landing in `default`.
+-- metadata only, no rewrite). The default stays for rows written by hand; the desk's own writes
+-- always name the project (every query takes a `ProjectId`, which has no default in Rust).
 ALTER TABLE tickets ADD COLUMN project_id bigint NOT NULL DEFAULT 1 REFERENCES projects (id);
-ALTER TABLE tickets ALTER COLUMN project_id DROP DEFAULT;
 ALTER TABLE events ADD COLUMN project_id bigint NOT NULL DEFAULT 1;
-ALTER TABLE events ALTER COLUMN project_id DROP DEFAULT;
 ALTER TABLE agents ADD COLUMN project_id bigint NOT NULL DEFAULT 1 REFERENCES projects (id);
-ALTER TABLE agents ALTER COLUMN project_id DROP DEFAULT;
 ALTER TABLE providers ADD COLUMN project_id bigint NOT NULL DEFAULT 1 REFERENCES projects (id);
-ALTER TABLE providers ALTER COLUMN project_id DROP DEFAULT;
 ALTER TABLE http_tools ADD COLUMN project_id bigint NOT NULL DEFAULT 1 REFERENCES projects (id);
-ALTER TABLE http_tools ALTER COLUMN project_id DROP DEFAULT;
 ALTER TABLE mcp_servers ADD COLUMN project_id bigint NOT NULL DEFAULT 1 REFERENCES projects (id);
-ALTER TABLE mcp_servers ALTER COLUMN project_id DROP DEFAULT;
 ALTER TABLE schedules ADD COLUMN project_id bigint NOT NULL DEFAULT 1 REFERENCES projects (id);
-ALTER TABLE schedules ALTER COLUMN project_id DROP DEFAULT;
 ALTER TABLE webhooks ADD COLUMN project_id bigint NOT NULL DEFAULT 1 REFERENCES projects (id);
-ALTER TABLE webhooks ALTER COLUMN project_id DROP DEFAULT;
+-- Budgets keep their default: an agent's budget is keyed by its project in its name (see
+-- db::budgets::agent_key), and a ticket's by the ticket's id.
 ALTER TABLE budgets ADD COLUMN project_id bigint NOT NULL DEFAULT 1 REFERENCES projects (id);
-ALTER TABLE budgets ALTER COLUMN project_id DROP DEFAULT;
 
 -- Names are unique within a project.
 ALTER TABLE agents DROP CONSTRAINT agents_pkey, ADD PRIMARY KEY (project_id, name);
@@ -63,7 +56,6 @@ ALTER TABLE budgets DROP CONSTRAINT budgets_scope_name_period_key, ADD UNIQUE (p
 -- Ticket numbers count per project, each from a sequence of its own (`default` keeps
 -- ticket_number_seq, so its keys go on as before); the key is written with the row.
 ALTER TABLE tickets ALTER COLUMN key DROP EXPRESSION;
-ALTER TABLE tickets ALTER COLUMN number DROP DEFAULT;
 ALTER TABLE tickets DROP CONSTRAINT tickets_number_key, ADD UNIQUE (project_id, number);
 DROP INDEX tickets_idempotency_key_idx;
 CREATE UNIQUE INDEX tickets_idempotency_key_idx ON tickets (project_id, idempotency_key)
@@ -94,3 +86,15 @@ CREATE TABLE project_quota_notices (
 CREATE FUNCTION agentdesk_ticket_number(project bigint) RETURNS bigint
     LANGUAGE sql VOLATILE
     AS $$ SELECT nextval((CASE WHEN project = 1 THEN 'ticket_number_seq' ELSE 'ticket_number_seq_' || project END)::regclass) $$;
+
+-- A row written without a key (by hand, in `default`) gets one as before: the condition is
+-- checked without calling the function, so the desk's own inserts, which write the key, pay
+-- nothing for it.
+CREATE FUNCTION agentdesk_ticket_key() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ BEGIN
+        NEW.key := (SELECT key_prefix FROM projects WHERE id = NEW.project_id) || '-' || NEW.number;
+        RETURN NEW;
+    END $$;
+CREATE TRIGGER tickets_key BEFORE INSERT ON tickets
+    FOR EACH ROW WHEN (NEW.key IS NULL) EXECUTE FUNCTION agentdesk_ticket_key();

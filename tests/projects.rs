@@ -25,14 +25,19 @@ fn as_token(app: &TestApp, token: &str, project: Option<&str>, method: Method, p
 }
 
 async fn create_project(app: &TestApp, name: &str, prefix: &str) -> Value {
-    let (status, body) = app.post("/v1/projects", json!({"name": name, "key_prefix": prefix})).await;
+    let (status, body) = app
+        .post("/v1/projects", json!({"name": name, "key_prefix": prefix}))
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     body
 }
 
 async fn create_token(app: &TestApp, project: &str, scopes: &[&str]) -> String {
     let (status, body) = app
-        .post(&format!("/v1/projects/{project}/tokens"), json!({"name": "t", "scopes": scopes}))
+        .post(
+            &format!("/v1/projects/{project}/tokens"),
+            json!({"name": "t", "scopes": scopes}),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     body["token"].as_str().expect("the token").to_owned()
@@ -44,24 +49,37 @@ async fn a_project_has_its_own_keys_names_and_tickets() {
     let ops = create_project(&app, "ops", "OPS").await;
     assert_eq!(ops["weight"], 1);
     assert_eq!(ops["key_prefix"], "OPS");
-    let (status, _) = app.post("/v1/projects", json!({"name": "ops", "key_prefix": "OPX"})).await;
+    let (status, _) = app
+        .post("/v1/projects", json!({"name": "ops", "key_prefix": "OPX"}))
+        .await;
     assert_eq!(status, StatusCode::CONFLICT);
-    let (status, _) = app.post("/v1/projects", json!({"name": "ops2", "key_prefix": "OPS"})).await;
+    let (status, _) = app
+        .post("/v1/projects", json!({"name": "ops2", "key_prefix": "OPS"}))
+        .await;
     assert_eq!(status, StatusCode::CONFLICT);
-    let (status, _) = app.post("/v1/projects", json!({"name": "Bad Name", "key_prefix": "B"})).await;
+    let (status, _) = app
+        .post("/v1/projects", json!({"name": "Bad Name", "key_prefix": "B"}))
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
 
-    let (status, first) = send(as_token(&app, DESK, Some("ops"), Method::POST, "/v1/tickets").json(&json!({"task": "a"}))).await;
+    let (status, first) =
+        send(as_token(&app, DESK, Some("ops"), Method::POST, "/v1/tickets").json(&json!({"task": "a"}))).await;
     assert_eq!(status, StatusCode::CREATED, "{first}");
     assert_eq!(first["key"], "OPS-1");
-    let (_, second) = send(as_token(&app, DESK, Some("ops"), Method::POST, "/v1/tickets").json(&json!({"task": "b"}))).await;
+    let (_, second) =
+        send(as_token(&app, DESK, Some("ops"), Method::POST, "/v1/tickets").json(&json!({"task": "b"}))).await;
     assert_eq!(second["key"], "OPS-2");
     let default = app.create_ticket(json!({"task": "c"})).await;
     assert_eq!(default["key"], "TICKET-1", "default keeps its keys");
 
     // Each project lists its own; a key of another project is not found, by key or by id.
     let (_, listed) = send(as_token(&app, DESK, Some("ops"), Method::GET, "/v1/tickets")).await;
-    let keys: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
+    let keys: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
     assert_eq!(keys, ["OPS-1", "OPS-2"]);
     let (status, _) = app.get("/v1/tickets/OPS-1").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -105,18 +123,27 @@ async fn project_tokens_have_scopes_expiry_and_revocation() {
 
     let (status, _) = send(as_token(&app, &reader, None, Method::GET, "/v1/tickets")).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, body) = send(as_token(&app, &reader, None, Method::POST, "/v1/tickets").json(&json!({"task": "x"}))).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("forbidden")));
-    let (status, ticket) = send(as_token(&app, &writer, None, Method::POST, "/v1/tickets").json(&json!({"task": "x"}))).await;
+    let (status, body) =
+        send(as_token(&app, &reader, None, Method::POST, "/v1/tickets").json(&json!({"task": "x"}))).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+    let (status, ticket) =
+        send(as_token(&app, &writer, None, Method::POST, "/v1/tickets").json(&json!({"task": "x"}))).await;
     assert_eq!((status, ticket["key"].as_str()), (StatusCode::CREATED, Some("OPS-1")));
-    let (status, _) = send(as_token(&app, &writer, None, Method::PUT, "/v1/agents/a").json(&json!({"model": "m"}))).await;
+    let (status, _) =
+        send(as_token(&app, &writer, None, Method::PUT, "/v1/agents/a").json(&json!({"model": "m"}))).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "agents need admin");
-    let (status, _) = send(as_token(&app, &admin, None, Method::PUT, "/v1/agents/a").json(&json!({"model": "m"}))).await;
+    let (status, _) =
+        send(as_token(&app, &admin, None, Method::PUT, "/v1/agents/a").json(&json!({"model": "m"}))).await;
     assert!(status.is_success());
     // Naming another project is refused; managing projects is for desk tokens.
     let (status, _) = send(as_token(&app, &admin, Some("default"), Method::GET, "/v1/tickets")).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    let (status, _) = send(as_token(&app, &admin, None, Method::POST, "/v1/projects").json(&json!({"name": "x", "key_prefix": "X"}))).await;
+    let (status, _) =
+        send(as_token(&app, &admin, None, Method::POST, "/v1/projects").json(&json!({"name": "x", "key_prefix": "X"})))
+            .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 
     // The list never shows a secret; a revoked token is refused at once here.
@@ -124,9 +151,15 @@ async fn project_tokens_have_scopes_expiry_and_revocation() {
     let items = tokens["items"].as_array().unwrap();
     assert_eq!(items.len(), 3);
     assert!(!tokens.to_string().contains("adk_"), "{tokens}");
-    let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT token_hash FROM project_tokens").fetch_all(&app.pool).await.unwrap();
+    let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT token_hash FROM project_tokens")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
     assert!(stored.iter().all(|h| h.len() == 32), "only hashes are kept");
-    let reader_id = items.iter().find(|t| t["scopes"] == json!(["read"])).unwrap()["id"].as_str().unwrap().to_owned();
+    let reader_id = items.iter().find(|t| t["scopes"] == json!(["read"])).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let (status, _) = app.delete(&format!("/v1/projects/ops/tokens/{reader_id}")).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, _) = send(as_token(&app, &reader, None, Method::GET, "/v1/tickets")).await;
@@ -141,14 +174,24 @@ async fn project_tokens_have_scopes_expiry_and_revocation() {
             json!({"name": "old", "scopes": ["read"], "expires_at": "2020-01-01T00:00:00Z"}),
         )
         .await;
-    let (status, _) = send(as_token(&app, expired["token"].as_str().unwrap(), None, Method::GET, "/v1/tickets")).await;
+    let (status, _) = send(as_token(
+        &app,
+        expired["token"].as_str().unwrap(),
+        None,
+        Method::GET,
+        "/v1/tickets",
+    ))
+    .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     // `last_used_at` is written in batches, without a write per request.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let used: Option<chrono::DateTime<chrono::Utc>> =
-            sqlx::query_scalar("SELECT max(last_used_at) FROM project_tokens").fetch_one(&app.pool).await.unwrap();
+            sqlx::query_scalar("SELECT max(last_used_at) FROM project_tokens")
+                .fetch_one(&app.pool)
+                .await
+                .unwrap();
         if used.is_some() {
             break;
         }
@@ -181,20 +224,33 @@ async fn quotas_refuse_creates_before_writing_and_rate_limits_answer_429() {
     assert!(response.headers().contains_key("ratelimit-remaining"));
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "quota_exceeded");
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM tickets").fetch_one(&app.pool).await.unwrap();
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM tickets")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
     assert_eq!(count, 2, "nothing was written");
     let (_, usage) = send(as_token(&app, DESK, None, Method::GET, "/v1/projects/small/usage")).await;
     assert_eq!(usage["day"]["tickets"], 2);
     assert_eq!(usage["quotas"]["tickets_per_day"], 2);
 
-    // Six requests in a burst were allowed (four above and two now); the seventh is 429.
-    for _ in 0..2 {
+    // Six requests in a burst were allowed (three creates above and three now); the seventh is 429.
+    for _ in 0..3 {
         let (status, _) = send(as_token(&app, DESK, Some("small"), Method::GET, "/v1/tickets")).await;
         assert_eq!(status, StatusCode::OK);
     }
-    let limited = as_token(&app, DESK, Some("small"), Method::GET, "/v1/tickets").send().await.unwrap();
+    let limited = as_token(&app, DESK, Some("small"), Method::GET, "/v1/tickets")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert!(limited.headers()["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    assert!(
+        limited.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
     assert_eq!(limited.headers()["ratelimit-limit"], "6");
     // The default project is not limited.
     let (status, _) = app.get("/v1/tickets").await;
@@ -229,13 +285,19 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
 
     // Alpha's objects, one of each kind the routes name.
     let (_, ticket) = send(alpha(Method::POST, "/v1/tickets").json(&json!({"task": "secret work"}))).await;
-    let (key, id) = (ticket["key"].as_str().unwrap().to_owned(), ticket["id"].as_str().unwrap().to_owned());
-    let (status, _) = send(alpha(Method::PUT, "/v1/agents/researcher").json(&json!({"model": "m", "role": "secret role"}))).await;
+    let (key, id) = (
+        ticket["key"].as_str().unwrap().to_owned(),
+        ticket["id"].as_str().unwrap().to_owned(),
+    );
+    let (status, _) =
+        send(alpha(Method::PUT, "/v1/agents/researcher").json(&json!({"model": "m", "role": "secret role"}))).await;
     assert!(status.is_success());
     let (status, schedule) = send(alpha(Method::POST, "/v1/schedules").json(&json!({
-        "name": "nightly", "cron": "0 3 * * *", "ticket": {"task": "secret nightly"}}))).await;
+        "name": "nightly", "cron": "0 3 * * *", "ticket": {"task": "secret nightly"}})))
+    .await;
     assert_eq!(status, StatusCode::CREATED, "{schedule}");
-    let (status, webhook) = send(alpha(Method::POST, "/v1/webhooks").json(&json!({"url": "https://example.com/secret-hook"}))).await;
+    let (status, webhook) =
+        send(alpha(Method::POST, "/v1/webhooks").json(&json!({"url": "https://example.com/secret-hook"}))).await;
     assert_eq!(status, StatusCode::CREATED, "{webhook}");
     let secrets = [key.as_str(), id.as_str(), "secret", "researcher", "nightly"];
 
@@ -276,7 +338,14 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
     assert!(walked > 30, "walked {walked} operations");
 
     // Lists, stats and streams show the intruder none of alpha's.
-    for list in ["/v1/tickets", "/v1/agents", "/v1/schedules", "/v1/webhooks", "/v1/projects", "/v1/stats"] {
+    for list in [
+        "/v1/tickets",
+        "/v1/agents",
+        "/v1/schedules",
+        "/v1/webhooks",
+        "/v1/projects",
+        "/v1/stats",
+    ] {
         let (status, body) = send(as_token(&app, &intruder, None, Method::GET, list)).await;
         assert_eq!(status, StatusCode::OK, "{list}");
         let text = body.to_string();
@@ -284,16 +353,19 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
             assert!(!text.contains(secret), "{list} shows {secret}: {text}");
         }
     }
-    let mut firehose = support::SseClient::open(
-        as_token(&app, &intruder, None, Method::GET, "/v1/events?after=0"),
-    )
-    .await
-    .unwrap();
+    let mut firehose = support::SseClient::open(as_token(&app, &intruder, None, Method::GET, "/v1/events?after=0"))
+        .await
+        .unwrap();
     let seen = firehose.collect_for(Duration::from_millis(1500)).await;
-    assert!(seen.iter().all(|e| e.ticket_id() != id), "the firehose shows alpha's events");
+    assert!(
+        seen.iter().all(|e| e.ticket_id() != id),
+        "the firehose shows alpha's events"
+    );
 
     // A PUT by name makes the intruder's own agent; alpha's stays as it was.
-    let (status, _) = send(as_token(&app, &intruder, None, Method::PUT, "/v1/agents/researcher").json(&json!({"model": "other"}))).await;
+    let (status, _) =
+        send(as_token(&app, &intruder, None, Method::PUT, "/v1/agents/researcher").json(&json!({"model": "other"})))
+            .await;
     assert!(status.is_success());
     let (_, agent) = send(alpha(Method::GET, "/v1/agents/researcher")).await;
     assert_eq!(agent["role"], "secret role");
@@ -308,8 +380,11 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
             .header("accept", "application/json, text/event-stream")
             .json(&body)
     };
-    let (status, init) = send(mcp(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}))).await;
+    let (status, init) = send(mcp(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+    ))
+    .await;
     assert_eq!(status, StatusCode::OK, "{init}");
     let call = |tool: &str, args: Value| {
         mcp(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": args}}))
@@ -318,7 +393,14 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
     assert_eq!(got["result"]["isError"], true, "{got}");
     let (_, listed) = send(call("list_tickets", json!({}))).await;
     assert!(!listed.to_string().contains(&key), "{listed}");
-    let (status, _) = send(as_token(&app, &intruder, None, Method::GET, &format!("/a2a/tasks/{id}"))).await;
+    let (status, _) = send(as_token(
+        &app,
+        &intruder,
+        None,
+        Method::GET,
+        &format!("/a2a/tasks/{id}"),
+    ))
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (_, tasks) = send(as_token(&app, &intruder, None, Method::GET, "/a2a/tasks")).await;
     assert!(!tasks.to_string().contains(&id), "{tasks}");

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use agentdesk::db;
-use agentdesk::domain::ProjectId;
 use agentdesk::db::claims::Claim;
 use agentdesk::db::tickets::NewTicket;
+use agentdesk::domain::ProjectId;
 use agentdesk::domain::{Agent, Author, ContentBlock, EventData, NewEvent, Status, Ticket, TicketRef};
 use agentdesk::tools::{apply_finisher, run_builtin, Finisher, ToolContext, ToolErrorKind, ToolOutcome};
 use agentdesk::transitions;
@@ -43,7 +43,9 @@ async fn pool() -> PgPool {
         created_at: now,
         updated_at: now,
     };
-    db::agents::upsert(&pool, ProjectId::DEFAULT, &agent).await.expect("agent");
+    db::agents::upsert(&pool, ProjectId::DEFAULT, &agent)
+        .await
+        .expect("agent");
     pool
 }
 

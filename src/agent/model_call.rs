@@ -302,6 +302,8 @@ impl Step<'_> {
             data,
         };
         let labels = self.ticket.labels.clone();
-        self.rt.hub.publish_delta(self.ticket.project, event, labels, Some(self.agent.name.clone()));
+        self.rt
+            .hub
+            .publish_delta(self.ticket.project, event, labels, Some(self.agent.name.clone()));
     }
 }

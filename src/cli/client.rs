@@ -57,6 +57,8 @@ impl std::error::Error for CliError {}
 pub struct Client {
     base: String,
     token: Option<String>,
+    /// Sent as `AgentDesk-Project`.
+    project: Option<String>,
     http: reqwest::Client,
     /// Without an overall timeout, for event streams.
     stream_http: reqwest::Client,
@@ -81,9 +83,16 @@ impl Client {
         Ok(Client {
             base,
             token: token.map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned),
+            project: None,
             http: build(Some(Duration::from_secs(60)))?,
             stream_http: build(None)?,
         })
+    }
+
+    /// Acts in `project` (None: the token's own, else `default`).
+    pub fn in_project(mut self, project: Option<&str>) -> Client {
+        self.project = project.map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned);
+        self
     }
 
     pub fn base_url(&self) -> &str {
@@ -91,7 +100,10 @@ impl Client {
     }
 
     fn request(&self, http: &reqwest::Client, method: Method, path: &str) -> reqwest::RequestBuilder {
-        let builder = http.request(method, format!("{}{path}", self.base));
+        let mut builder = http.request(method, format!("{}{path}", self.base));
+        if let Some(project) = &self.project {
+            builder = builder.header("AgentDesk-Project", project);
+        }
         match &self.token {
             Some(t) => builder.bearer_auth(t),
             None => builder,

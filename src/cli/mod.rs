@@ -56,6 +56,9 @@ pub struct ClientArgs {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+    /// The project to act in (sent as `AgentDesk-Project`; a project token needs none)
+    #[arg(long, global = true, env = "AGENTDESK_PROJECT", value_name = "NAME")]
+    pub project: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -260,7 +263,7 @@ where
         }
     };
     let result = runtime.block_on(async {
-        let client = Client::new(&args.url, args.token.as_deref())?;
+        let client = Client::new(&args.url, args.token.as_deref())?.in_project(args.project.as_deref());
         command(client).await
     });
     match result {

@@ -129,12 +129,13 @@ pub async fn insert_if_none_exist<'e>(db: impl PgExecutor<'e>, a: &Agent) -> Res
 }
 
 pub async fn get<'e>(db: impl PgExecutor<'e>, project: ProjectId, name: &str) -> Result<Option<Agent>, sqlx::Error> {
-    let row: Option<AgentRow> =
-        sqlx::query_as(&format!("SELECT {AGENT_COLUMNS} FROM agents WHERE project_id = $2 AND name = $1"))
-        .bind(name)
-        .bind(project)
-        .fetch_optional(db)
-        .await?;
+    let row: Option<AgentRow> = sqlx::query_as(&format!(
+        "SELECT {AGENT_COLUMNS} FROM agents WHERE project_id = $2 AND name = $1"
+    ))
+    .bind(name)
+    .bind(project)
+    .fetch_optional(db)
+    .await?;
     Ok(row.map(Agent::from))
 }
 
@@ -192,5 +193,7 @@ pub async fn notify_agent_changed(pool: &PgPool) -> Result<(), sqlx::Error> {
 
 /// Every agent's project, name and labels: what routing reads (`ROUTE` in `claims`).
 pub async fn routing<'e>(db: impl PgExecutor<'e>) -> Result<Vec<(ProjectId, String, Vec<String>)>, sqlx::Error> {
-    sqlx::query_as("SELECT project_id, name, labels FROM agents").fetch_all(db).await
+    sqlx::query_as("SELECT project_id, name, labels FROM agents")
+        .fetch_all(db)
+        .await
 }

@@ -142,8 +142,8 @@ pub async fn reserve(
 /// The budget's row, made with its limit when this is the period's first request.
 async fn ensure_row(conn: &mut PgConnection, budget: &Budget) -> Result<i64, sqlx::Error> {
     let made: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO budgets (scope, name, period, limit_usd, spent, project_id)
-         VALUES ($1, $2, $3, $4::numeric, $5::numeric, 1)
+        "INSERT INTO budgets (scope, name, period, limit_usd, spent)
+         VALUES ($1, $2, $3, $4::numeric, $5::numeric)
          ON CONFLICT (project_id, scope, name, period) DO NOTHING RETURNING id",
     )
     .bind(budget.scope)

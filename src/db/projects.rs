@@ -164,7 +164,10 @@ pub async fn delete(pool: &PgPool, id: ProjectId) -> Result<Deleted, sqlx::Error
             .execute(&mut *tx)
             .await?;
     }
-    sqlx::query("DELETE FROM projects WHERE id = $1").bind(id).execute(&mut *tx).await?;
+    sqlx::query("DELETE FROM projects WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query(&format!("DROP SEQUENCE IF EXISTS {}", number_sequence(id)))
         .execute(&mut *tx)
         .await?;
@@ -271,10 +274,12 @@ pub async fn delete_token(pool: &PgPool, project: ProjectId, id: Uuid) -> Result
 }
 
 pub async fn find_token(pool: &PgPool, hash: &[u8]) -> Result<Option<TokenGrant>, sqlx::Error> {
-    let row: Option<TokenRow> = sqlx::query_as(&format!("SELECT {TOKEN_COLUMNS} FROM project_tokens WHERE token_hash = $1"))
-        .bind(hash)
-        .fetch_optional(pool)
-        .await?;
+    let row: Option<TokenRow> = sqlx::query_as(&format!(
+        "SELECT {TOKEN_COLUMNS} FROM project_tokens WHERE token_hash = $1"
+    ))
+    .bind(hash)
+    .fetch_optional(pool)
+    .await?;
     Ok(row.map(|r| TokenGrant {
         id: r.id,
         project: r.project_id,
@@ -357,7 +362,11 @@ pub async fn usage_since(
 }
 
 /// How many tickets a project created since `since` (a quota's admission check).
-pub async fn tickets_since(conn: &mut PgConnection, project: ProjectId, since: DateTime<Utc>) -> Result<i64, sqlx::Error> {
+pub async fn tickets_since(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    since: DateTime<Utc>,
+) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM tickets WHERE project_id = $1 AND created_at >= $2")
         .bind(project)
         .bind(since)

@@ -17,7 +17,8 @@ use crate::domain::{ProjectId, Status, Ticket};
 /// The channel a schedule change is announced on: every scheduler looks at `next_run_at` again.
 pub const SCHEDULES_CHANNEL: &str = "agentdesk_schedules";
 
-const COLUMNS: &str = "s.id, s.project_id, s.name, s.cron, s.timezone, s.ticket, s.enabled, s.start_at, s.end_at, s.overlap, \
+const COLUMNS: &str =
+    "s.id, s.project_id, s.name, s.cron, s.timezone, s.ticket, s.enabled, s.start_at, s.end_at, s.overlap, \
      s.catch_up, s.catch_up_window_secs, s.next_run_at, s.last_run_at, \
      (SELECT t.key FROM tickets t WHERE t.id = s.last_ticket_id) AS last_ticket, s.created_at, s.updated_at";
 
@@ -134,9 +135,14 @@ pub async fn find<'e>(
 }
 
 /// Locks a schedule (by id or name) for this transaction.
-pub async fn lock(conn: &mut PgConnection, project: ProjectId, reference: &str) -> Result<Option<Schedule>, sqlx::Error> {
+pub async fn lock(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    reference: &str,
+) -> Result<Option<Schedule>, sqlx::Error> {
     let id = Uuid::parse_str(reference).ok();
-    let sql = format!("SELECT {COLUMNS} FROM schedules s WHERE s.project_id = $3 AND (s.id = $1 OR s.name = $2) FOR UPDATE");
+    let sql =
+        format!("SELECT {COLUMNS} FROM schedules s WHERE s.project_id = $3 AND (s.id = $1 OR s.name = $2) FOR UPDATE");
     let row: Option<ScheduleRow> = sqlx::query_as(&sql)
         .bind(id)
         .bind(reference)

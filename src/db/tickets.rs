@@ -14,7 +14,8 @@ use crate::domain::ticket::WaitingFor;
 use crate::domain::{Approval, PendingApproval, ProjectId, Status, Ticket, TicketError, TicketRef, TicketUsage};
 
 /// Every column a `Ticket` is built from, with the parent's key joined in.
-pub const TICKET_COLUMNS: &str = "t.id, t.project_id, t.key, t.task, t.labels, t.status, t.agent, t.reporter, t.priority, \
+pub const TICKET_COLUMNS: &str =
+    "t.id, t.project_id, t.key, t.task, t.labels, t.status, t.agent, t.reporter, t.priority, \
      t.parent_id, (SELECT p.key FROM tickets p WHERE p.id = t.parent_id) AS parent_key, \
      t.schema, t.result, t.error, t.attempts, t.max_attempts, t.metadata, t.deadline_secs, t.deadline_at, \
      t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_creation_tokens, t.requests, t.tool_calls, \
@@ -356,7 +357,11 @@ pub async fn find_by_idempotency_key(
     let sql = format!(
         "SELECT {TICKET_COLUMNS}, t.idempotency_hash FROM tickets t WHERE t.project_id = $2 AND t.idempotency_key = $1"
     );
-    let row = sqlx::query(&sql).bind(key).bind(project).fetch_optional(&mut *conn).await?;
+    let row = sqlx::query(&sql)
+        .bind(key)
+        .bind(project)
+        .fetch_optional(&mut *conn)
+        .await?;
     match row {
         None => Ok(None),
         Some(row) => {
@@ -411,7 +416,11 @@ pub async fn find_by_id<'e>(db: impl PgExecutor<'e>, id: Uuid) -> Result<Option<
 
 /// Locks a ticket row of `project` for the rest of the transaction. Taking this lock first in
 /// every writing transaction keeps a ticket's events in commit order (see `db::events`).
-pub async fn lock(conn: &mut PgConnection, project: ProjectId, ticket: &TicketRef) -> Result<Option<Ticket>, sqlx::Error> {
+pub async fn lock(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    ticket: &TicketRef,
+) -> Result<Option<Ticket>, sqlx::Error> {
     let row: Option<TicketRow> = sqlx::query_as(&format!(
         "SELECT {TICKET_COLUMNS} FROM tickets t WHERE {BY_REF} FOR UPDATE OF t"
     ))
@@ -567,15 +576,15 @@ pub async fn list_by_update(
     let total: i64 = sqlx::query_scalar(&format!(
         "SELECT count(*) FROM tickets t WHERE {MATCHING} AND $4::int8 IS NULL AND $5::int8 IS NULL AND $6::int8 IS NULL"
     ))
-        .bind(&statuses)
-        .bind(&f.context_id)
-        .bind(since)
-        .bind(None::<i64>)
-        .bind(None::<i64>)
-        .bind(None::<i64>)
-        .bind(f.project)
-        .fetch_one(pool)
-        .await?;
+    .bind(&statuses)
+    .bind(&f.context_id)
+    .bind(since)
+    .bind(None::<i64>)
+    .bind(None::<i64>)
+    .bind(None::<i64>)
+    .bind(f.project)
+    .fetch_one(pool)
+    .await?;
     Ok((tickets, next, total))
 }
 

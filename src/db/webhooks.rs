@@ -85,12 +85,13 @@ pub async fn insert(pool: &PgPool, project: ProjectId, new: &NewWebhook) -> Resu
 }
 
 pub async fn get<'e>(db: impl PgExecutor<'e>, project: ProjectId, id: Uuid) -> Result<Option<Webhook>, sqlx::Error> {
-    let row: Option<WebhookRow> =
-        sqlx::query_as(&format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE project_id = $2 AND id = $1"))
-        .bind(id)
-        .bind(project)
-        .fetch_optional(db)
-        .await?;
+    let row: Option<WebhookRow> = sqlx::query_as(&format!(
+        "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE project_id = $2 AND id = $1"
+    ))
+    .bind(id)
+    .bind(project)
+    .fetch_optional(db)
+    .await?;
     Ok(row.map(Webhook::from))
 }
 

@@ -74,7 +74,10 @@ pub struct Quotas {
 
 impl Quotas {
     pub fn validate(&self) -> Result<(), String> {
-        for (name, value) in [("tickets_per_day", self.tickets_per_day), ("tokens_per_day", self.tokens_per_day)] {
+        for (name, value) in [
+            ("tickets_per_day", self.tickets_per_day),
+            ("tokens_per_day", self.tokens_per_day),
+        ] {
             if value.is_some_and(|v| v < 0) {
                 return Err(format!("quotas.{name} must be at least 0"));
             }
@@ -101,7 +104,10 @@ pub struct Project {
 
 /// `[a-z0-9-]`, 1 to 32 characters.
 pub fn is_project_name(name: &str) -> bool {
-    (1..=32).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    (1..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// `[A-Z]`, 1 to 10 characters.
@@ -135,9 +141,14 @@ impl TokenScope {
     }
 
     pub fn parse(s: &str) -> Option<TokenScope> {
-        [TokenScope::Read, TokenScope::Write, TokenScope::Approve, TokenScope::Admin]
-            .into_iter()
-            .find(|scope| scope.as_str() == s)
+        [
+            TokenScope::Read,
+            TokenScope::Write,
+            TokenScope::Approve,
+            TokenScope::Admin,
+        ]
+        .into_iter()
+        .find(|scope| scope.as_str() == s)
     }
 }
 

@@ -6,8 +6,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::project::ProjectId;
 use super::money::Usd;
+use super::project::ProjectId;
 use super::tool::{Approval, PendingApproval};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]

@@ -302,7 +302,8 @@ fn take_global(sub: &mut Subscriber<Global>, msg: Result<HubMessage, RecvError>)
                 return;
             };
             let project = sub.kind.filter.project;
-            if first > sub.kind.cursor && sub.kind.filter.is_empty() && batch.items.iter().all(|i| i.project == project) {
+            if first > sub.kind.cursor && sub.kind.filter.is_empty() && batch.items.iter().all(|i| i.project == project)
+            {
                 // The common case: the whole batch is new and wanted, and its frames are shared.
                 sub.kind.cursor = last;
                 sub.pending.push_back(batch.frames());

@@ -225,7 +225,11 @@ impl Access {
     pub async fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         let named = headers
             .get(PROJECT_HEADER)
-            .map(|v| v.to_str().map(str::trim).map_err(|_| ApiError::BadRequest("the AgentDesk-Project header must be text".into())))
+            .map(|v| {
+                v.to_str()
+                    .map(str::trim)
+                    .map_err(|_| ApiError::BadRequest("the AgentDesk-Project header must be text".into()))
+            })
             .transpose()?
             .filter(|v| !v.is_empty());
         let presented = bearer(headers);
@@ -240,7 +244,10 @@ impl Access {
                     "a project token acts in its own project only; drop the AgentDesk-Project header or name its project".into(),
                 ));
             }
-            self.used.lock().unwrap_or_else(|e| e.into_inner()).insert(grant.id, Utc::now());
+            self.used
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(grant.id, Utc::now());
             return Ok(Caller {
                 project,
                 credential: Credential::Project {
@@ -275,10 +282,17 @@ impl Access {
     pub async fn take(&self, caller: &Caller) -> Result<Option<RateHeaders>, Response> {
         let mut tightest: Option<RateHeaders> = None;
         let token_limit = match &caller.credential {
-            Credential::Project { id, rate_limit: Some(limit), .. } => Some((format!("token:{id}"), *limit)),
+            Credential::Project {
+                id,
+                rate_limit: Some(limit),
+                ..
+            } => Some((format!("token:{id}"), *limit)),
             _ => None,
         };
-        let project_limit = caller.project.rate_limit.map(|limit| (format!("project:{}", caller.project.id), limit));
+        let project_limit = caller
+            .project
+            .rate_limit
+            .map(|limit| (format!("project:{}", caller.project.id), limit));
         for (key, limit) in token_limit.into_iter().chain(project_limit) {
             let (taken, left) = db::projects::take_from_bucket(&self.pool, &key, &limit)
                 .await
@@ -351,9 +365,10 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 pub const DESK_WIDE: [&str; 3] = ["/v1/tools", "/v1/mcp-servers", "/v1/providers"];
 
 fn desk_wide(path: &str) -> bool {
-    DESK_WIDE
-        .iter()
-        .any(|prefix| path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
+    DESK_WIDE.iter().any(|prefix| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
 }
 
 /// The `/v1` gate: resolves the caller, checks what the route needs, takes from the rate
@@ -363,6 +378,13 @@ pub async fn admit(State(state): State<AppState>, mut req: Request, next: Next) 
         Ok(caller) => caller,
         Err(refused) => return refused.into_response(),
     };
+    // Another project's paths are 404 to a project token, whatever its scopes: its existence is
+    // never revealed.
+    if let (Credential::Project { .. }, Some(named)) = (&caller.credential, path_project(req.uri().path())) {
+        if named != caller.project.name {
+            return ApiError::NotFound(format!("no project {named:?}")).into_response();
+        }
+    }
     let need = need(req.method(), req.uri().path());
     if !caller.may(need) {
         return ApiError::Forbidden(match need {
@@ -377,7 +399,8 @@ pub async fn admit(State(state): State<AppState>, mut req: Request, next: Next) 
     }
     if caller.project.id != ProjectId::DEFAULT && desk_wide(req.uri().path()) {
         return ApiError::NotFound(
-            "HTTP tools, MCP servers and named providers belong to the project default; this request acts in another".into(),
+            "HTTP tools, MCP servers and named providers belong to the project default; this request acts in another"
+                .into(),
         )
         .into_response();
     }
@@ -391,6 +414,14 @@ pub async fn admit(State(state): State<AppState>, mut req: Request, next: Next) 
         limits.apply(response.headers_mut());
     }
     response
+}
+
+/// The project a `/v1/projects/{project}…` path names.
+fn path_project(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1/projects/")?
+        .split('/')
+        .next()
+        .filter(|p| !p.is_empty())
 }
 
 /// A new project token: `adk_` and 32 random bytes, base64url without padding, and its hash.
@@ -412,8 +443,7 @@ async fn touch_tokens(access: Arc<Access>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => {}
             _ = tokio::time::sleep(TOUCH_INTERVAL) => {}
         }
-        let used: Vec<(Uuid, DateTime<Utc>)> =
-            access.used.lock().unwrap_or_else(|e| e.into_inner()).drain().collect();
+        let used: Vec<(Uuid, DateTime<Utc>)> = access.used.lock().unwrap_or_else(|e| e.into_inner()).drain().collect();
         if !used.is_empty() {
             if let Err(e) = db::projects::touch_tokens(&access.pool, &used).await {
                 tracing::warn!(error = %e, "could not record when tokens were last used");
@@ -447,7 +477,9 @@ mod tests {
     fn tokens_are_long_and_url_safe() {
         let (token, hash) = new_token();
         assert!(token.starts_with(TOKEN_PREFIX) && token.len() >= 4 + 43);
-        assert!(token[4..].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert!(token[4..]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         assert_eq!(hash, <[u8; 32]>::from(Sha256::digest(token.as_bytes())));
     }
 }

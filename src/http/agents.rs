@@ -7,10 +7,10 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, NamePageQuery, Page};
-use super::access::Caller;
 use super::AppState;
 use crate::db;
 use crate::domain::agent::{default_model, is_valid_agent_name};
@@ -207,7 +207,8 @@ pub async fn put_agent(
             &db::budgets::agent_key(caller.project_id(), &agent.name),
             agent.budget_usd_per_day,
             raised,
-        ).await?;
+        )
+        .await?;
         tx.commit().await?;
         if resumed > 0 {
             state.hub.wake();
@@ -276,8 +277,11 @@ fn thinking_budget(budget: Option<i32>) -> Result<Option<i32>, ApiError> {
 #[utoipa::path(get, path = "/agents/{name}", tag = "agents",
     params(("name" = String, Path)),
     responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
-pub async fn get_agent(State(state): State<AppState>,
-    caller: Caller, ApiPath(name): ApiPath<String>) -> ApiResult<Json<Agent>> {
+pub async fn get_agent(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<Agent>> {
     db::agents::get(&state.pool, caller.project_id(), &name)
         .await?
         .map(Json)
@@ -318,8 +322,11 @@ pub async fn list_agents(
 #[utoipa::path(delete, path = "/agents/{name}", tag = "agents",
     params(("name" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
-pub async fn delete_agent(State(state): State<AppState>,
-    caller: Caller, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
+pub async fn delete_agent(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<StatusCode> {
     if db::agents::delete(&state.pool, caller.project_id(), &name).await? {
         state.route_check.agents_changed().await;
         Ok(StatusCode::NO_CONTENT)

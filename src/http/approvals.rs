@@ -6,9 +6,9 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath};
-use super::access::Caller;
 use super::AppState;
 use crate::domain::ProjectId;
 use crate::domain::Ticket;
@@ -45,20 +45,26 @@ pub async fn answer_approval(
     ApiPath((reference, call_id)): ApiPath<(String, String)>,
     ApiJson(req): ApiJson<AnswerApproval>,
 ) -> ApiResult<Json<Ticket>> {
-    Ok(Json(answer(&state, caller.project_id(), &reference, &call_id, req).await?))
+    Ok(Json(
+        answer(&state, caller.project_id(), &reference, &call_id, req).await?,
+    ))
 }
 
 /// Answers a waiting tool call: the endpoint above, and the MCP server's `answer_approval`.
 pub async fn answer(
     state: &AppState,
     project: ProjectId,
-    reference: &str, call_id: &str, req: AnswerApproval) -> ApiResult<Ticket> {
+    reference: &str,
+    call_id: &str,
+    req: AnswerApproval,
+) -> ApiResult<Ticket> {
     if req.reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_LEN) {
         return Err(ApiError::Validation(format!(
             "reason must be at most {MAX_REASON_LEN} bytes"
         )));
     }
-    let ticket = transitions::answer_approval(&state.pool, project, reference, call_id, req.approve, req.reason).await?;
+    let ticket =
+        transitions::answer_approval(&state.pool, project, reference, call_id, req.approve, req.reason).await?;
     state.hub.wake();
     Ok(ticket)
 }

@@ -122,9 +122,10 @@ impl IntoResponse for ApiError {
         };
         let mut response = (self.status(), Json(body)).into_response();
         if let ApiError::QuotaExceeded(_, retry_after) = &self {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(*retry_after));
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(*retry_after),
+            );
         }
         if matches!(self, ApiError::Unauthorized) {
             response.headers_mut().insert(

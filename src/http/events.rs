@@ -7,9 +7,9 @@ use axum::response::Response;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiPath, ApiQuery};
-use super::access::Caller;
 use super::AppState;
 use crate::db::events::GlobalCursor;
 use crate::events::stream::{self, GlobalFilter};

@@ -157,3 +157,11 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
             .map_err(|e| ApiError::NotFound(format!("no such resource: {}", e.body_text())))
     }
 }
+
+/// A field that is present (even as null) is `Some`: tells a PATCH's `null` (clear it) from a
+/// field left out (keep it).
+pub fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
+}

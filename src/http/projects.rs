@@ -49,20 +49,25 @@ pub struct CreateProject {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchProject {
-    #[serde(default, deserialize_with = "super::schedules::present")]
+    #[serde(default, deserialize_with = "super::extract::present")]
     #[schema(value_type = Option<String>, max_length = 4096)]
     pub description: Option<Option<String>>,
     #[serde(default)]
     #[schema(minimum = 1, maximum = 100)]
     pub weight: Option<i32>,
-    #[serde(default, deserialize_with = "super::schedules::present")]
+    #[serde(default, deserialize_with = "super::extract::present")]
     #[schema(value_type = Option<RateLimit>)]
     pub rate_limit: Option<Option<RateLimit>>,
     #[serde(default)]
     pub quotas: Option<Quotas>,
 }
 
-fn check_settings(weight: i32, rate_limit: Option<&RateLimit>, quotas: &Quotas, description: Option<&str>) -> ApiResult<()> {
+fn check_settings(
+    weight: i32,
+    rate_limit: Option<&RateLimit>,
+    quotas: &Quotas,
+    description: Option<&str>,
+) -> ApiResult<()> {
     if !(1..=100).contains(&weight) {
         return Err(ApiError::Validation("weight must be between 1 and 100".into()));
     }
@@ -80,7 +85,9 @@ fn check_settings(weight: i32, rate_limit: Option<&RateLimit>, quotas: &Quotas, 
 /// token, as if it did not exist.
 async fn visible(state: &AppState, caller: &Caller, name: &str) -> ApiResult<Arc<Project>> {
     let missing = || ApiError::NotFound(format!("no project {name:?}"));
-    let project = db::projects::find_by_name(&state.pool, name).await?.ok_or_else(missing)?;
+    let project = db::projects::find_by_name(&state.pool, name)
+        .await?
+        .ok_or_else(missing)?;
     if !caller.sees(&project) {
         return Err(missing());
     }
@@ -100,7 +107,10 @@ fn conflict(e: sqlx::Error) -> ApiError {
 #[utoipa::path(post, path = "/projects", tag = "projects", request_body = CreateProject,
     responses((status = 201, body = Project), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn create_project(State(state): State<AppState>, ApiJson(body): ApiJson<CreateProject>) -> ApiResult<Response> {
+pub async fn create_project(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateProject>,
+) -> ApiResult<Response> {
     if !is_project_name(&body.name) {
         return Err(ApiError::Validation("name must be 1 to 32 of [a-z0-9-]".into()));
     }
@@ -115,7 +125,12 @@ pub async fn create_project(State(state): State<AppState>, ApiJson(body): ApiJso
         rate_limit: body.rate_limit,
         quotas: body.quotas.unwrap_or_default(),
     };
-    check_settings(settings.weight, settings.rate_limit.as_ref(), &settings.quotas, settings.description.as_deref())?;
+    check_settings(
+        settings.weight,
+        settings.rate_limit.as_ref(),
+        &settings.quotas,
+        settings.description.as_deref(),
+    )?;
     let project = db::projects::insert(&state.pool, &settings).await.map_err(conflict)?;
     state.access.projects_changed();
     Ok((StatusCode::CREATED, Json(project)).into_response())
@@ -144,13 +159,22 @@ pub async fn list_projects(
     };
     if !caller.is_desk() {
         let own = caller.project.as_ref().clone();
-        let items = if after.as_deref().is_none_or(|a| a < own.name.as_str()) { vec![own] } else { vec![] };
-        return Ok(Json(ProjectList { items, next_cursor: None }));
+        let items = if after.as_deref().is_none_or(|a| a < own.name.as_str()) {
+            vec![own]
+        } else {
+            vec![]
+        };
+        return Ok(Json(ProjectList {
+            items,
+            next_cursor: None,
+        }));
     }
     let mut items = db::projects::list(&state.pool, after.as_deref(), page.limit + 1).await?;
     let more = items.len() as i64 > page.limit;
     items.truncate(page.limit as usize);
-    let next_cursor = more.then(|| items.last().map(|p| Cursor::Name(p.name.clone()).encode())).flatten();
+    let next_cursor = more
+        .then(|| items.last().map(|p| Cursor::Name(p.name.clone()).encode()))
+        .flatten();
     Ok(Json(ProjectList { items, next_cursor }))
 }
 
@@ -185,7 +209,12 @@ pub async fn patch_project(
         rate_limit: patch.rate_limit.unwrap_or(project.rate_limit),
         quotas: patch.quotas.unwrap_or_else(|| project.quotas.clone()),
     };
-    check_settings(settings.weight, settings.rate_limit.as_ref(), &settings.quotas, settings.description.as_deref())?;
+    check_settings(
+        settings.weight,
+        settings.rate_limit.as_ref(),
+        &settings.quotas,
+        settings.description.as_deref(),
+    )?;
     let updated = db::projects::update(&state.pool, project.id, &settings)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no project {name:?}")))?;
@@ -267,7 +296,9 @@ pub async fn create_token(
         return Err(ApiError::Validation("name must be 1 to 64 bytes".into()));
     }
     if body.scopes.is_empty() {
-        return Err(ApiError::Validation("scopes must name at least one of read, write, approve, admin".into()));
+        return Err(ApiError::Validation(
+            "scopes must name at least one of read, write, approve, admin".into(),
+        ));
     }
     if let Some(limit) = &body.rate_limit {
         limit.validate().map_err(ApiError::Validation)?;
@@ -325,7 +356,9 @@ pub async fn list_tokens(
     let mut items = db::projects::list_tokens(&state.pool, project.id, after, page.limit + 1).await?;
     let more = items.len() as i64 > page.limit;
     items.truncate(page.limit as usize);
-    let next_cursor = more.then(|| items.last().map(|t| Cursor::Name(t.id.to_string()).encode())).flatten();
+    let next_cursor = more
+        .then(|| items.last().map(|t| Cursor::Name(t.id.to_string()).encode()))
+        .flatten();
     Ok(Json(TokenList { items, next_cursor }))
 }
 
@@ -398,11 +431,7 @@ pub async fn project_usage(
 
 /// Refuses a create beyond the project's `tickets_per_day` before anything is written: 429
 /// `quota_exceeded` with `Retry-After` until the next UTC midnight.
-pub async fn admit_tickets(
-    conn: &mut sqlx::PgConnection,
-    project: &Project,
-    count: i64,
-) -> ApiResult<()> {
+pub async fn admit_tickets(conn: &mut sqlx::PgConnection, project: &Project, count: i64) -> ApiResult<()> {
     let Some(limit) = project.quotas.tickets_per_day else {
         return Ok(());
     };
@@ -411,7 +440,10 @@ pub async fn admit_tickets(
     let used = db::projects::tickets_since(conn, project.id, day).await?;
     if used + count > limit {
         return Err(ApiError::QuotaExceeded(
-            format!("project {:?} has created {used} of its {limit} tickets today (quota tickets_per_day)", project.name),
+            format!(
+                "project {:?} has created {used} of its {limit} tickets today (quota tickets_per_day)",
+                project.name
+            ),
             secs_to_midnight(now),
         ));
     }

@@ -8,11 +8,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, IdPageQuery, NumberPageQuery, Page};
 use super::tickets::{TicketList, DEFAULT_MAX_ATTEMPTS, MAX_DEADLINE_SECS};
-use super::access::Caller;
 use super::AppState;
 use crate::db;
 use crate::domain::schedule::{check_name, CatchUp, Overlap, Schedule, TicketTemplate, DEFAULT_CATCH_UP_WINDOW_SECS};
@@ -82,7 +82,7 @@ pub struct TicketTemplateBody {
 #[derive(Deserialize, ToSchema)]
 pub struct PatchSchedule {
     /// A string sets it, null clears it.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::extract::present")]
     #[schema(value_type = Option<String>)]
     pub name: Option<Option<String>>,
     pub cron: Option<String>,
@@ -102,11 +102,6 @@ pub struct PatchSchedule {
     pub catch_up: Option<String>,
     #[schema(minimum = 0)]
     pub catch_up_window_secs: Option<i64>,
-}
-
-/// A field that is present (even as null) is `Some`.
-pub(super) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
 }
 
 /// A date-time field, RFC 3339, or null; one of another form is refused naming the field and the
@@ -408,7 +403,9 @@ pub async fn run_schedule(
     caller: Caller,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<(StatusCode, Json<Ticket>)> {
-    let ticket = firing::run_now(&state.pool, caller.project_id(), &reference).await.map_err(desk_error)?;
+    let ticket = firing::run_now(&state.pool, caller.project_id(), &reference)
+        .await
+        .map_err(desk_error)?;
     crate::telemetry::metric::schedule_firing("manual");
     state.hub.wake();
     state.hub.work_available();

@@ -9,10 +9,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 
+use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, NumberPageQuery, Page};
-use super::access::Caller;
 use super::AppState;
 use crate::db;
 use crate::db::tickets::{ListFilter, NewTicket, TicketPatch};
@@ -344,8 +344,11 @@ pub async fn list(state: &AppState, project: ProjectId, q: ListTicketsQuery) -> 
     params(("ticket" = String, Path, description = "Ticket id or key (TICKET-7)")),
     responses((status = 200, body = Ticket, headers(("AgentDesk-Warning" = String, description = "Present when the ticket is todo and no agent takes its labels: it waits until an agent's labels (or name) match"))),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn get_ticket(State(state): State<AppState>,
-    caller: Caller, ApiPath(reference): ApiPath<String>) -> ApiResult<Response> {
+pub async fn get_ticket(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(reference): ApiPath<String>,
+) -> ApiResult<Response> {
     let ticket = transitions::find(&state.pool, caller.project_id(), &reference).await?;
     let warning = state.route_check.header(&state.pool, &ticket).await?;
     Ok((warning.map(|w| [w]), Json(ticket)).into_response())
@@ -429,7 +432,9 @@ pub async fn patch_ticket(
             other => other,
         },
     };
-    Ok(Json(transitions::patch(&state.pool, caller.project_id(), &reference, patch).await?))
+    Ok(Json(
+        transitions::patch(&state.pool, caller.project_id(), &reference, patch).await?,
+    ))
 }
 
 /// Cancel a ticket

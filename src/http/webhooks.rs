@@ -8,10 +8,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, IdPageQuery, NumberPageQuery, Page};
-use super::access::Caller;
 use super::AppState;
 use crate::db;
 use crate::db::webhooks::{NewWebhook, WebhookPatch};
@@ -198,8 +198,11 @@ pub async fn list_webhooks(
 /// Get a webhook endpoint (without its secret)
 #[utoipa::path(get, path = "/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
     responses((status = 200, body = Webhook), (status = 404, body = ErrorBody)))]
-pub async fn get_webhook(State(state): State<AppState>,
-    caller: Caller, ApiPath(id): ApiPath<String>) -> ApiResult<Json<Webhook>> {
+pub async fn get_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<Webhook>> {
     db::webhooks::get(&state.pool, caller.project_id(), parse_id(&id)?)
         .await?
         .map(Json)
@@ -241,8 +244,11 @@ pub async fn patch_webhook(
 /// Delete a webhook endpoint and its delivery log
 #[utoipa::path(delete, path = "/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
-pub async fn delete_webhook(State(state): State<AppState>,
-    caller: Caller, ApiPath(id): ApiPath<String>) -> ApiResult<StatusCode> {
+pub async fn delete_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<StatusCode> {
     if db::webhooks::delete(&state.pool, caller.project_id(), parse_id(&id)?).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -268,7 +274,10 @@ pub async fn list_deliveries(
         None => None,
         Some(c) => Some(c.as_number().ok_or_else(Page::bad_cursor)?),
     };
-    if db::webhooks::get(&state.pool, caller.project_id(), webhook_id).await?.is_none() {
+    if db::webhooks::get(&state.pool, caller.project_id(), webhook_id)
+        .await?
+        .is_none()
+    {
         return Err(not_found(&id));
     }
     let (items, more) = db::webhooks::deliveries(&state.pool, webhook_id, before, page.limit).await?;
@@ -287,8 +296,11 @@ pub async fn list_deliveries(
 /// disabled), and answers with that attempt, which is also logged.
 #[utoipa::path(post, path = "/webhooks/{id}/test", tag = "webhooks", params(("id" = String, Path)),
     responses((status = 200, body = Delivery), (status = 404, body = ErrorBody)))]
-pub async fn test_webhook(State(state): State<AppState>,
-    caller: Caller, ApiPath(id): ApiPath<String>) -> ApiResult<Json<Delivery>> {
+pub async fn test_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<Delivery>> {
     crate::webhooks::send_test(&state.pool, &state.config, caller.project_id(), parse_id(&id)?)
         .await?
         .map(Json)

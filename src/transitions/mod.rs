@@ -105,13 +105,16 @@ pub async fn create_budgeted(
     if let Some(p) = parent {
         let no_parent = || DeskError::Invalid(format!("parent {p:?} names no ticket"));
         let parent = TicketRef::parse(p).ok_or_else(no_parent)?;
-        let parent = db::tickets::find(&mut *tx, new.project, &parent).await?.ok_or_else(no_parent)?;
+        let parent = db::tickets::find(&mut *tx, new.project, &parent)
+            .await?
+            .ok_or_else(no_parent)?;
         new.parent_id = Some(parent.id);
     }
     if let Some((key, hash)) = &new.idempotency {
         // Concurrent repeats wait here for the first to commit, then find its ticket.
         db::tickets::lock_idempotency_key(&mut tx, &format!("{}:{key}", new.project)).await?;
-        if let Some((existing, existing_hash)) = db::tickets::find_by_idempotency_key(&mut tx, new.project, key).await? {
+        if let Some((existing, existing_hash)) = db::tickets::find_by_idempotency_key(&mut tx, new.project, key).await?
+        {
             return if existing_hash.as_deref() == Some(hash.as_str()) {
                 Ok(Created::Repeat(existing))
             } else {
@@ -130,21 +133,26 @@ pub async fn create_budgeted(
 pub async fn find(pool: &PgPool, project: ProjectId, reference: &str) -> Result<Ticket, DeskError> {
     let not_found = || DeskError::NotFound(reference.to_owned());
     let ticket_ref = TicketRef::parse(reference).ok_or_else(not_found)?;
-    db::tickets::find(pool, project, &ticket_ref).await?.ok_or_else(not_found)
+    db::tickets::find(pool, project, &ticket_ref)
+        .await?
+        .ok_or_else(not_found)
 }
 
 /// Locks the ticket for this transaction, or NotFound.
 async fn lock(conn: &mut PgConnection, project: ProjectId, reference: &str) -> Result<Ticket, DeskError> {
     let not_found = || DeskError::NotFound(reference.to_owned());
     let ticket_ref = TicketRef::parse(reference).ok_or_else(not_found)?;
-    db::tickets::lock(conn, project, &ticket_ref).await?.ok_or_else(not_found)
+    db::tickets::lock(conn, project, &ticket_ref)
+        .await?
+        .ok_or_else(not_found)
 }
 
 /// A human comment. A waiting or finished ticket goes back to `todo`; an in-progress ticket's
 /// agent sees the comment on its next model request.
 pub async fn add_comment(
     pool: &PgPool,
-    project: ProjectId, reference: &str,
+    project: ProjectId,
+    reference: &str,
     author: Author,
     text: String,
 ) -> Result<(Comment, Ticket), DeskError> {
@@ -179,7 +187,12 @@ pub async fn add_comment(
     Ok((comment, ticket))
 }
 
-pub async fn patch(pool: &PgPool, project: ProjectId, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
+pub async fn patch(
+    pool: &PgPool,
+    project: ProjectId,
+    reference: &str,
+    patch: TicketPatch,
+) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
     let updated = patch_in(&mut tx, project, reference, patch).await?;
     tx.commit().await?;
@@ -188,7 +201,12 @@ pub async fn patch(pool: &PgPool, project: ProjectId, reference: &str, patch: Ti
 
 /// Edits a `todo` or `waiting` ticket and logs `ticket.updated`, in the caller's transaction (an
 /// agent's edit runs inside its fenced transaction, so a worker that lost its claim edits nothing).
-pub async fn patch_in(conn: &mut PgConnection, project: ProjectId, reference: &str, patch: TicketPatch) -> Result<Ticket, DeskError> {
+pub async fn patch_in(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    reference: &str,
+    patch: TicketPatch,
+) -> Result<Ticket, DeskError> {
     let ticket = lock(conn, project, reference).await?;
     if !ticket.status.is_editable() {
         return Err(DeskError::Conflict(format!(
@@ -238,7 +256,11 @@ pub async fn cancel(pool: &PgPool, project: ProjectId, reference: &str) -> Resul
 
 /// `cancel` in the caller's transaction; with the agent that had the ticket (`""` for none) when
 /// this call cancelled it (None when it already was), for the metric to count after the commit.
-pub async fn cancel_in(conn: &mut PgConnection, project: ProjectId, reference: &str) -> Result<(Ticket, Option<String>), DeskError> {
+pub async fn cancel_in(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    reference: &str,
+) -> Result<(Ticket, Option<String>), DeskError> {
     let ticket = lock(conn, project, reference).await?;
     match ticket.status {
         Status::Cancelled => return Ok((ticket, None)),
@@ -295,7 +317,8 @@ pub async fn retry(pool: &PgPool, project: ProjectId, reference: &str) -> Result
 /// one call cannot both win (the second is a conflict), and a worker's step reads them whole.
 pub async fn answer_approval(
     pool: &PgPool,
-    project: ProjectId, reference: &str,
+    project: ProjectId,
+    reference: &str,
     call_id: &str,
     approve: bool,
     reason: Option<String>,

@@ -96,7 +96,12 @@ async fn dispatch(shared: Arc<Shared>) {
 
 /// Sends a `webhook.test` event to an endpoint now (one attempt, logged with the others); None
 /// when there is no such endpoint.
-pub async fn send_test(pool: &PgPool, config: &Config, project: crate::domain::ProjectId, id: Uuid) -> Result<Option<Delivery>, sqlx::Error> {
+pub async fn send_test(
+    pool: &PgPool,
+    config: &Config,
+    project: crate::domain::ProjectId,
+    id: Uuid,
+) -> Result<Option<Delivery>, sqlx::Error> {
     let Some(secret) = db::webhooks::secret(pool, id).await? else {
         return Ok(None);
     };

@@ -379,6 +379,108 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/projects": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List projects
+         * @description A desk token sees every project; a project token its own.
+         */
+        get: operations["list_projects"];
+        put?: never;
+        /** Create a project */
+        post: operations["create_project"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/projects/{project}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a project */
+        get: operations["get_project"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a project
+         * @description Only a project without tickets (409 otherwise); its agents, tools, MCP servers, providers,
+         *     schedules, webhooks and tokens go with it. `default` is never deleted.
+         */
+        delete: operations["delete_project"];
+        options?: never;
+        head?: never;
+        /** Change a project */
+        patch: operations["patch_project"];
+        trace?: never;
+    };
+    "/v1/projects/{project}/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List a project's tokens (never their secrets) */
+        get: operations["list_tokens"];
+        put?: never;
+        /** Create a project token */
+        post: operations["create_token"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/projects/{project}/tokens/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a project token
+         * @description Refused by every process within 2 s.
+         */
+        delete: operations["revoke_token"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/projects/{project}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A project's usage today and this month, with its quotas
+         * @description The tickets created in the period and what their requests used.
+         */
+        get: operations["project_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/providers": {
         parameters: {
             query?: never;
@@ -1056,6 +1158,20 @@ export interface components {
             /** @description `user` (default) or `system`. */
             author?: string | null;
         };
+        CreateProject: {
+            /** @description 1–32 of `[a-z0-9-]`, unique. */
+            name: string;
+            /** @description 1–10 of `[A-Z]`, unique; its tickets are `{key_prefix}-1`, `{key_prefix}-2`, … */
+            key_prefix: string;
+            description?: string | null;
+            /**
+             * Format: int32
+             * @description Its share of the workers when several projects have tickets waiting (1–100; default 1).
+             */
+            weight?: number | null;
+            rate_limit?: null | components["schemas"]["RateLimit"];
+            quotas?: null | components["schemas"]["Quotas"];
+        };
         /** @description A new schedule. */
         CreateSchedule: {
             /**
@@ -1132,6 +1248,14 @@ export interface components {
              */
             budget_usd?: number | null;
         };
+        CreateToken: {
+            name: string;
+            /** @description `read`, `write`, `approve`, `admin`. */
+            scopes: components["schemas"]["TokenScope"][];
+            /** Format: date-time */
+            expires_at?: string | null;
+            rate_limit?: null | components["schemas"]["RateLimit"];
+        };
         CreateWebhook: {
             /**
              * @description Where events are POSTed: an http or https URL.
@@ -1147,6 +1271,20 @@ export interface components {
             description?: string | null;
             /** @description true creates it stopped (enable it with `PATCH {"disabled": false}`). */
             disabled?: boolean;
+        };
+        /** @description A new token, with its secret: shown only in this answer. */
+        CreatedToken: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            scopes: components["schemas"]["TokenScope"][];
+            /** Format: date-time */
+            expires_at?: string | null;
+            rate_limit?: null | components["schemas"]["RateLimit"];
+            /** Format: date-time */
+            created_at: string;
+            /** @description `adk_` and 32 random bytes, base64url without padding. */
+            token: string;
         };
         /** @description A created endpoint, with its secret: the only time the secret is shown. */
         CreatedWebhook: components["schemas"]["Webhook"] & {
@@ -1190,7 +1328,8 @@ export interface components {
         ErrorDetail: {
             /**
              * @description `bad_request`, `unauthorized`, `forbidden`, `not_found`, `conflict`, `payload_too_large`,
-             *     `headers_too_large`, `unsupported_media_type`, `validation_failed`, `unavailable`, `timeout` or `internal`.
+             *     `headers_too_large`, `unsupported_media_type`, `validation_failed`, `rate_limited`,
+             *     `quota_exceeded`, `unavailable`, `timeout` or `internal`.
              */
             code: string;
             message: string;
@@ -1685,6 +1824,17 @@ export interface components {
          */
         Overlap: "skip" | "allow" | "cancel_previous";
         /**
+         * @description Changes a project: fields left out stay; `rate_limit` null removes the limit. The name and
+         *     key prefix never change (they are in every key and in clients' configuration).
+         */
+        PatchProject: {
+            description?: string | null;
+            /** Format: int32 */
+            weight?: number | null;
+            rate_limit?: null | components["schemas"]["RateLimit"];
+            quotas?: null | components["schemas"]["Quotas"];
+        };
+        /**
          * @description Changes to a schedule: what the body names. `ticket` keys replace the template's keys of the
          *     same name. A change of `cron`, `timezone`, `start_at`, `end_at` or `enabled` recomputes
          *     `next_run_at` from now (times missed while paused do not fire).
@@ -1754,6 +1904,17 @@ export interface components {
             tool_name: string;
             input: Record<string, never>;
         };
+        /** @description What a project used in one period. */
+        PeriodUsage: {
+            /** Format: int64 */
+            tickets: number;
+            /** Format: int64 */
+            input_tokens: number;
+            /** Format: int64 */
+            output_tokens: number;
+            /** Format: double */
+            cost_usd: number;
+        };
         /** @description A model's price in US dollars per million tokens. */
         Price: {
             /** @description The model name as sent to the provider; a trailing `*` matches every name with that prefix. */
@@ -1783,6 +1944,46 @@ export interface components {
          * @enum {string}
          */
         PriceSource: "desk" | "built_in";
+        Project: {
+            /** @example ops */
+            name: string;
+            /** @example OPS */
+            key_prefix: string;
+            description?: string | null;
+            /** Format: int32 */
+            weight: number;
+            rate_limit?: null | components["schemas"]["RateLimit"];
+            quotas: components["schemas"]["Quotas"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        ProjectList: {
+            items: components["schemas"]["Project"][];
+            next_cursor?: string | null;
+        };
+        /** @description A project token as listed: never its secret. */
+        ProjectToken: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            scopes: components["schemas"]["TokenScope"][];
+            /** Format: date-time */
+            expires_at?: string | null;
+            rate_limit?: null | components["schemas"]["RateLimit"];
+            /** Format: date-time */
+            last_used_at?: string | null;
+            /** Format: date-time */
+            created_at: string;
+        };
+        ProjectUsage: {
+            /** @description Since the start of this UTC day. */
+            day: components["schemas"]["PeriodUsage"];
+            /** @description Since the start of this UTC month. */
+            month: components["schemas"]["PeriodUsage"];
+            quotas: components["schemas"]["Quotas"];
+        };
         ProviderDef: {
             name: string;
             kind: components["schemas"]["ProviderKind"];
@@ -1998,6 +2199,24 @@ export interface components {
             timeout_ms?: number | null;
             /** @description A call waits for a person's approval before it runs. */
             requires_approval?: boolean;
+        };
+        /** @description A project's limits per UTC day (and month for money); null is none. */
+        Quotas: {
+            /** Format: int64 */
+            tickets_per_day?: number | null;
+            /** Format: int64 */
+            tokens_per_day?: number | null;
+            /** Format: double */
+            cost_usd_per_day?: number | null;
+            /** Format: double */
+            cost_usd_per_month?: number | null;
+        };
+        /** @description A token bucket: refilled at `requests_per_s`, holding at most `burst`. */
+        RateLimit: {
+            /** Format: double */
+            requests_per_s: number;
+            /** Format: int32 */
+            burst: number;
         };
         /**
          * @description Why a ticket went back to `todo`.
@@ -2260,6 +2479,15 @@ export interface components {
             /** @description Present (true) once some of the counts were estimated because a provider reported no usage. */
             estimated?: boolean;
         };
+        TokenList: {
+            items: components["schemas"]["ProjectToken"][];
+            next_cursor?: string | null;
+        };
+        /**
+         * @description What a project token may do.
+         * @enum {string}
+         */
+        TokenScope: "read" | "write" | "approve" | "admin";
         /** @description Tokens of one model response, as the provider reported them. */
         TokenUsage: {
             /** Format: int64 */
@@ -4240,6 +4468,693 @@ export interface operations {
             };
         };
     };
+    list_projects: {
+        parameters: {
+            query?: {
+                /** @description 1 to 200, default 50. */
+                limit?: number;
+                /** @description A `next_cursor` of this list. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectList"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_project: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateProject"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Project"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_project: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Project"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_project: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    patch_project: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PatchProject"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Project"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_tokens: {
+        parameters: {
+            query?: {
+                /** @description 1 to 200, default 50. */
+                limit?: number;
+                /** @description A `next_cursor` of this list. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenList"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateToken"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedToken"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    revoke_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project: string;
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    project_usage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectUsage"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     list_providers: {
         parameters: {
             query?: {
@@ -5122,7 +6037,7 @@ export interface operations {
                 status?: string;
                 label?: string;
                 agent?: string;
-                /** @description Parent ticket id (UUID) or key (`TICKET-42`). */
+                /** @description Parent ticket id (UUID) or key (`TICKET-42`, `OPS-7`). */
                 parent?: string;
                 /** @description Case-insensitive search in the task. */
                 q?: string;

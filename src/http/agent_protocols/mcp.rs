@@ -29,10 +29,10 @@ use serde_json::{json, Map, Value};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::db;
-use crate::domain::{Author, Comment, Ticket};
-use crate::http::approvals::AnswerApproval;
 use crate::domain::ProjectId;
+use crate::domain::{Author, Comment, Ticket};
 use crate::http::access::Caller;
+use crate::http::approvals::AnswerApproval;
 use crate::http::auth::Scope;
 use crate::http::error::ApiError;
 use crate::http::tickets::{CreateTicket, ListTicketsQuery};
@@ -355,9 +355,10 @@ impl DeskServer {
                         ))
                     }
                 };
-                let ticket = match crate::http::tickets::create(state, &caller.project, Value::Object(args), key, None).await? {
-                    Created::New(ticket) | Created::Repeat(ticket) => ticket,
-                };
+                let ticket =
+                    match crate::http::tickets::create(state, &caller.project, Value::Object(args), key, None).await? {
+                        Created::New(ticket) | Created::Repeat(ticket) => ticket,
+                    };
                 to_json(&super::settled_ticket(state, ticket, Duration::from_secs(wait)).await?)
             }
             "get_ticket" => {

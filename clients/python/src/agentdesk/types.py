@@ -41,6 +41,8 @@ RequeueReason = Literal["lease_lost", "shutdown", "comment", "retry", "approval"
 
 Status = Literal["todo", "in_progress", "waiting", "done", "failed", "cancelled"]
 
+TokenScope = Literal["read", "write", "approve", "admin"]
+
 WaitingFor = Literal["human", "approval", "budget", "price"]
 
 EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "budget.exhausted", "budget.threshold", "budget.unpriced", "schedule.skipped", "text.delta", "thinking.delta", "tool_call.delta"]
@@ -410,6 +412,30 @@ class CreateComment:
 
 
 @dataclass
+class CreateProject:
+    name: str
+    key_prefix: str
+    description: Optional[str] = None
+    weight: Optional[int] = None
+    rate_limit: Optional[RateLimit] = None
+    quotas: Optional[Quotas] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> CreateProject:
+        return cls(
+            name=d['name'],
+            key_prefix=d['key_prefix'],
+            description=d.get('description'),
+            weight=d.get('weight'),
+            rate_limit=_opt(RateLimit.from_json, d.get('rate_limit')),
+            quotas=_opt(Quotas.from_json, d.get('quotas')),
+            raw=d,
+        )
+
+
+@dataclass
 class CreateSchedule:
     """A new schedule."""
 
@@ -474,6 +500,26 @@ class CreateTicket:
 
 
 @dataclass
+class CreateToken:
+    name: str
+    scopes: List[TokenScope]
+    expires_at: Optional[str] = None
+    rate_limit: Optional[RateLimit] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> CreateToken:
+        return cls(
+            name=d['name'],
+            scopes=d['scopes'],
+            expires_at=d.get('expires_at'),
+            rate_limit=_opt(RateLimit.from_json, d.get('rate_limit')),
+            raw=d,
+        )
+
+
+@dataclass
 class CreateWebhook:
     url: str
     events: Optional[List[str]] = None
@@ -493,6 +539,34 @@ class CreateWebhook:
             secret=d.get('secret'),
             description=d.get('description'),
             disabled=d.get('disabled'),
+            raw=d,
+        )
+
+
+@dataclass
+class CreatedToken:
+    """A new token, with its secret: shown only in this answer."""
+
+    id: str
+    name: str
+    scopes: List[TokenScope]
+    created_at: str
+    token: str
+    expires_at: Optional[str] = None
+    rate_limit: Optional[RateLimit] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> CreatedToken:
+        return cls(
+            id=d['id'],
+            name=d['name'],
+            scopes=d['scopes'],
+            created_at=d['created_at'],
+            token=d['token'],
+            expires_at=d.get('expires_at'),
+            rate_limit=_opt(RateLimit.from_json, d.get('rate_limit')),
             raw=d,
         )
 
@@ -780,6 +854,29 @@ class ModelFigures:
 
 
 @dataclass
+class PatchProject:
+    """Changes a project: fields left out stay; `rate_limit` null removes the limit. The name and
+key prefix never change (they are in every key and in clients' configuration)."""
+
+    description: Optional[str] = None
+    weight: Optional[int] = None
+    rate_limit: Optional[RateLimit] = None
+    quotas: Optional[Quotas] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PatchProject:
+        return cls(
+            description=d.get('description'),
+            weight=d.get('weight'),
+            rate_limit=_opt(RateLimit.from_json, d.get('rate_limit')),
+            quotas=_opt(Quotas.from_json, d.get('quotas')),
+            raw=d,
+        )
+
+
+@dataclass
 class PatchSchedule:
     """Changes to a schedule: what the body names. `ticket` keys replace the template's keys of the
 same name. A change of `cron`, `timezone`, `start_at`, `end_at` or `enabled` recomputes
@@ -888,6 +985,28 @@ class PendingApproval:
 
 
 @dataclass
+class PeriodUsage:
+    """What a project used in one period."""
+
+    tickets: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PeriodUsage:
+        return cls(
+            tickets=d['tickets'],
+            input_tokens=d['input_tokens'],
+            output_tokens=d['output_tokens'],
+            cost_usd=d['cost_usd'],
+            raw=d,
+        )
+
+
+@dataclass
 class Price:
     """A model's price in US dollars per million tokens."""
 
@@ -929,6 +1048,96 @@ class PriceList:
         return cls(
             items=_list(Price.from_json, d['items']),
             next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class Project:
+    name: str
+    key_prefix: str
+    weight: int
+    quotas: Quotas
+    created_at: str
+    updated_at: str
+    description: Optional[str] = None
+    rate_limit: Optional[RateLimit] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Project:
+        return cls(
+            name=d['name'],
+            key_prefix=d['key_prefix'],
+            weight=d['weight'],
+            quotas=Quotas.from_json(d['quotas']),
+            created_at=d['created_at'],
+            updated_at=d['updated_at'],
+            description=d.get('description'),
+            rate_limit=_opt(RateLimit.from_json, d.get('rate_limit')),
+            raw=d,
+        )
+
+
+@dataclass
+class ProjectList:
+    items: List[Project]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ProjectList:
+        return cls(
+            items=_list(Project.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
+            raw=d,
+        )
+
+
+@dataclass
+class ProjectToken:
+    """A project token as listed: never its secret."""
+
+    id: str
+    name: str
+    scopes: List[TokenScope]
+    created_at: str
+    expires_at: Optional[str] = None
+    rate_limit: Optional[RateLimit] = None
+    last_used_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ProjectToken:
+        return cls(
+            id=d['id'],
+            name=d['name'],
+            scopes=d['scopes'],
+            created_at=d['created_at'],
+            expires_at=d.get('expires_at'),
+            rate_limit=_opt(RateLimit.from_json, d.get('rate_limit')),
+            last_used_at=d.get('last_used_at'),
+            raw=d,
+        )
+
+
+@dataclass
+class ProjectUsage:
+    day: PeriodUsage
+    month: PeriodUsage
+    quotas: Quotas
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ProjectUsage:
+        return cls(
+            day=PeriodUsage.from_json(d['day']),
+            month=PeriodUsage.from_json(d['month']),
+            quotas=Quotas.from_json(d['quotas']),
             raw=d,
         )
 
@@ -1119,6 +1328,46 @@ class PutTool:
             headers=d.get('headers'),
             timeout_ms=d.get('timeout_ms'),
             requires_approval=d.get('requires_approval'),
+            raw=d,
+        )
+
+
+@dataclass
+class Quotas:
+    """A project's limits per UTC day (and month for money); null is none."""
+
+    tickets_per_day: Optional[int] = None
+    tokens_per_day: Optional[int] = None
+    cost_usd_per_day: Optional[float] = None
+    cost_usd_per_month: Optional[float] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Quotas:
+        return cls(
+            tickets_per_day=d.get('tickets_per_day'),
+            tokens_per_day=d.get('tokens_per_day'),
+            cost_usd_per_day=d.get('cost_usd_per_day'),
+            cost_usd_per_month=d.get('cost_usd_per_month'),
+            raw=d,
+        )
+
+
+@dataclass
+class RateLimit:
+    """A token bucket: refilled at `requests_per_s`, holding at most `burst`."""
+
+    requests_per_s: float
+    burst: int
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> RateLimit:
+        return cls(
+            requests_per_s=d['requests_per_s'],
+            burst=d['burst'],
             raw=d,
         )
 
@@ -1415,6 +1664,22 @@ class TicketUsage:
             cost_usd=d['cost_usd'],
             unpriced=d['unpriced'],
             estimated=d.get('estimated'),
+            raw=d,
+        )
+
+
+@dataclass
+class TokenList:
+    items: List[ProjectToken]
+    next_cursor: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> TokenList:
+        return cls(
+            items=_list(ProjectToken.from_json, d['items']),
+            next_cursor=d.get('next_cursor'),
             raw=d,
         )
 

@@ -21,7 +21,11 @@ pub(super) async fn agent_card(
 ) -> Response {
     let name = query
         .as_deref()
-        .and_then(|q| url::form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "project").map(|(_, v)| v.into_owned()))
+        .and_then(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "project")
+                .map(|(_, v)| v.into_owned())
+        })
         .unwrap_or_else(|| DEFAULT_PROJECT.to_owned());
     let project = match state.access.project(&name).await {
         Ok(Some(project)) => project,

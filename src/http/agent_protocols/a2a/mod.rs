@@ -275,7 +275,11 @@ pub async fn cancel_task(state: &AppState, caller: &Caller, id: &str) -> Result<
 /// `ListTasks`: the most recently updated first (by the status timestamp, as the
 /// specification orders them), optionally only those updated at or after
 /// `statusTimestampAfter`.
-pub async fn list_tasks(state: &AppState, caller: &Caller, request: ListTasksRequest) -> Result<ListTasksResponse, A2aError> {
+pub async fn list_tasks(
+    state: &AppState,
+    caller: &Caller,
+    request: ListTasksRequest,
+) -> Result<ListTasksResponse, A2aError> {
     let page_size = request.page_size.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&page_size) {
         return Err(A2aError::InvalidParams(format!("pageSize must be 1 to {MAX_PAGE}")));
@@ -384,7 +388,11 @@ pub async fn stream_message(
 }
 
 /// `SubscribeToTask`: a task that is already terminal has nothing more to stream.
-pub async fn subscribe(state: &AppState, caller: &Caller, id: &str) -> Result<impl futures::Stream<Item = StreamItem> + Send, A2aError> {
+pub async fn subscribe(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<impl futures::Stream<Item = StreamItem> + Send, A2aError> {
     let ticket = find_task(state, caller.project_id(), id).await?;
     if state_of(&ticket).is_terminal() {
         return Err(A2aError::UnsupportedOperation(format!(

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::task::{state_of, task_of, HistoryLength};
 use super::wire::{StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent};
 use crate::db;
-use crate::domain::{Ticket};
+use crate::domain::Ticket;
 use crate::events::settle::{next_change, Change};
 use crate::events::HubMessage;
 use crate::http::AppState;

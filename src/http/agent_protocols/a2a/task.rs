@@ -194,5 +194,7 @@ pub(super) async fn find_task(state: &AppState, project: ProjectId, id: &str) ->
     let not_found = || A2aError::TaskNotFound(format!("task {id:?} not found"));
     // Task ids are ticket ids; a key works too, for people typing them.
     let reference = TicketRef::parse(id).ok_or_else(not_found)?;
-    db::tickets::find(&state.pool, project, &reference).await?.ok_or_else(not_found)
+    db::tickets::find(&state.pool, project, &reference)
+        .await?
+        .ok_or_else(not_found)
 }
