@@ -1,5 +1,5 @@
 //! Projects: keys and names of their own, scoped tokens, and isolation walked over every route of
-//! the OpenAPI document, `/mcp` and `/a2a`, with a token of another project.
+//! the OpenAPI document and `/a2a`, with a token of another project.
 
 mod support;
 
@@ -374,25 +374,7 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
     let (_, comments) = send(alpha(Method::GET, &format!("/v1/tickets/{key}/comments"))).await;
     assert_eq!(comments["items"].as_array().map(Vec::len), Some(0));
 
-    // /mcp and /a2a act in the token's project.
-    let mcp = |body: Value| {
-        as_token(&app, &intruder, None, Method::POST, "/mcp")
-            .header("accept", "application/json, text/event-stream")
-            .json(&body)
-    };
-    let (status, init) = send(mcp(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
-    ))
-    .await;
-    assert_eq!(status, StatusCode::OK, "{init}");
-    let call = |tool: &str, args: Value| {
-        mcp(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": args}}))
-    };
-    let (_, got) = send(call("get_ticket", json!({"ticket": key}))).await;
-    assert_eq!(got["result"]["isError"], true, "{got}");
-    let (_, listed) = send(call("list_tickets", json!({}))).await;
-    assert!(!listed.to_string().contains(&key), "{listed}");
+    // A2A acts in the token's project.
     let (status, _) = send(as_token(
         &app,
         &intruder,

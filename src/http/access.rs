@@ -362,9 +362,15 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// Resources still shared by the whole desk: they live in the project `default`, and a request
 /// acting in another project is answered 404 for them (it sees none, and changes none).
-pub const DESK_WIDE: [&str; 3] = ["/v1/tools", "/v1/mcp-servers", "/v1/providers"];
+pub const DESK_WIDE: [&str; 3] = ["/tools", "/mcp-servers", "/providers"];
+
+/// A path as the `/v1` router sees it (without `/v1`, which nesting strips) or as sent.
+fn in_v1(path: &str) -> &str {
+    path.strip_prefix("/v1").unwrap_or(path)
+}
 
 fn desk_wide(path: &str) -> bool {
+    let path = in_v1(path);
     DESK_WIDE.iter().any(|prefix| {
         path.strip_prefix(prefix)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
@@ -418,7 +424,8 @@ pub async fn admit(State(state): State<AppState>, mut req: Request, next: Next) 
 
 /// The project a `/v1/projects/{project}…` path names.
 fn path_project(path: &str) -> Option<&str> {
-    path.strip_prefix("/v1/projects/")?
+    in_v1(path)
+        .strip_prefix("/projects/")?
         .split('/')
         .next()
         .filter(|p| !p.is_empty())
@@ -458,6 +465,15 @@ async fn touch_tokens(access: Arc<Access>, shutdown: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_name_projects_and_desk_wide_resources_with_or_without_v1() {
+        assert_eq!(path_project("/projects/ops/tokens"), Some("ops"));
+        assert_eq!(path_project("/v1/projects/ops"), Some("ops"));
+        assert_eq!(path_project("/projects"), None);
+        assert!(desk_wide("/tools/x") && desk_wide("/v1/providers") && desk_wide("/mcp-servers"));
+        assert!(!desk_wide("/toolsx") && !desk_wide("/tickets"));
+    }
 
     #[test]
     fn routes_need_what_the_contract_says() {
