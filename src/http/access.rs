@@ -135,13 +135,16 @@ pub fn need(method: &Method, path: &str) -> Need {
     }
 }
 
+/// What was read, and when (None: it did not exist then).
+type Cache<K, V> = Mutex<HashMap<K, (Instant, Option<V>)>>;
+
 /// The desk's tokens and projects, as requests are checked against them.
 pub struct Access {
     pool: PgPool,
     desk_tokens: Vec<String>,
-    grants: Mutex<HashMap<[u8; 32], (Instant, Option<db::projects::TokenGrant>)>>,
-    projects: Mutex<HashMap<String, (Instant, Option<Arc<Project>>)>>,
-    projects_by_id: Mutex<HashMap<ProjectId, (Instant, Option<Arc<Project>>)>>,
+    grants: Cache<[u8; 32], db::projects::TokenGrant>,
+    projects: Cache<String, Arc<Project>>,
+    projects_by_id: Cache<ProjectId, Arc<Project>>,
     used: Mutex<HashMap<Uuid, DateTime<Utc>>>,
 }
 
