@@ -74,14 +74,6 @@ CREATE UNLOGGED TABLE rate_buckets (
     updated_at timestamptz NOT NULL
 );
 
--- The days and months a quota was announced as reached (`project.quota_reached` once per period).
-CREATE TABLE project_quota_notices (
-    project_id bigint NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
-    quota      text NOT NULL,
-    period     text NOT NULL,
-    PRIMARY KEY (project_id, quota, period)
-);
-
 -- The next ticket number of a project, from its own sequence (see db::projects::number_sequence).
 CREATE FUNCTION agentdesk_ticket_number(project bigint) RETURNS bigint
     LANGUAGE sql VOLATILE

@@ -145,24 +145,17 @@ fn unlimited_candidates() -> String {
             ORDER BY t.priority DESC, t.created_at, t.id
             LIMIT $1
             FOR UPDATE OF t SKIP LOCKED) c
+         -- Counted once per project, not once per candidate.
+         CROSS JOIN LATERAL (
+            SELECT count(*) AS running FROM tickets r WHERE r.project_id = p.id AND r.status = 'in_progress') load
          WHERE EXISTS (SELECT 1 FROM tickets q WHERE q.project_id = p.id AND q.status = 'todo')
-           AND {QUOTA_OPEN}
-         ORDER BY ((SELECT count(*) FROM tickets r WHERE r.project_id = p.id AND r.status = 'in_progress')
+         ORDER BY (load.running
                    + row_number() OVER (PARTITION BY p.id ORDER BY c.priority DESC, c.created_at, c.id))::float8
                   / p.weight,
                   c.priority DESC, c.created_at, c.id
          LIMIT $1"
     )
 }
-
-/// A project whose token or money quota for the period is reached is not claimed for (its
-/// tickets stay `todo`) until the period rolls over or the quota is raised.
-const QUOTA_OPEN: &str = "NOT EXISTS (
-                SELECT 1 FROM project_quota_notices n
-                WHERE n.project_id = p.id AND n.period IN (to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
-                                                           to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM'))
-                  AND n.quota = ANY(ARRAY(SELECT key FROM jsonb_each(p.quotas) WHERE value <> 'null'))
-                  AND n.quota <> 'tickets_per_day')";
 
 /// Ranks each limited agent's claimable tickets and keeps as many as it has free slots.
 fn limited_candidates() -> String {

@@ -362,14 +362,14 @@ pub async fn usage_since(
 }
 
 /// How many tickets a project created since `since` (a quota's admission check).
-pub async fn tickets_since(
-    conn: &mut PgConnection,
+pub async fn tickets_since<'e>(
+    db: impl PgExecutor<'e>,
     project: ProjectId,
     since: DateTime<Utc>,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM tickets WHERE project_id = $1 AND created_at >= $2")
         .bind(project)
         .bind(since)
-        .fetch_one(conn)
+        .fetch_one(db)
         .await
 }

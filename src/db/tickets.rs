@@ -378,29 +378,24 @@ pub async fn find<'e>(
     project: ProjectId,
     ticket: &TicketRef,
 ) -> Result<Option<Ticket>, sqlx::Error> {
-    let row: Option<TicketRow> = sqlx::query_as(&format!("SELECT {TICKET_COLUMNS} FROM tickets t WHERE {BY_REF}"))
-        .bind(project)
-        .bind(ref_id(ticket))
-        .bind(ref_key(ticket))
-        .fetch_optional(db)
-        .await?;
+    let (matches, value) = by_ref(ticket);
+    let row: Option<TicketRow> = sqlx::query_as(&format!(
+        "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.project_id = $1 AND {matches}"
+    ))
+    .bind(project)
+    .bind(value)
+    .fetch_optional(db)
+    .await?;
     Ok(row.map(Ticket::from))
 }
 
-/// Matches a reference bound as `$1` (the project), `$2` (an id) and `$3` (a key).
-const BY_REF: &str = "t.project_id = $1 AND ($2::uuid IS NULL OR t.id = $2) AND ($3::text IS NULL OR t.key = $3)";
-
-fn ref_id(r: &TicketRef) -> Option<Uuid> {
+/// The condition on `$2` that matches a reference (through the primary key or the key's unique
+/// index), and the value to bind: one statement shape per kind of reference, so each plans as
+/// the lookup it is.
+fn by_ref(r: &TicketRef) -> (&'static str, String) {
     match r {
-        TicketRef::Id(id) => Some(*id),
-        TicketRef::Key(_) => None,
-    }
-}
-
-fn ref_key(r: &TicketRef) -> Option<&str> {
-    match r {
-        TicketRef::Id(_) => None,
-        TicketRef::Key(key) => Some(key),
+        TicketRef::Id(id) => ("t.id = $2::uuid", id.to_string()),
+        TicketRef::Key(key) => ("t.key = $2", key.clone()),
     }
 }
 
@@ -421,12 +416,12 @@ pub async fn lock(
     project: ProjectId,
     ticket: &TicketRef,
 ) -> Result<Option<Ticket>, sqlx::Error> {
+    let (matches, value) = by_ref(ticket);
     let row: Option<TicketRow> = sqlx::query_as(&format!(
-        "SELECT {TICKET_COLUMNS} FROM tickets t WHERE {BY_REF} FOR UPDATE OF t"
+        "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.project_id = $1 AND {matches} FOR UPDATE OF t"
     ))
     .bind(project)
-    .bind(ref_id(ticket))
-    .bind(ref_key(ticket))
+    .bind(value)
     .fetch_optional(conn)
     .await?;
     Ok(row.map(Ticket::from))

@@ -23,7 +23,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::auth::{token_scope, Scope};
+use super::auth::{bearer, token_scope, Scope};
 use super::error::ApiError;
 use super::AppState;
 use crate::db;
@@ -121,7 +121,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 
 /// What `/v1` route a request needs, by method and path.
 pub fn need(method: &Method, path: &str) -> Need {
-    let path = path.strip_prefix("/v1").unwrap_or(path);
+    let path = in_v1(path);
     let reads = matches!(*method, Method::GET | Method::HEAD);
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
@@ -135,8 +135,43 @@ pub fn need(method: &Method, path: &str) -> Need {
     }
 }
 
-/// What was read, and when (None: it did not exist then).
-type Cache<K, V> = Mutex<HashMap<K, (Instant, Option<V>)>>;
+/// What was read of the database, and when (None: it did not exist then); an entry is used for
+/// `GRANT_TTL`, and the whole map is dropped rather than grow past `MAX_CACHED`.
+struct Cache<K, V>(Mutex<HashMap<K, (Instant, Option<V>)>>);
+
+const MAX_CACHED: usize = 10_000;
+
+impl<K: std::hash::Hash + Eq, V: Clone> Cache<K, V> {
+    fn new() -> Cache<K, V> {
+        Cache(Mutex::default())
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<K, (Instant, Option<V>)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What was read less than `GRANT_TTL` ago, if anything.
+    fn fresh<Q: std::hash::Hash + Eq + ?Sized>(&self, key: &Q) -> Option<Option<V>>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        let entries = self.entries();
+        let (at, value) = entries.get(key)?;
+        (at.elapsed() < GRANT_TTL).then(|| value.clone())
+    }
+
+    fn keep(&self, key: K, value: Option<V>) {
+        let mut entries = self.entries();
+        if entries.len() > MAX_CACHED {
+            entries.clear();
+        }
+        entries.insert(key, (Instant::now(), value));
+    }
+
+    fn clear(&self) {
+        self.entries().clear();
+    }
+}
 
 /// The desk's tokens and projects, as requests are checked against them.
 pub struct Access {
@@ -153,9 +188,9 @@ impl Access {
         let access = Arc::new(Access {
             pool,
             desk_tokens,
-            grants: Mutex::default(),
-            projects: Mutex::default(),
-            projects_by_id: Mutex::default(),
+            grants: Cache::new(),
+            projects: Cache::new(),
+            projects_by_id: Cache::new(),
             used: Mutex::default(),
         });
         tokio::spawn(touch_tokens(access.clone(), shutdown));
@@ -165,61 +200,43 @@ impl Access {
     /// Forgets what it read of projects (after a change here: other processes re-read theirs
     /// within `GRANT_TTL`).
     pub fn projects_changed(&self) {
-        self.projects.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        self.projects_by_id.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.projects.clear();
+        self.projects_by_id.clear();
     }
 
     /// Forgets a token (revoked here: refused at once in this process).
     pub fn tokens_changed(&self) {
-        self.grants.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.grants.clear();
     }
 
     /// A project by name, read at most `GRANT_TTL` ago.
     pub async fn project(&self, name: &str) -> Result<Option<Arc<Project>>, ApiError> {
-        if let Some((at, project)) = self.projects.lock().unwrap_or_else(|e| e.into_inner()).get(name) {
-            if at.elapsed() < GRANT_TTL {
-                return Ok(project.clone());
-            }
+        if let Some(project) = self.projects.fresh(name) {
+            return Ok(project);
         }
         let project = db::projects::find_by_name(&self.pool, name).await?.map(Arc::new);
-        let mut cache = self.projects.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() > 10_000 {
-            cache.clear();
-        }
-        cache.insert(name.to_owned(), (Instant::now(), project.clone()));
+        self.projects.keep(name.to_owned(), project.clone());
         Ok(project)
     }
 
     pub async fn project_by_id(&self, id: ProjectId) -> Result<Option<Arc<Project>>, ApiError> {
-        if let Some((at, project)) = self.projects_by_id.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
-            if at.elapsed() < GRANT_TTL {
-                return Ok(project.clone());
-            }
+        if let Some(project) = self.projects_by_id.fresh(&id) {
+            return Ok(project);
         }
         let project = db::projects::find_by_id(&self.pool, id).await?.map(Arc::new);
-        let mut cache = self.projects_by_id.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() > 10_000 {
-            cache.clear();
-        }
-        cache.insert(id, (Instant::now(), project.clone()));
+        self.projects_by_id.keep(id, project.clone());
         Ok(project)
     }
 
     async fn grant(&self, token: &str) -> Result<Option<db::projects::TokenGrant>, ApiError> {
         let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some((at, grant)) = self.grants.lock().unwrap_or_else(|e| e.into_inner()).get(&hash) {
-            if at.elapsed() < GRANT_TTL {
-                return Ok(grant.clone());
-            }
+        if let Some(grant) = self.grants.fresh(&hash) {
+            return Ok(grant);
         }
         // The lookup is by hash through a unique index: the secret is never compared byte by
         // byte, so its timing reveals nothing of a stored token.
         let grant = db::projects::find_token(&self.pool, &hash).await?;
-        let mut cache = self.grants.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() > 10_000 {
-            cache.clear();
-        }
-        cache.insert(hash, (Instant::now(), grant.clone()));
+        self.grants.keep(hash, grant.clone());
         Ok(grant)
     }
 
@@ -300,7 +317,7 @@ impl Access {
             let (taken, left) = db::projects::take_from_bucket(&self.pool, &key, &limit)
                 .await
                 .map_err(|e| ApiError::from(e).into_response())?;
-            let headers = RateHeaders::new(&limit, left, taken);
+            let headers = RateHeaders::new(&limit, left);
             if !taken {
                 return Err(headers.refusal());
             }
@@ -324,7 +341,7 @@ pub struct RateHeaders {
 }
 
 impl RateHeaders {
-    fn new(limit: &RateLimit, left: f64, _taken: bool) -> RateHeaders {
+    fn new(limit: &RateLimit, left: f64) -> RateHeaders {
         let left = left.max(0.0);
         let rate = limit.requests_per_s;
         RateHeaders {
@@ -355,14 +372,6 @@ impl RateHeaders {
     }
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim)
-}
-
 /// Resources still shared by the whole desk: they live in the project `default`, and a request
 /// acting in another project is answered 404 for them (it sees none, and changes none).
 pub const DESK_WIDE: [&str; 3] = ["/tools", "/mcp-servers", "/providers"];
@@ -382,7 +391,7 @@ fn desk_wide(path: &str) -> bool {
 
 /// The `/v1` gate: resolves the caller, checks what the route needs, takes from the rate
 /// limits, and puts the caller on the request for the handler.
-pub async fn admit(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+pub async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let caller = match state.access.caller(req.headers()).await {
         Ok(caller) => caller,
         Err(refused) => return refused.into_response(),
@@ -413,6 +422,12 @@ pub async fn admit(State(state): State<AppState>, mut req: Request, next: Next) 
         )
         .into_response();
     }
+    run_admitted(&state, caller, req, next).await
+}
+
+/// The end of every gate (`/v1`'s and `/mcp`'s): takes from the caller's rate limits, puts the
+/// caller on the request for the handler, and marks the answer with the `RateLimit-*` headers.
+pub async fn run_admitted(state: &AppState, caller: Caller, mut req: Request, next: Next) -> Response {
     let limits = match state.access.take(&caller).await {
         Ok(limits) => limits,
         Err(refused) => return refused,

@@ -71,19 +71,22 @@ pub(super) fn check(req: &Request, tokens: &[String]) -> Result<(), ApiError> {
     }
 }
 
-/// The scope of the request's bearer token: `Full` when no tokens are configured, 401 when it
-/// presents none of them. For endpoints whose reads are POSTs (`/mcp`, A2A's JSON-RPC), which
-/// decide per operation what a read token may do.
-pub fn caller_scope(headers: &axum::http::HeaderMap, tokens: &[String]) -> Result<Scope, ApiError> {
-    if tokens.is_empty() {
-        return Ok(Scope::Full);
-    }
-    let presented = headers
+/// The request's bearer token, if it presents one.
+pub(super) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
-    presented
+        .map(str::trim)
+}
+
+/// The scope of the request's desk token: `Full` when no tokens are configured, 401 when it
+/// presents none of them (`/metrics`; the API's own requests go through `access::admit`).
+fn caller_scope(headers: &axum::http::HeaderMap, tokens: &[String]) -> Result<Scope, ApiError> {
+    if tokens.is_empty() {
+        return Ok(Scope::Full);
+    }
+    bearer(headers)
         .and_then(|token| token_scope(token, tokens))
         .ok_or(ApiError::Unauthorized)
 }

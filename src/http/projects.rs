@@ -430,15 +430,16 @@ pub async fn project_usage(
 }
 
 /// Refuses a create beyond the project's `tickets_per_day` before anything is written: 429
-/// `quota_exceeded` with `Retry-After` until the next UTC midnight.
-pub async fn admit_tickets(conn: &mut sqlx::PgConnection, project: &Project, count: i64) -> ApiResult<()> {
+/// `quota_exceeded` with `Retry-After` until the next UTC midnight. A project without that quota
+/// costs no query.
+pub async fn admit_ticket(pool: &sqlx::PgPool, project: &Project) -> ApiResult<()> {
     let Some(limit) = project.quotas.tickets_per_day else {
         return Ok(());
     };
     let now = Utc::now();
     let (day, _) = period_starts(now);
-    let used = db::projects::tickets_since(conn, project.id, day).await?;
-    if used + count > limit {
+    let used = db::projects::tickets_since(pool, project.id, day).await?;
+    if used >= limit {
         return Err(ApiError::QuotaExceeded(
             format!(
                 "project {:?} has created {used} of its {limit} tickets today (quota tickets_per_day)",

@@ -196,10 +196,7 @@ pub async fn create(
     let trace_context = trace::ticket_trace_context(traceparent);
     let plain = idempotency_key.is_none() && req.parent.is_none();
     // A create over the day's quota is refused before anything is written.
-    if project.quotas.tickets_per_day.is_some() {
-        let mut conn = state.pool.acquire().await?;
-        super::projects::admit_tickets(&mut conn, project, 1).await?;
-    }
+    super::projects::admit_ticket(&state.pool, project).await?;
     let new = NewTicket {
         project: project.id,
         task: req.task,

@@ -115,21 +115,11 @@ async fn ended_session_is_no_content(request: Request, next: Next) -> Response {
 /// 401 without a valid token (when tokens are set); otherwise notes the caller (its project and
 /// scopes) for the handler, after the rate limits. Read tokens pass: every MCP request is a POST,
 /// and what they may do is decided per tool.
-async fn require_caller(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let caller = match state.access.caller(request.headers()).await {
-        Ok(caller) => caller,
-        Err(refused) => return refused.into_response(),
-    };
-    let limits = match state.access.take(&caller).await {
-        Ok(limits) => limits,
-        Err(refused) => return refused,
-    };
-    request.extensions_mut().insert(caller);
-    let mut response = next.run(request).await;
-    if let Some(limits) = limits {
-        limits.apply(response.headers_mut());
+async fn require_caller(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match state.access.caller(request.headers()).await {
+        Ok(caller) => crate::http::access::run_admitted(&state, caller, request, next).await,
+        Err(refused) => refused.into_response(),
     }
-    response
 }
 
 /// The caller `require_caller` noted; None is unreachable behind it, and is refused.
