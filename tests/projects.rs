@@ -388,3 +388,57 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
     assert!(!tasks.to_string().contains(&id), "{tasks}");
     app.shutdown().await;
 }
+
+/// `count` tickets of a project, inserted as a client's would be (oldest first).
+async fn post_tickets(pool: &sqlx::PgPool, project: i64, count: i64) {
+    sqlx::query(
+        "INSERT INTO tickets (id, project_id, number, task, labels, priority, metadata, max_attempts, reporter,
+                              last_event_seq, created_at)
+         SELECT gen_random_uuid(), $1, agentdesk_ticket_number($1), '\"t\"', '{}', 0, '{}', 3, 'user', 1,
+                clock_timestamp() + make_interval(secs => g / 1000.0)
+         FROM generate_series(1, $2) AS g",
+    )
+    .bind(project)
+    .bind(count)
+    .execute(pool)
+    .await
+    .expect("insert tickets");
+}
+
+async fn claim(pool: &sqlx::PgPool, limit: i64) -> Vec<String> {
+    let mut tx = pool.begin().await.unwrap();
+    let claimed = agentdesk::db::claims::claim_tickets(&mut tx, limit, Duration::from_secs(60), "w")
+        .await
+        .expect("claim");
+    tx.commit().await.unwrap();
+    claimed.into_iter().map(|c| c.claim.ticket.key).collect()
+}
+
+#[tokio::test]
+async fn a_small_projects_new_ticket_is_claimed_before_a_big_backlog() {
+    let url = testkit::testing::fresh_database().await.expect("a fresh test database");
+    let pool = agentdesk::db::connect(&url, 4).await.expect("connect");
+    agentdesk::db::migrate(&pool).await.expect("migrate");
+    sqlx::query("INSERT INTO projects (id, name, key_prefix) VALUES (2, 'beta', 'BETA')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("CREATE SEQUENCE ticket_number_seq_2")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO agents (project_id, name, role, model, tools) VALUES (1, 'w', '', 'm', '{}'), (2, 'w', '', 'm', '{}')")
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    // `default` posts a backlog and holds ten workers with it; then beta posts one ticket.
+    post_tickets(&pool, 1, 100).await;
+    let first = claim(&pool, 10).await;
+    assert!(first.iter().all(|k| k.starts_with("TICKET-")), "{first:?}");
+    post_tickets(&pool, 2, 1).await;
+    // Beta runs nothing, below its share: its ticket goes first, although ninety are older.
+    assert_eq!(claim(&pool, 1).await, ["BETA-1"]);
+    // Then the backlog goes on in its own order.
+    assert_eq!(claim(&pool, 2).await, ["TICKET-11", "TICKET-12"]);
+}
