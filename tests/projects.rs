@@ -1,12 +1,14 @@
 //! Projects: keys and names of their own, scoped tokens, and isolation walked over every route of
-//! the OpenAPI document and `/a2a`, with a token of another project.
+//! the OpenAPI document, `/mcp` and `/a2a`, with a token of another project.
 
 mod support;
 
 use std::time::Duration;
 
 use reqwest::Method;
+use rmcp::model::ProtocolVersion;
 use serde_json::{json, Value};
+use support::mcp_client::{call, connect};
 use support::{send, StatusCode, TestApp};
 
 const DESK: &str = "desk-token-for-projects";
@@ -373,6 +375,16 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
     assert_eq!(ticket_now["priority"], 0, "alpha's ticket is unchanged");
     let (_, comments) = send(alpha(Method::GET, &format!("/v1/tickets/{key}/comments"))).await;
     assert_eq!(comments["items"].as_array().map(Vec::len), Some(0));
+
+    // /mcp acts in the token's project.
+    let client = connect(&app, Some(&intruder), ProtocolVersion::V_2025_11_25)
+        .await
+        .expect("connect to /mcp");
+    let got = call(&client, "get_ticket", json!({"ticket": key})).await;
+    assert_eq!(got.is_error, Some(true), "{got:?}");
+    let listed = call(&client, "list_tickets", json!({})).await;
+    assert!(!format!("{listed:?}").contains(&key), "{listed:?}");
+    let _ = client.cancel().await;
 
     // A2A acts in the token's project.
     let (status, _) = send(as_token(

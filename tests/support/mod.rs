@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub mod echo_desk;
 pub mod logs;
+pub mod mcp_client;
 pub mod postgres;
 pub mod tool_server;
 
