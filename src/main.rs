@@ -87,6 +87,10 @@ enum ClientCommand {
     Agents(AgentsArgs),
     /// Client: create, list, pause, resume, run and delete schedules (recurring tickets)
     Schedule(cli::ScheduleArgs),
+    /// Client: create, list, show and delete projects (one team's desk inside the desk)
+    Project(cli::ProjectArgs),
+    /// Client: create, list and revoke a project's tokens
+    Token(cli::TokenArgs),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +102,8 @@ fn main() -> ExitCode {
         Command::Client(ClientCommand::Ticket(args)) => return cli::run_ticket(args),
         Command::Client(ClientCommand::Agents(args)) => return cli::run_agents(args),
         Command::Client(ClientCommand::Schedule(args)) => return cli::run_schedule(args),
+        Command::Client(ClientCommand::Project(args)) => return cli::run_project(args),
+        Command::Client(ClientCommand::Token(args)) => return cli::run_token(args),
     };
     let server = match &command {
         ServerCommand::Serve(args) | ServerCommand::Api(args) | ServerCommand::Worker(args) => Some(args),

@@ -650,3 +650,62 @@ async fn client_commands_neither_list_nor_take_the_server_options() {
         .unwrap();
     assert!(String::from_utf8_lossy(&serve.stdout).contains("--database-url"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn project_and_token_commands_and_the_project_option() {
+    let app = TestApp::spawn().await;
+    let made = cli(&app.url, &["project", "create", "ops", "OPS", "--weight", "2"]).await;
+    assert_eq!(made.code, 0, "{made:?}");
+    let listed = cli(&app.url, &["project", "list"]).await;
+    assert!(
+        listed.stdout.contains("ops") && listed.stdout.contains("OPS"),
+        "{listed:?}"
+    );
+
+    // `--project` (or AGENTDESK_PROJECT) acts in the project: its keys are the project's.
+    let ticket = cli(&app.url, &["ticket", "create", "In ops", "--project", "ops"]).await;
+    assert_eq!(ticket.code, 0, "{ticket:?}");
+    assert!(ticket.stdout.contains("OPS-1"), "{ticket:?}");
+    let mut in_ops = command(&app.url, &["ticket", "list"]);
+    in_ops.env("AGENTDESK_PROJECT", "ops");
+    let in_ops = finish(in_ops.spawn().unwrap()).await;
+    assert!(in_ops.stdout.contains("OPS-1"), "{in_ops:?}");
+    let in_default = cli(&app.url, &["ticket", "list"]).await;
+    assert!(!in_default.stdout.contains("OPS-1"), "{in_default:?}");
+
+    // A token's secret is printed once; the list shows it without; revoked, it is refused.
+    let token = cli(
+        &app.url,
+        &["token", "create", "ci", "--scope", "read", "--project", "ops"],
+    )
+    .await;
+    assert_eq!(token.code, 0, "{token:?}");
+    let secret = token.stdout.trim().to_owned();
+    assert!(secret.starts_with("adk_"), "{token:?}");
+    let tokens = cli(&app.url, &["token", "list", "--project", "ops"]).await;
+    assert!(
+        tokens.stdout.contains("ci") && !tokens.stdout.contains(&secret),
+        "{tokens:?}"
+    );
+    let id = tokens
+        .stdout
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let mut reading = command(&app.url, &["ticket", "list"]);
+    reading.env("AGENTDESK_TOKEN", &secret);
+    let reading = finish(reading.spawn().unwrap()).await;
+    assert!(reading.code == 0 && reading.stdout.contains("OPS-1"), "{reading:?}");
+    let revoked = cli(&app.url, &["token", "revoke", &id, "--project", "ops"]).await;
+    assert_eq!(revoked.code, 0, "{revoked:?}");
+    let mut refused = command(&app.url, &["ticket", "list"]);
+    refused.env("AGENTDESK_TOKEN", &secret);
+    let refused = finish(refused.spawn().unwrap()).await;
+    assert_ne!(refused.code, 0, "{refused:?}");
+
+    let deleted = cli(&app.url, &["project", "delete", "ops"]).await;
+    assert_ne!(deleted.code, 0, "a project with tickets stays: {deleted:?}");
+    app.shutdown().await;
+}

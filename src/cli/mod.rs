@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod client;
+pub mod projects;
 pub mod schedules;
 pub mod sse;
 pub mod tickets;
@@ -227,6 +228,82 @@ pub enum ScheduleCommand {
     /// Delete a schedule (its tickets stay)
     #[command(after_help = EXIT_CODES_HELP)]
     Delete { schedule: String },
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct ProjectArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: ProjectCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProjectCommand {
+    /// Create a project (a desk token's work); its tickets are KEY_PREFIX-1, KEY_PREFIX-2, …
+    #[command(after_help = EXIT_CODES_HELP)]
+    Create {
+        /// 1 to 32 of [a-z0-9-]
+        name: String,
+        /// 1 to 10 of [A-Z]
+        key_prefix: String,
+        #[arg(long)]
+        description: Option<String>,
+        /// Its share of the workers when several projects have tickets waiting (1 to 100)
+        #[arg(long)]
+        weight: Option<i32>,
+    },
+    /// List the projects (a project token sees its own)
+    #[command(after_help = EXIT_CODES_HELP)]
+    List,
+    /// Show a project with its usage today and this month, as JSON
+    #[command(after_help = EXIT_CODES_HELP)]
+    Show { project: String },
+    /// Delete a project that has no tickets
+    #[command(after_help = EXIT_CODES_HELP)]
+    Delete { project: String },
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct TokenArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: TokenCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Create a token of the project (--project, else default); prints its secret, shown only once
+    #[command(after_help = EXIT_CODES_HELP)]
+    Create {
+        name: String,
+        /// read, write, approve or admin (repeat for several)
+        #[arg(long = "scope", value_name = "SCOPE", required = true)]
+        scopes: Vec<String>,
+    },
+    /// List the project's tokens (never their secrets)
+    #[command(after_help = EXIT_CODES_HELP)]
+    List,
+    /// Revoke a token by id: refused everywhere within a second
+    #[command(after_help = EXIT_CODES_HELP)]
+    Revoke { id: String },
+}
+
+pub fn run_project(args: ProjectArgs) -> ExitCode {
+    run(args.client, |client| async move {
+        projects::run_project(&client, args.command).await
+    })
+}
+
+pub fn run_token(args: TokenArgs) -> ExitCode {
+    // The project every desk has (the client knows the service only through its API).
+    let project = args.client.project.clone().unwrap_or_else(|| "default".to_owned());
+    run(args.client, |client| async move {
+        projects::run_token(&client, &project, args.command).await
+    })
 }
 
 pub fn run_schedule(args: ScheduleArgs) -> ExitCode {
