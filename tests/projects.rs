@@ -454,3 +454,57 @@ async fn a_small_projects_new_ticket_is_claimed_before_a_big_backlog() {
     // Then the backlog goes on in its own order.
     assert_eq!(claim(&pool, 2).await, ["TICKET-11", "TICKET-12"]);
 }
+
+#[tokio::test]
+async fn limits_and_revocation_hold_across_two_api_processes() {
+    let first = desk().await;
+    let database_url = first.database_url.clone();
+    let second = TestApp::spawn_with(|c| {
+        c.api_tokens = vec![DESK.into()];
+        c.database_url = Some(database_url);
+    })
+    .await;
+    let (status, _) = first
+        .post(
+            "/v1/projects",
+            json!({"name": "shared", "key_prefix": "SH", "rate_limit": {"requests_per_s": 0.001, "burst": 10}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    // One bucket for both processes: of twenty requests sent to them in turn, ten pass.
+    let mut passed = 0;
+    for i in 0..20 {
+        let app = if i % 2 == 0 { &first } else { &second };
+        let (status, _) = send(as_token(app, DESK, Some("shared"), Method::GET, "/v1/tickets")).await;
+        match status {
+            StatusCode::OK => passed += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(passed, 10);
+
+    // A token revoked through one process is refused by the other within 2 s.
+    let token = create_token(&first, "default", &["read"]).await;
+    let (status, _) = send(as_token(&second, &token, None, Method::GET, "/v1/tickets")).await;
+    assert_eq!(status, StatusCode::OK, "the second process knows the token");
+    let (_, tokens) = first.get("/v1/projects/default/tokens").await;
+    let id = tokens["items"][0]["id"].as_str().unwrap().to_owned();
+    let (status, _) = first.delete(&format!("/v1/projects/default/tokens/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let revoked_at = tokio::time::Instant::now();
+    loop {
+        let (status, _) = send(as_token(&second, &token, None, Method::GET, "/v1/tickets")).await;
+        if status == StatusCode::UNAUTHORIZED {
+            break;
+        }
+        assert!(
+            revoked_at.elapsed() < Duration::from_secs(2),
+            "still accepted after 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    second.shutdown().await;
+    first.shutdown().await;
+}
