@@ -7,6 +7,7 @@
 //! BENCHMARKS.md. See BENCHMARKS.md for what each scenario measures.
 
 mod backlog;
+mod fair_share;
 mod floor;
 mod harness;
 mod pgbench;

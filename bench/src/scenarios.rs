@@ -20,10 +20,11 @@ use crate::stages;
 
 /// Latency first, on a quiet machine; the 10 000-connection fan-out last, as tearing down its
 /// connections disturbs whatever runs right after it.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     "api_latency",
     "throughput",
     "claim_backlog",
+    "fair_share",
     "retention_sweep",
     "quiet_desk",
     "scale_out",
@@ -68,6 +69,7 @@ pub async fn run(name: &str, opts: Opts, report: &mut Report) -> Result<()> {
     match name {
         "throughput" => throughput(opts, report).await,
         "claim_backlog" => crate::backlog::claim_backlog(opts, report).await,
+        "fair_share" => crate::fair_share::fair_share(opts, report).await,
         "concurrency" => concurrency(opts, report).await,
         "sse_fanout" => sse_fanout(opts, report).await,
         "api_latency" => api_latency(opts, report).await,
