@@ -90,6 +90,20 @@ async fn a_project_has_its_own_keys_names_and_tickets() {
     let (status, found) = send(as_token(&app, DESK, Some("ops"), Method::GET, "/v1/tickets/ops-1")).await;
     assert_eq!((status, &found["id"]), (StatusCode::OK, &first["id"]));
 
+    // An Idempotency-Key is a project's own: the same key in another project makes its own ticket.
+    let keyed = |project: Option<&'static str>| {
+        as_token(&app, DESK, project, Method::POST, "/v1/tickets")
+            .header("Idempotency-Key", "same-key")
+            .json(&json!({"task": "keyed"}))
+    };
+    let (status, in_ops) = send(keyed(Some("ops"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{in_ops}");
+    let (status, in_default) = send(keyed(None)).await;
+    assert_eq!(status, StatusCode::CREATED, "{in_default}");
+    assert_ne!(in_ops["id"], in_default["id"]);
+    let (status, repeat) = send(keyed(Some("ops"))).await;
+    assert_eq!((status, &repeat["id"]), (StatusCode::OK, &in_ops["id"]));
+
     // Two projects may each have an agent of the same name.
     let agent = json!({"model": "m", "role": "r"});
     let (status, _) = send(as_token(&app, DESK, Some("ops"), Method::PUT, "/v1/agents/researcher").json(&agent)).await;

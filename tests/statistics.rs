@@ -160,9 +160,10 @@ async fn a_row_version_is_written_only_into_the_indexes_some_query_needs() {
         "{events}"
     );
 
-    // Only tickets that have an idempotency key have an entry in its index, which is still unique.
+    // Only tickets that have an idempotency key have an entry in its index, which is still unique
+    // (within a project: two projects' clients may pick the same key).
     assert!(
-        tickets.contains("UNIQUE INDEX tickets_idempotency_key_idx ON public.tickets USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)"),
+        tickets.contains("UNIQUE INDEX tickets_idempotency_key_idx ON public.tickets USING btree (project_id, idempotency_key) WHERE (idempotency_key IS NOT NULL)"),
         "{tickets}"
     );
     sqlx::query("INSERT INTO tickets (id, task, idempotency_key) VALUES (gen_random_uuid(), '\"keyed\"', 'k-1')")

@@ -378,24 +378,36 @@ pub async fn find<'e>(
     project: ProjectId,
     ticket: &TicketRef,
 ) -> Result<Option<Ticket>, sqlx::Error> {
-    let (matches, value) = by_ref(ticket);
-    let row: Option<TicketRow> = sqlx::query_as(&format!(
-        "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.project_id = $1 AND {matches}"
-    ))
-    .bind(project)
-    .bind(value)
-    .fetch_optional(db)
-    .await?;
+    let sql = format!(
+        "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.project_id = $1 AND {}",
+        ref_condition(ticket)
+    );
+    let row: Option<TicketRow> = bind_ref(sqlx::query_as(&sql), project, ticket)
+        .fetch_optional(db)
+        .await?;
     Ok(row.map(Ticket::from))
 }
 
-/// The condition on `$2` that matches a reference (through the primary key or the key's unique
-/// index), and the value to bind: one statement shape per kind of reference, so each plans as
-/// the lookup it is.
-fn by_ref(r: &TicketRef) -> (&'static str, String) {
+/// The condition on tickets `t` of project `$1` that finds a reference: by id through the primary
+/// key, by key through the project's unique number index (the key is checked on the row found,
+/// so `OPS-3` is no ticket of a project whose prefix is not OPS). One statement shape per kind of
+/// reference, so each plans as the lookup it is; `bind_ref` binds it.
+fn ref_condition(r: &TicketRef) -> &'static str {
     match r {
-        TicketRef::Id(id) => ("t.id = $2::uuid", id.to_string()),
-        TicketRef::Key(key) => ("t.key = $2", key.clone()),
+        TicketRef::Id(_) => "t.id = $2",
+        TicketRef::Key { .. } => "t.number = $2 AND t.key = $3",
+    }
+}
+
+fn bind_ref<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    project: ProjectId,
+    r: &'q TicketRef,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    let query = query.bind(project);
+    match r {
+        TicketRef::Id(id) => query.bind(*id),
+        TicketRef::Key { key, number } => query.bind(*number).bind(key.as_str()),
     }
 }
 
@@ -416,14 +428,13 @@ pub async fn lock(
     project: ProjectId,
     ticket: &TicketRef,
 ) -> Result<Option<Ticket>, sqlx::Error> {
-    let (matches, value) = by_ref(ticket);
-    let row: Option<TicketRow> = sqlx::query_as(&format!(
-        "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.project_id = $1 AND {matches} FOR UPDATE OF t"
-    ))
-    .bind(project)
-    .bind(value)
-    .fetch_optional(conn)
-    .await?;
+    let sql = format!(
+        "SELECT {TICKET_COLUMNS} FROM tickets t WHERE t.project_id = $1 AND {} FOR UPDATE OF t",
+        ref_condition(ticket)
+    );
+    let row: Option<TicketRow> = bind_ref(sqlx::query_as(&sql), project, ticket)
+        .fetch_optional(conn)
+        .await?;
     Ok(row.map(Ticket::from))
 }
 

@@ -247,11 +247,12 @@ fn default_project() -> ProjectId {
 }
 
 /// A ticket reference in a path: its id, or its key `PREFIX-<number>` (kept as written by the
-/// desk: the prefix in capitals, the number without leading zeros).
+/// desk, the prefix in capitals and the number without leading zeros, and as the number, which is
+/// what the database indexes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TicketRef {
     Id(Uuid),
-    Key(String),
+    Key { key: String, number: i64 },
 }
 
 impl TicketRef {
@@ -269,7 +270,10 @@ impl TicketRef {
             return None;
         }
         let number: i64 = number.parse().ok()?;
-        Some(TicketRef::Key(format!("{}-{number}", prefix.to_ascii_uppercase())))
+        Some(TicketRef::Key {
+            key: format!("{}-{number}", prefix.to_ascii_uppercase()),
+            number,
+        })
     }
 }
 
@@ -281,7 +285,10 @@ mod tests {
     fn ticket_refs_parse_ids_and_keys_and_nothing_else() {
         let id = Uuid::now_v7();
         assert_eq!(TicketRef::parse(&id.to_string()), Some(TicketRef::Id(id)));
-        let key = |k: &str| Some(TicketRef::Key(k.into()));
+        let key = |k: &str| {
+            let number = k.rsplit_once('-').unwrap().1.parse().unwrap();
+            Some(TicketRef::Key { key: k.into(), number })
+        };
         assert_eq!(TicketRef::parse("TICKET-42"), key("TICKET-42"));
         assert_eq!(TicketRef::parse("ticket-042"), key("TICKET-42"));
         assert_eq!(TicketRef::parse("Ticket-7"), key("TICKET-7"));
