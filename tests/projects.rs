@@ -412,6 +412,19 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (_, tasks) = send(as_token(&app, &intruder, None, Method::GET, "/a2a/tasks")).await;
     assert!(!tasks.to_string().contains(&id), "{tasks}");
+    // The agent card's `tenant` in the path names the project, as the header does.
+    let (status, tasks) = send(as_token(&app, &intruder, None, Method::GET, "/a2a/alpha/tasks")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{tasks}");
+    assert!(!tasks.to_string().contains(&id), "{tasks}");
+    let (status, tasks) = send(as_token(&app, DESK, None, Method::GET, "/a2a/alpha/tasks")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        tasks.to_string().contains(&id),
+        "a desk token reads alpha's tasks under its tenant: {tasks}"
+    );
+    let (_, card) = app.get("/.well-known/agent-card.json?project=alpha").await;
+    assert_eq!(card["supportedInterfaces"][0]["tenant"], "alpha");
+    assert_eq!(card["skills"][0]["id"], "researcher");
     app.shutdown().await;
 }
 

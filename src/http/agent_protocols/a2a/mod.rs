@@ -54,6 +54,14 @@ pub fn routes() -> axum::Router<AppState> {
             "/a2a/tasks/{task}",
             get(rest::get_task_or_subscribe).post(rest::task_action),
         )
+        // The same under the agent card's `tenant` (a project's name).
+        .route("/a2a/{tenant}/message:send", post(rest::send_in))
+        .route("/a2a/{tenant}/message:stream", post(rest::stream_in))
+        .route("/a2a/{tenant}/tasks", get(rest::list_in))
+        .route(
+            "/a2a/{tenant}/tasks/{task}",
+            get(rest::get_task_or_subscribe_in).post(rest::task_action_in),
+        )
         // axum's extractors answer in plain text (a body over 1 MiB).
         .layer(axum::middleware::from_fn(crate::http::error::plain_errors_in_api_shape))
 }

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::wire::{ListTasksRequest, SendMessageRequest, SendMessageResponse, TaskIdRequest};
 use super::{A2aError, StreamItem};
+use crate::http::error::ApiError;
 use crate::http::AppState;
 
 /// A request body: JSON of `T` (any content type: clients send `application/json` or
@@ -117,19 +118,28 @@ pub async fn get_task_or_subscribe(
     task: Result<Path<String>, PathRejection>,
     RawQuery(q): RawQuery,
 ) -> Response {
-    let task = match task_in(task) {
+    get_or_subscribe(&state, &headers, task_in(task), q.as_deref()).await
+}
+
+async fn get_or_subscribe(
+    state: &AppState,
+    headers: &HeaderMap,
+    task: Result<String, A2aError>,
+    q: Option<&str>,
+) -> Response {
+    let task = match task {
         Ok(task) => task,
         Err(not_found) => return not_found.into_response(),
     };
     if let Some(id) = task.strip_suffix(":subscribe") {
-        return subscribe(&state, &headers, q.as_deref(), id).await;
+        return subscribe(state, headers, q, id).await;
     }
     answer(
         async {
-            let caller = super::require(&headers, &state, false).await?;
-            super::check_version(&headers, q.as_deref())?;
-            let request: TaskIdRequest = query(q.as_deref())?;
-            super::get_task(&state, &caller, &task, request.history_length).await
+            let caller = super::require(headers, state, false).await?;
+            super::check_version(headers, q)?;
+            let request: TaskIdRequest = query(q)?;
+            super::get_task(state, &caller, &task, request.history_length).await
         }
         .await,
     )
@@ -145,12 +155,21 @@ pub async fn task_action(
     RawQuery(q): RawQuery,
     _body: Bytes,
 ) -> Response {
-    let task = match task_in(task) {
+    act_on_task(&state, &headers, task_in(task), q.as_deref()).await
+}
+
+async fn act_on_task(
+    state: &AppState,
+    headers: &HeaderMap,
+    task: Result<String, A2aError>,
+    q: Option<&str>,
+) -> Response {
+    let task = match task {
         Ok(task) => task,
         Err(not_found) => return not_found.into_response(),
     };
     if let Some(id) = task.strip_suffix(":subscribe") {
-        return subscribe(&state, &headers, q.as_deref(), id).await;
+        return subscribe(state, headers, q, id).await;
     }
     answer(
         async {
@@ -159,9 +178,9 @@ pub async fn task_action(
                     "POST /a2a/tasks/{task} is not an operation: use {task}:cancel or {task}:subscribe"
                 )));
             };
-            let caller = super::require(&headers, &state, true).await?;
-            super::check_version(&headers, q.as_deref())?;
-            super::cancel_task(&state, &caller, id).await
+            let caller = super::require(headers, state, true).await?;
+            super::check_version(headers, q)?;
+            super::cancel_task(state, &caller, id).await
         }
         .await,
     )
@@ -177,5 +196,97 @@ async fn subscribe(state: &AppState, headers: &HeaderMap, q: Option<&str>, id: &
     match started {
         Ok(items) => sse(items),
         Err(err) => err.into_response(),
+    }
+}
+
+/// The routes under a tenant, `/a2a/{tenant}/…`: the agent card's interfaces carry the project's
+/// name as `tenant`, and clients put it in the path. It names the project as the
+/// `AgentDesk-Project` header does (a project token naming another project is refused the same).
+fn in_tenant(tenant: &str, mut headers: HeaderMap) -> Result<HeaderMap, Response> {
+    let value = axum::http::HeaderValue::from_str(tenant)
+        .map_err(|_| A2aError::from(ApiError::NotFound(format!("no project {tenant:?}"))).into_response())?;
+    headers.insert(crate::http::access::PROJECT_HEADER, value);
+    Ok(headers)
+}
+
+/// A tenant path that cannot be read (not UTF-8) names no project.
+fn no_tenant() -> Response {
+    A2aError::from(ApiError::NotFound("no such project: the path is not UTF-8".into())).into_response()
+}
+
+/// `POST /a2a/{tenant}/message:send`
+pub async fn send_in(
+    state: State<AppState>,
+    tenant: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    q: RawQuery,
+    bytes: Bytes,
+) -> Response {
+    let Ok(Path(tenant)) = tenant else { return no_tenant() };
+    match in_tenant(&tenant, headers) {
+        Ok(headers) => send(state, headers, q, bytes).await,
+        Err(refused) => refused,
+    }
+}
+
+/// `POST /a2a/{tenant}/message:stream`
+pub async fn stream_in(
+    state: State<AppState>,
+    tenant: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    q: RawQuery,
+    bytes: Bytes,
+) -> Response {
+    let Ok(Path(tenant)) = tenant else { return no_tenant() };
+    match in_tenant(&tenant, headers) {
+        Ok(headers) => stream(state, headers, q, bytes).await,
+        Err(refused) => refused,
+    }
+}
+
+/// `GET /a2a/{tenant}/tasks`
+pub async fn list_in(
+    state: State<AppState>,
+    tenant: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    q: RawQuery,
+) -> Response {
+    let Ok(Path(tenant)) = tenant else { return no_tenant() };
+    match in_tenant(&tenant, headers) {
+        Ok(headers) => list(state, headers, q).await,
+        Err(refused) => refused,
+    }
+}
+
+/// `GET /a2a/{tenant}/tasks/{id}` (and `…:subscribe`)
+pub async fn get_task_or_subscribe_in(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    RawQuery(q): RawQuery,
+) -> Response {
+    let Ok(Path((tenant, task))) = path else {
+        return no_tenant();
+    };
+    match in_tenant(&tenant, headers) {
+        Ok(headers) => get_or_subscribe(&state, &headers, Ok(task), q.as_deref()).await,
+        Err(refused) => refused,
+    }
+}
+
+/// `POST /a2a/{tenant}/tasks/{id}:cancel` (and `…:subscribe`)
+pub async fn task_action_in(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    RawQuery(q): RawQuery,
+    _body: Bytes,
+) -> Response {
+    let Ok(Path((tenant, task))) = path else {
+        return no_tenant();
+    };
+    match in_tenant(&tenant, headers) {
+        Ok(headers) => act_on_task(&state, &headers, Ok(task), q.as_deref()).await,
+        Err(refused) => refused,
     }
 }
