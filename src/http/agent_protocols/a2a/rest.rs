@@ -202,9 +202,9 @@ async fn subscribe(state: &AppState, headers: &HeaderMap, q: Option<&str>, id: &
 /// The routes under a tenant, `/a2a/{tenant}/…`: the agent card's interfaces carry the project's
 /// name as `tenant`, and clients put it in the path. It names the project as the
 /// `AgentDesk-Project` header does (a project token naming another project is refused the same).
-fn in_tenant(tenant: &str, mut headers: HeaderMap) -> Result<HeaderMap, Response> {
+fn in_tenant(tenant: &str, mut headers: HeaderMap) -> Result<HeaderMap, A2aError> {
     let value = axum::http::HeaderValue::from_str(tenant)
-        .map_err(|_| A2aError::from(ApiError::NotFound(format!("no project {tenant:?}"))).into_response())?;
+        .map_err(|_| A2aError::from(ApiError::NotFound(format!("no project {tenant:?}"))))?;
     headers.insert(crate::http::access::PROJECT_HEADER, value);
     Ok(headers)
 }
@@ -225,7 +225,7 @@ pub async fn send_in(
     let Ok(Path(tenant)) = tenant else { return no_tenant() };
     match in_tenant(&tenant, headers) {
         Ok(headers) => send(state, headers, q, bytes).await,
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -240,7 +240,7 @@ pub async fn stream_in(
     let Ok(Path(tenant)) = tenant else { return no_tenant() };
     match in_tenant(&tenant, headers) {
         Ok(headers) => stream(state, headers, q, bytes).await,
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -254,7 +254,7 @@ pub async fn list_in(
     let Ok(Path(tenant)) = tenant else { return no_tenant() };
     match in_tenant(&tenant, headers) {
         Ok(headers) => list(state, headers, q).await,
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -270,7 +270,7 @@ pub async fn get_task_or_subscribe_in(
     };
     match in_tenant(&tenant, headers) {
         Ok(headers) => get_or_subscribe(&state, &headers, Ok(task), q.as_deref()).await,
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -287,6 +287,6 @@ pub async fn task_action_in(
     };
     match in_tenant(&tenant, headers) {
         Ok(headers) => act_on_task(&state, &headers, Ok(task), q.as_deref()).await,
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
