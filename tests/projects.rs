@@ -63,6 +63,17 @@ async fn a_project_has_its_own_keys_names_and_tickets() {
         .post("/v1/projects", json!({"name": "Bad Name", "key_prefix": "B"}))
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = app
+        .post(
+            "/v1/projects",
+            json!({"name": "neg", "key_prefix": "NEG", "quotas": {"cost_usd_per_month": -1}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a negative quota is refused");
+    let (status, _) = app.patch("/v1/projects/ops", json!([null, null])).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a body is an object");
+    let (_, unchanged) = app.get("/v1/projects/ops").await;
+    assert_eq!(unchanged, ops, "a refused change changes nothing");
 
     let (status, first) =
         send(as_token(&app, DESK, Some("ops"), Method::POST, "/v1/tickets").json(&json!({"task": "a"}))).await;

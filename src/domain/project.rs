@@ -82,6 +82,14 @@ impl Quotas {
                 return Err(format!("quotas.{name} must be at least 0"));
             }
         }
+        for (name, value) in [
+            ("cost_usd_per_day", self.cost_usd_per_day),
+            ("cost_usd_per_month", self.cost_usd_per_month),
+        ] {
+            if value.is_some_and(|v| v.is_negative()) {
+                return Err(format!("quotas.{name} must be at least 0"));
+            }
+        }
         Ok(())
     }
 }

@@ -38,6 +38,11 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // wrong shape is invalid (422).
     let value: Value =
         serde_json::from_slice(bytes).map_err(|e| ApiError::BadRequest(format!("malformed JSON: {e}")))?;
+    // Every body the API takes is an object; serde would read a struct from an array too
+    // (`[null, null]` as its first two fields), which the document does not allow.
+    if !value.is_object() {
+        return Err(ApiError::Validation("the request body must be a JSON object".into()));
+    }
     if contains_nul(&value) {
         // Postgres stores no NUL character in text or jsonb; refusing here keeps it from a 500.
         return Err(ApiError::Validation(
