@@ -72,6 +72,10 @@ async fn a_project_has_its_own_keys_names_and_tickets() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a negative quota is refused");
     let (status, _) = app.patch("/v1/projects/ops", json!([null, null])).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a body is an object");
+    for nested in [json!({"quotas": [null, null]}), json!({"rate_limit": [1, 2]})] {
+        let (status, _) = app.patch("/v1/projects/ops", nested.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{nested} is no object");
+    }
     let (_, unchanged) = app.get("/v1/projects/ops").await;
     assert_eq!(unchanged, ops, "a refused change changes nothing");
 

@@ -170,3 +170,21 @@ pub fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
 ) -> Result<Option<Option<T>>, D::Error> {
     <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
 }
+
+/// A nested object, or null: serde would read a struct from an array too (`[null, null]` as its
+/// first two fields), which the document does not allow.
+pub fn object<'de, D: serde::Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
+    use serde::de::Error;
+    match <Option<Value> as serde::Deserialize>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(value @ Value::Object(_)) => T::deserialize(value).map(Some).map_err(D::Error::custom),
+        Some(_) => Err(D::Error::custom("expected a JSON object or null")),
+    }
+}
+
+/// `object`, telling a PATCH's `null` (clear it) from a field left out (keep it), as `present`.
+pub fn present_object<'de, D: serde::Deserializer<'de>, T: DeserializeOwned>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    object(d).map(Some)
+}

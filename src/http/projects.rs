@@ -38,9 +38,9 @@ pub struct CreateProject {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 100)]
     pub weight: Option<i32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::extract::object")]
     pub rate_limit: Option<RateLimit>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::extract::object")]
     pub quotas: Option<Quotas>,
 }
 
@@ -55,10 +55,10 @@ pub struct PatchProject {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 100)]
     pub weight: Option<i32>,
-    #[serde(default, deserialize_with = "super::extract::present")]
+    #[serde(default, deserialize_with = "super::extract::present_object")]
     #[schema(value_type = Option<RateLimit>)]
     pub rate_limit: Option<Option<RateLimit>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::extract::object")]
     pub quotas: Option<Quotas>,
 }
 
@@ -263,7 +263,7 @@ pub struct CreateToken {
     pub scopes: Vec<TokenScope>,
     #[serde(default)]
     pub expires_at: Option<DateTime<Utc>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::extract::object")]
     pub rate_limit: Option<RateLimit>,
 }
 
