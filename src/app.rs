@@ -91,6 +91,10 @@ impl App {
         let prices = db::prices::PriceBook::default();
         prices.reload(&pool).await.context("cannot read the prices")?;
         tasks.push(prices.spawn_refresh(pool.clone(), shutdown.clone()));
+        // And checks requests against the projects' quotas from its own project book.
+        let projects = db::projects::ProjectBook::default();
+        projects.reload(&pool).await.context("cannot read the projects")?;
+        tasks.push(projects.spawn_refresh(pool.clone(), shutdown.clone()));
         if !mode.runs_api() {
             // Nobody here watches deltas: send them to the API processes.
             tasks.push(hub.forward_deltas(shutdown.clone()));
@@ -108,6 +112,7 @@ impl App {
                 intake: crate::transitions::intake::Intake::start(pool.clone(), hub.clone()),
                 route_check: Default::default(),
                 prices: prices.clone(),
+                projects: projects.clone(),
                 shutdown: shutdown.clone(),
             });
             let (server, addr) = serve_api(state, config.addr, shutdown.clone())?;
@@ -140,6 +145,7 @@ impl App {
                 providers.clone(),
                 catalog.clone(),
                 prices.clone(),
+                projects.clone(),
             ))
         } else {
             None

@@ -550,3 +550,224 @@ async fn limits_and_revocation_hold_across_two_api_processes() {
     second.shutdown().await;
     first.shutdown().await;
 }
+
+/// Runs a request as the desk token in `project`, answering its status and JSON body.
+async fn in_project(
+    app: &TestApp,
+    project: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let request = as_token(app, DESK, Some(project), method, path);
+    send(match body {
+        Some(body) => request.json(&body),
+        None => request,
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_reached_money_quota_pauses_the_project_once_and_a_raise_resumes_it() {
+    let llm = testkit::fake_llm::FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&llm, |c| c.api_tokens = vec![DESK.into()]).await;
+    llm.set_reply(testkit::fake_llm::Reply::tool_call(
+        "close_ticket",
+        json!({"result": "ok"}),
+    ));
+    let (status, _) = app
+        .post(
+            "/v1/projects",
+            json!({"name": "thrift", "key_prefix": "TH", "quotas": {"cost_usd_per_day": 10}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    // 15 tokens at $100 per million: each request costs $0.0015.
+    app.put("/v1/prices/house-model", json!({"input": 100, "output": 100}))
+        .await;
+    let agent = json!({"model": "house-model", "max_tokens": 100});
+    let (status, _) = in_project(&app, "thrift", Method::PUT, "/v1/agents/worker", Some(agent)).await;
+    assert!(status.is_success());
+    let create = |task: &str| in_project(&app, "thrift", Method::POST, "/v1/tickets", Some(json!({"task": task})));
+    let (_, first) = create("first").await;
+    let first_key = first["key"].as_str().unwrap().to_owned();
+    let wait = |key: String, status: &'static str| {
+        let app = &app;
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let (_, t) = in_project(app, "thrift", Method::GET, &format!("/v1/tickets/{key}"), None).await;
+                if t["status"] == status {
+                    return t;
+                }
+                assert!(std::time::Instant::now() < deadline, "{key} never became {status}: {t}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait(first_key.clone(), "done").await;
+
+    // The day's quota lowered below what the day spent: the next request does not go out.
+    let (status, _) = app
+        .patch("/v1/projects/thrift", json!({"quotas": {"cost_usd_per_day": 0.001}}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let sent = llm.request_count();
+    let (_, second) = create("second").await;
+    let second_key = second["key"].as_str().unwrap().to_owned();
+    let waiting = wait(second_key.clone(), "waiting").await;
+    assert_eq!(waiting["waiting_for"], "budget", "{waiting}");
+    assert_eq!(llm.request_count(), sent, "nothing was sent");
+    let exhausted = support::event_data(&app, second["id"].as_str().unwrap(), "budget.exhausted").await;
+    assert_eq!(exhausted[0]["scope"], "project");
+    assert_eq!(exhausted[0]["name"], "thrift");
+
+    // Paused: a new ticket of the project is not claimed; another project's is.
+    let (_, third) = create("third").await;
+    assert!(
+        claim(&app.pool, 10).await.is_empty(),
+        "a paused project is not claimed from"
+    );
+    let notices: Vec<(Option<uuid::Uuid>, Value)> =
+        sqlx::query_as("SELECT ticket_id, data FROM events WHERE kind = 'project.quota_reached'")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(notices.len(), 1, "announced once: {notices:?}");
+    assert_eq!(notices[0].0, None, "an event of the project, with no ticket");
+    assert_eq!(notices[0].1["quota"], "cost_usd_per_day");
+    assert_eq!(notices[0].1["limit"], json!(0.001));
+    // The project's firehose carries it, with no ticket and no seq.
+    let mut firehose =
+        support::SseClient::open(as_token(&app, DESK, Some("thrift"), Method::GET, "/v1/events?after=0"))
+            .await
+            .unwrap();
+    let seen = firehose
+        .collect_until(|e| e.kind() == "project.quota_reached", Duration::from_secs(10))
+        .await;
+    let reached = seen.last().expect("the firehose shows the quota");
+    assert_eq!(reached.kind(), "project.quota_reached");
+    assert_eq!(reached.data["ticket_id"], Value::Null);
+    assert_eq!(reached.data["seq"], Value::Null);
+    // Not another project's firehose.
+    let mut other = support::SseClient::open(as_token(&app, DESK, None, Method::GET, "/v1/events?after=0"))
+        .await
+        .unwrap();
+    let others = other.collect_for(Duration::from_millis(1000)).await;
+    assert!(others.iter().all(|e| e.kind() != "project.quota_reached"));
+
+    // Raised: both finish by themselves.
+    let (status, _) = app
+        .patch("/v1/projects/thrift", json!({"quotas": {"cost_usd_per_day": 10}}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    wait(second_key, "done").await;
+    wait(third["key"].as_str().unwrap().to_owned(), "done").await;
+    let (_, usage) = app.get("/v1/projects/thrift/usage").await;
+    assert_eq!(usage["day"]["tickets"], 3);
+    assert_eq!(usage["day"]["by_model"]["house-model"]["requests"], 3, "{usage}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_token_quota_stops_requests_once_reached_and_schedules_skip_past_the_ticket_quota() {
+    let llm = testkit::fake_llm::FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&llm, |c| c.api_tokens = vec![DESK.into()]).await;
+    llm.set_reply(testkit::fake_llm::Reply::tool_call(
+        "close_ticket",
+        json!({"result": "ok"}),
+    ));
+    // No price is needed for a token quota.
+    let (status, _) = app
+        .post(
+            "/v1/projects",
+            json!({"name": "words", "key_prefix": "WD", "quotas": {"tokens_per_day": 10, "tickets_per_day": 3}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let agent = json!({"model": "unpriced-model", "tools": ["close_ticket", "manage_tickets"]});
+    let (status, _) = in_project(&app, "words", Method::PUT, "/v1/agents/worker", Some(agent)).await;
+    assert!(status.is_success());
+    let (_, first) = in_project(&app, "words", Method::POST, "/v1/tickets", Some(json!({"task": "one"}))).await;
+    let first_key = first["key"].as_str().unwrap().to_owned();
+    // Its one request used 15 tokens of 10: the quota is reached, announced once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, t) = in_project(&app, "words", Method::GET, &format!("/v1/tickets/{first_key}"), None).await;
+        let reached: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE kind = 'project.quota_reached'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+        if t["status"] == "done" && reached == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{t} {reached}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (quota,): (Value,) = sqlx::query_as("SELECT data FROM events WHERE kind = 'project.quota_reached'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(quota["quota"], "tokens_per_day");
+    assert_eq!(quota["limit"], 10);
+    assert_eq!(quota["used"], 15);
+    // The project's next ticket stays `todo`: nothing claims it.
+    let (_, second) = in_project(&app, "words", Method::POST, "/v1/tickets", Some(json!({"task": "two"}))).await;
+    assert_eq!(second["status"], "todo");
+    assert!(
+        claim(&app.pool, 10).await.is_empty(),
+        "a paused project is not claimed from"
+    );
+
+    // The third ticket of the day is the last: a schedule's fire after it is skipped for the quota.
+    let (_, third) = in_project(
+        &app,
+        "words",
+        Method::POST,
+        "/v1/tickets",
+        Some(json!({"task": "three"})),
+    )
+    .await;
+    assert!(third["key"].is_string(), "{third}");
+    let schedule = json!({"name": "every-minute", "cron": "* * * * *", "ticket": {"task": "tick"}});
+    let (status, body) = in_project(&app, "words", Method::POST, "/v1/schedules", Some(schedule)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = in_project(
+        &app,
+        "words",
+        Method::POST,
+        "/v1/schedules/every-minute/run",
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    sqlx::query("UPDATE schedules SET next_run_at = now() - interval '1 second'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    // The schedulers are told, as a change through the API would tell them.
+    sqlx::query("SELECT pg_notify('agentdesk_schedules', '')")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let skipped: Value = loop {
+        let found: Option<Value> =
+            sqlx::query_scalar("SELECT data FROM events WHERE kind = 'schedule.skipped' AND ticket_id IS NULL")
+                .fetch_optional(&app.pool)
+                .await
+                .unwrap();
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(std::time::Instant::now() < deadline, "the schedule never skipped");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(skipped["reason"], "quota");
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE key LIKE 'WD-%'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 3, "no ticket beyond the quota");
+    app.shutdown().await;
+}

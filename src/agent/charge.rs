@@ -1,15 +1,17 @@
 //! What a model request costs, and the money budgets it must fit. The price comes from the
-//! process's price book (no database round trip); only when a budget applies (the ticket's
-//! `budget_usd`, the agent's `budget_usd_per_day`) is the request's worst case reserved before it
-//! is sent, and settled at its real cost once that is known (`db::budgets`). A request that does
-//! not fit is not sent: the ticket waits for the budget (or, with no price, for a price).
+//! process's price book and the project's quotas from its project book (no database round trip);
+//! only when a budget applies (the ticket's `budget_usd`, the agent's `budget_usd_per_day`, the
+//! project's `tokens_per_day`, `cost_usd_per_day` and `cost_usd_per_month`) is the request's worst
+//! case reserved before it is sent, and settled at its real cost once that is known
+//! (`db::budgets`). A request that does not fit is not sent: the ticket waits for the budget (or,
+//! with no price, for a price).
 
 use chrono::Utc;
 
 use super::state::{Charged, Step};
 use super::{window, Flow, RunEnd, Stop};
 use crate::db;
-use crate::db::budgets::{Budget, Exhausted, Reservation};
+use crate::db::budgets::{Budget, Exhausted, Quota, Reservation, Unit};
 use crate::domain::{EventData, NewEvent, Price, TicketUsage, Usd};
 use crate::llm::ModelRequest;
 
@@ -39,7 +41,7 @@ fn max_output(request: &ModelRequest) -> u64 {
 
 impl Step<'_> {
     /// The budgets that apply to this ticket's requests now.
-    fn budgets(&self) -> Vec<Budget> {
+    async fn budgets(&self) -> Result<Vec<Budget>, sqlx::Error> {
         let mut budgets = vec![];
         if let Some(limit) = self.ticket.budget_usd {
             let spent = self.ticket.usage.cost;
@@ -48,7 +50,26 @@ impl Step<'_> {
         if let Some(limit) = self.agent.budget_usd_per_day {
             budgets.push(Budget::agent_day(self.ticket.project, &self.agent.name, limit));
         }
-        budgets
+        budgets.extend(self.quota_budgets().await?);
+        Ok(budgets)
+    }
+
+    /// The project's quotas on tokens and money, as budgets.
+    async fn quota_budgets(&self) -> Result<Vec<Budget>, sqlx::Error> {
+        let project = self.ticket.project;
+        let Some(settings) = self.rt.projects.find(&self.rt.pool, project).await? else {
+            return Ok(vec![]);
+        };
+        let q = &settings.quotas;
+        let quotas = [
+            (Quota::TokensPerDay, q.tokens_per_day.map(db::budgets::count)),
+            (Quota::CostPerDay, q.cost_usd_per_day),
+            (Quota::CostPerMonth, q.cost_usd_per_month),
+        ];
+        Ok(quotas
+            .into_iter()
+            .filter_map(|(quota, limit)| Some(Budget::project(project, &settings.name, quota, limit?)))
+            .collect())
     }
 
     /// Prices a request about to be sent and, when a budget applies, reserves its worst case.
@@ -56,22 +77,25 @@ impl Step<'_> {
     pub(super) async fn charge_for(&self, provider: &str, request: &ModelRequest) -> Flow<Charge> {
         let model = request.model.as_str();
         let mut price = self.rt.prices.price_for(model, provider, Utc::now());
-        let budgets = self.budgets();
+        let budgets = self.budgets().await?;
         let mut charge = Charge::default();
         if budgets.is_empty() {
             charge.price = price;
             return Ok(charge);
         }
-        if price.is_none() {
+        // A token quota alone needs no price: it counts what is used, not what it costs.
+        let money = budgets.iter().any(|b| b.unit == Unit::Usd);
+        if price.is_none() && money {
             // This process may not have seen a price set elsewhere yet.
             self.rt.prices.reload(&self.rt.pool).await?;
             price = self.rt.prices.price_for(model, provider, Utc::now());
         }
-        let Some(found) = price else {
-            return self.wait_for_price(model, provider).await;
+        let worst = match &price {
+            Some(found) => found.worst_case(window::estimate_tokens(request), max_output(request)),
+            None if money => return self.wait_for_price(model, provider).await,
+            None => Usd::ZERO,
         };
-        let worst = found.worst_case(window::estimate_tokens(request), max_output(request));
-        charge.price = Some(found);
+        charge.price = price;
         for tries in 1.. {
             match db::budgets::reserve(&self.rt.pool, self.fence, &budgets, worst).await? {
                 Ok(reservation) => {
@@ -93,13 +117,19 @@ impl Step<'_> {
             return Ok(());
         }
         let Exhausted { budget, limit, spent } = exhausted;
-        let event = EventData::BudgetExhausted {
-            scope: budget.scope.to_owned(),
-            name: budget.name.clone(),
-            limit_usd: limit,
-            spent_usd: spent,
-        };
-        let events = [NewEvent::new(Some(self.name()), event)];
+        // A token quota's figures are counts, not dollars: its stop is told by
+        // `project.quota_reached` alone.
+        let mut events = vec![];
+        if budget.unit == Unit::Usd {
+            let event = EventData::BudgetExhausted {
+                scope: budget.scope.to_owned(),
+                name: budget.name.clone(),
+                limit_usd: limit,
+                spent_usd: spent,
+            };
+            events.push(NewEvent::new(Some(self.name()), event));
+        }
+        db::budgets::pause_project(&mut tx, &budget, limit, spent).await?;
         db::budgets::wait(&mut tx, self.fence, self.name(), "budget", Some(&budget), &events).await?;
         tx.commit().await?;
         self.rt.hub.wake();
@@ -139,12 +169,13 @@ impl Step<'_> {
         priced(charge.price.as_ref(), usage, answered)
     }
 
-    /// Settles the charge's reservation at `cost`; the `budget.threshold` events it crossed.
-    pub(super) async fn settle(&self, charge: &mut Charge, cost: Usd) -> Flow<Vec<NewEvent>> {
+    /// Settles the charge's reservation at what the request `used` (its cost and tokens); the
+    /// `budget.threshold` events it crossed.
+    pub(super) async fn settle(&self, charge: &mut Charge, used: &TicketUsage) -> Flow<Vec<NewEvent>> {
         let Some(reservation) = charge.reservation.take() else {
             return Ok(vec![]);
         };
-        Ok(db::budgets::settle(&self.rt.pool, self.ticket.id, &reservation, cost, self.name()).await?)
+        Ok(db::budgets::settle(&self.rt.pool, self.ticket.id, &reservation, used, self.name()).await?)
     }
 
     /// Logs `budget.threshold` events now (when there are any: no write otherwise).

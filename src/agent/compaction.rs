@@ -120,7 +120,7 @@ impl Step<'_> {
             let dollars: f64 = cost.to_string().parse().unwrap_or(0.0);
             crate::telemetry::metric::cost(name, &provider_label, &self.agent.model, dollars);
         }
-        let thresholds = self.settle(&mut charge, usage.cost).await?;
+        let thresholds = self.settle(&mut charge, &usage).await?;
         self.append_thresholds(thresholds).await?;
         let outcome = match result {
             Ok(response) if !response.text.trim().is_empty() => Ok(response.text),

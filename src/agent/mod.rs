@@ -54,6 +54,8 @@ pub struct Runtime {
     pub slots: capacity::ProviderSlots,
     /// The prices requests are charged at.
     pub prices: db::prices::PriceBook,
+    /// The projects' quotas requests are checked against.
+    pub projects: db::projects::ProjectBook,
 }
 
 /// How the outside world stops a running ticket.

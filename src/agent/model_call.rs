@@ -13,7 +13,7 @@ use super::state::Step;
 use super::{aborted, request, Flow};
 use crate::db;
 use crate::domain::event::kind;
-use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent, TicketUsage, Usd};
+use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent, TicketUsage};
 use crate::events::hub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
 use crate::telemetry::metric;
@@ -35,8 +35,8 @@ impl Step<'_> {
         // Priced (and, under a budget, reserved) before anything is sent: a request that does
         // not fit is never sent, and the ticket waits.
         let mut charge = self.charge_for(provider_label, request).await?;
-        // What this request's failed attempts cost (an empty reply's tokens).
-        let mut spent = Usd::ZERO;
+        // What this request's failed attempts used (an empty reply's tokens) and cost.
+        let mut spent = TicketUsage::default();
         let started = EventData::RequestStarted {
             model: self.agent.model.clone(),
         };
@@ -83,7 +83,7 @@ impl Step<'_> {
                 chat.fail("cancelled", "the ticket was cancelled or its claim lost");
                 // It was sent: it counts (added when the step ends, `keep_failed_requests`).
                 self.count_failed_request(TicketUsage::default());
-                self.settle(&mut charge, spent).await?;
+                self.settle(&mut charge, &spent).await?;
                 return self.keep_cancelled_text(streamed).await;
             };
             // The error, and what the provider reported the failed request used.
@@ -97,7 +97,7 @@ impl Step<'_> {
                     request::estimate_usage(request, &mut response);
                     let usage = request::ticket_usage(&response.usage, 1, !response.usage_reported);
                     let usage = self.priced(&charge, usage, true);
-                    let events = self.settle(&mut charge, spent.plus(usage.cost)).await?;
+                    let events = self.settle(&mut charge, &spent.plus(&usage)).await?;
                     self.record_response(provider_label, request, &response, &chat, (sent, first_output), &usage);
                     self.set_charged(Charged {
                         price: charge.price.take(),
@@ -125,11 +125,11 @@ impl Step<'_> {
             }
             drop(chat);
             // A request that failed was still sent: it counts.
-            spent = spent.plus(used.cost);
+            spent = spent.plus(&used);
             self.count_failed_request(used);
             if err.kind == LlmErrorKind::ContextWindowExceeded {
                 self.log_failure(provider, &err, "context window exceeded");
-                let events = self.settle(&mut charge, spent).await?;
+                let events = self.settle(&mut charge, &spent).await?;
                 self.append_thresholds(events).await?;
                 return Ok(ModelOutcome::Overflow(err));
             }
@@ -168,7 +168,7 @@ impl Step<'_> {
                 }
             }
             self.log_failure(provider, &err, "giving up");
-            let events = self.settle(&mut charge, spent).await?;
+            let events = self.settle(&mut charge, &spent).await?;
             self.append_thresholds(events).await?;
             let message = if partial && err.kind.is_retryable() {
                 format!(
@@ -293,8 +293,8 @@ impl Step<'_> {
             ),
         };
         let event = TicketEvent {
-            ticket_id: self.ticket.id,
-            ticket_key: self.ticket.key.clone(),
+            ticket_id: Some(self.ticket.id),
+            ticket_key: Some(self.ticket.key.clone()),
             seq: None,
             kind: delta_kind.to_owned(),
             agent: Some(self.agent.name.clone()),

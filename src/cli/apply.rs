@@ -17,6 +17,9 @@ pub const APPLY_HELP: &str = "The file holds maps keyed by name whose values are
   agents:       PUT /v1/agents/{name}
   schedules:    POST /v1/schedules (with the name), then PATCH /v1/schedules/{name}
 
+`project: NAME` at the top applies them in that project (as `--project NAME`; naming another project \
+with `--project` is refused).
+
 Each entry is compared with what the service has (only the fields the file sets); it is sent only when \
 one differs. Lines: `+` created, `~` updated (the fields), `=` unchanged, `!` refused (the API's message). \
 Entries the file does not name are left alone. Providers go first, then tools, MCP servers, agents, and \
@@ -80,6 +83,8 @@ impl Section {
 /// A parsed file: its entries in the order they are applied.
 #[derive(Clone, Debug, Default)]
 pub struct AgentsFile {
+    /// The project the entries belong to (`project:` at the top); None: the client's.
+    pub project: Option<String>,
     pub entries: Vec<(Section, String, Map<String, Value>)>,
 }
 
@@ -92,11 +97,17 @@ impl AgentsFile {
         let Some(top) = doc.as_object() else {
             return Err("expected a map with agents, providers, tools, mcp_servers or schedules".into());
         };
-        if let Some(unknown) = top.keys().find(|k| !Section::ALL.iter().any(|s| s.key() == *k)) {
+        let is_section = |k: &str| k == "project" || Section::ALL.iter().any(|s| s.key() == k);
+        if let Some(unknown) = top.keys().find(|k| !is_section(k)) {
             return Err(format!(
-                "unknown section {unknown:?}: the sections are agents, providers, tools, mcp_servers and schedules"
+                "unknown section {unknown:?}: the sections are project, agents, providers, tools, mcp_servers and schedules"
             ));
         }
+        let project = match top.get("project") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(name)) if !name.trim().is_empty() => Some(name.trim().to_owned()),
+            Some(_) => return Err("project must be a project's name".into()),
+        };
         let mut entries = vec![];
         for section in Section::ALL {
             let items = match top.get(section.key()) {
@@ -114,7 +125,7 @@ impl AgentsFile {
                 entries.push((section, name.clone(), body));
             }
         }
-        Ok(AgentsFile { entries })
+        Ok(AgentsFile { project, entries })
     }
 }
 
@@ -189,6 +200,19 @@ fn same(a: &Value, b: &Value) -> bool {
 /// Applies every entry in order; an entry the API refuses does not stop the others. A lost
 /// connection does: nothing after it could be applied either.
 pub async fn apply(client: &Client, file: &AgentsFile) -> Result<Vec<Outcome>, CliError> {
+    let in_file_project;
+    let client = match (&file.project, client.project()) {
+        (Some(file_project), Some(named)) if file_project != named => {
+            return Err(CliError::Usage(format!(
+                "the file is for project {file_project:?}, and --project names {named:?}"
+            )))
+        }
+        (Some(file_project), _) => {
+            in_file_project = client.clone().in_project(Some(file_project));
+            &in_file_project
+        }
+        (None, _) => client,
+    };
     let mut outcomes = vec![];
     for (section, name, body) in &file.entries {
         let change = match apply_one(client, *section, name, body).await {
@@ -334,6 +358,24 @@ mod tests {
             .contains("unknown section"));
         assert!(AgentsFile::parse(&json!({"agents": {"a": 1}})).is_err());
         assert!(AgentsFile::parse(&json!([])).is_err());
+    }
+
+    #[test]
+    fn a_file_may_name_its_project_at_the_top() {
+        let file = AgentsFile::parse(&json!({"project": "ops", "agents": {"a": {"model": "m"}}})).unwrap();
+        assert_eq!(file.project.as_deref(), Some("ops"));
+        assert_eq!(file.entries.len(), 1);
+        assert_eq!(AgentsFile::parse(&json!({"agents": {}})).unwrap().project, None);
+        let err = AgentsFile::parse(&json!({"project": 3})).unwrap_err();
+        assert!(err.contains("project"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_files_project_and_another_named_with_project_are_refused() {
+        let client = Client::new("http://127.0.0.1:9", None).unwrap().in_project(Some("dev"));
+        let file = AgentsFile::parse(&json!({"project": "ops", "agents": {"a": {"model": "m"}}})).unwrap();
+        let err = apply(&client, &file).await.unwrap_err();
+        assert!(err.to_string().contains("\"ops\""), "{err}");
     }
 
     #[test]

@@ -99,6 +99,11 @@ impl Client {
         &self.base
     }
 
+    /// The project it acts in, when one was named.
+    pub fn project(&self) -> Option<&str> {
+        self.project.as_deref()
+    }
+
     fn request(&self, http: &reqwest::Client, method: Method, path: &str) -> reqwest::RequestBuilder {
         let mut builder = http.request(method, format!("{}{path}", self.base));
         if let Some(project) = &self.project {

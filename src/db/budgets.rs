@@ -4,32 +4,97 @@
 //! a budget past its limit); once the request's real cost is known it settles. A reservation is
 //! tied to its claim: one that was never settled (the worker died) is given back by the reaper
 //! once the claim has ended.
+//!
+//! A project's quotas are budgets too (scope `project`): its money per day and month, reserved
+//! like any other, and its tokens per day, which a request may use while any are left (a token
+//! count has no price to reserve by). A project whose quota is reached is paused until the
+//! period ends: its tickets are not claimed (`projects.paused_until`), and
+//! `project.quota_reached` is announced once per quota and period.
 
-use chrono::Utc;
+use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
 use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
 use super::fence::Fence;
 use crate::domain::money::Usd;
-use crate::domain::{EventData, NewEvent, ProjectId, RequeueReason};
+use crate::domain::{EventData, NewEvent, ProjectId, RequeueReason, TicketUsage};
 
 /// The thresholds announced once each per period (`budget.threshold`).
 pub const THRESHOLDS: [i32; 3] = [50, 80, 100];
 
+/// What a budget counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// US dollars: a request reserves its worst case before it is sent.
+    Usd,
+    /// Input and output tokens (a project's `tokens_per_day`): a request may be sent while the
+    /// count is below the limit. The row's columns hold the count as a whole number.
+    Tokens,
+}
+
+/// A project's quota that is kept as a budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quota {
+    TokensPerDay,
+    CostPerDay,
+    CostPerMonth,
+}
+
+impl Quota {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Quota::TokensPerDay => "tokens_per_day",
+            Quota::CostPerDay => "cost_usd_per_day",
+            Quota::CostPerMonth => "cost_usd_per_month",
+        }
+    }
+
+    fn unit(self) -> Unit {
+        match self {
+            Quota::TokensPerDay => Unit::Tokens,
+            _ => Unit::Usd,
+        }
+    }
+
+    /// The period it counts in now (`2026-01-31`, or `2026-01` for a month) and when that ends.
+    fn period(self, now: DateTime<Utc>) -> (String, DateTime<Utc>) {
+        let midnight = Utc
+            .with_ymd_and_hms(now.year(), now.month(), now.day(), 0, 0, 0)
+            .single()
+            .unwrap_or(now);
+        match self {
+            Quota::CostPerMonth => {
+                let (y, m) = if now.month() == 12 {
+                    (now.year() + 1, 1)
+                } else {
+                    (now.year(), now.month() + 1)
+                };
+                let end = Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).single().unwrap_or(now);
+                (now.format("%Y-%m").to_string(), end)
+            }
+            _ => (now.format("%Y-%m-%d").to_string(), midnight + Duration::days(1)),
+        }
+    }
+}
+
 /// A budget that applies to a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Budget {
-    /// `ticket` or `agent`.
+    /// `ticket`, `agent` or `project`.
     pub scope: &'static str,
-    /// Its key: the ticket's id, the agent's name.
+    /// Its key: the ticket's id, the agent's name, `{project id}/{quota}`.
     pub key: String,
-    /// `""` for a ticket's whole life; the UTC day (`2026-01-31`) for an agent.
+    /// `""` for a ticket's whole life; the UTC day (`2026-01-31`) for an agent and a project's
+    /// daily quotas, the month (`2026-01`) for its monthly one.
     pub period: String,
-    /// As events name it: the ticket's key, the agent's name.
+    /// As events name it: the ticket's key, the agent's name, the project's name.
     pub name: String,
     pub limit: Usd,
     /// What it starts from when its row is made (a ticket's cost so far).
     pub spent_before: Usd,
+    pub unit: Unit,
+    /// For a project's quota: which, its project, and when its period ends.
+    pub quota: Option<(Quota, ProjectId, DateTime<Utc>)>,
 }
 
 impl Budget {
@@ -41,6 +106,8 @@ impl Budget {
             name: key.to_owned(),
             limit,
             spent_before: cost_so_far,
+            unit: Unit::Usd,
+            quota: None,
         }
     }
 
@@ -52,8 +119,56 @@ impl Budget {
             name: name.to_owned(),
             limit,
             spent_before: Usd::ZERO,
+            unit: Unit::Usd,
+            quota: None,
         }
     }
+
+    /// One of a project's quotas in its current period; a token quota's limit is a count.
+    pub fn project(project: ProjectId, name: &str, quota: Quota, limit: Usd) -> Budget {
+        let (period, ends) = quota.period(Utc::now());
+        Budget {
+            scope: "project",
+            key: format!("{project}/{}", quota.as_str()),
+            period,
+            name: name.to_owned(),
+            limit,
+            spent_before: Usd::ZERO,
+            unit: quota.unit(),
+            quota: Some((quota, project, ends)),
+        }
+    }
+
+    /// What a request adds to it: its cost, or its input and output tokens.
+    fn amount(&self, used: &TicketUsage) -> Usd {
+        match self.unit {
+            Unit::Usd => used.cost,
+            Unit::Tokens => count(used.input_tokens.saturating_add(used.output_tokens)),
+        }
+    }
+
+    /// What a request reserves of it before it is sent: its worst case in dollars; nothing for
+    /// tokens.
+    fn reserves(&self, worst: Usd) -> Usd {
+        match self.unit {
+            Unit::Usd => worst,
+            Unit::Tokens => Usd::ZERO,
+        }
+    }
+
+    /// Whether a reservation of `amount` (an SQL parameter) fits a row with `spent` and
+    /// `reserved`: within the limit in dollars; for tokens, while some are left.
+    fn fits_sql(&self, amount: &str) -> String {
+        match self.unit {
+            Unit::Usd => format!("spent + reserved + {amount}::numeric <= limit_usd"),
+            Unit::Tokens => format!("spent + {amount}::numeric < limit_usd"),
+        }
+    }
+}
+
+/// A count (of tokens) as the budget columns hold it: a whole number.
+pub fn count(n: i64) -> Usd {
+    Usd::parse(&n.max(0).to_string()).unwrap_or_default()
 }
 
 /// The key of an agent's budget: its name, with its project's id before it outside `default`
@@ -104,12 +219,13 @@ pub async fn reserve(
     let mut tx = pool.begin().await?;
     let mut held = Vec::with_capacity(budgets.len());
     for (budget, id) in budgets.iter().zip(ids) {
-        let fits: Option<i64> = sqlx::query_scalar(
-            "UPDATE budgets SET reserved = reserved + $2::numeric
-             WHERE id = $1 AND spent + reserved + $2::numeric <= limit_usd RETURNING id",
-        )
+        let held_here = budget.reserves(amount);
+        let fits: Option<i64> = sqlx::query_scalar(&format!(
+            "UPDATE budgets SET reserved = reserved + $2::numeric WHERE id = $1 AND {} RETURNING id",
+            budget.fits_sql("$2")
+        ))
         .bind(id)
-        .bind(amount.to_string())
+        .bind(held_here.to_string())
         .fetch_optional(&mut *tx)
         .await?;
         if fits.is_none() {
@@ -130,7 +246,7 @@ pub async fn reserve(
         .bind(fence.ticket_id)
         .bind(fence.generation)
         .bind(id)
-        .bind(amount.to_string())
+        .bind(held_here.to_string())
         .execute(&mut *tx)
         .await?;
         held.push((id, budget.clone()));
@@ -176,13 +292,14 @@ async fn figures(conn: &mut PgConnection, id: i64) -> Result<(Usd, Usd), sqlx::E
     Ok((parse(row.try_get("l")?), parse(row.try_get("s")?)))
 }
 
-/// Settles a reservation at the request's real cost: what is still reserved is given back, the
-/// cost is spent. Returns the `budget.threshold` events this spending crossed.
+/// Settles a reservation at the request's real cost (and, for a token quota, its tokens): what is
+/// still reserved is given back, the cost is spent. Returns the `budget.threshold` events this
+/// spending crossed. A project quota this reaches pauses the project, in the same transaction.
 pub async fn settle(
     pool: &PgPool,
     ticket_id: Uuid,
     reservation: &Reservation,
-    cost: Usd,
+    used: &TicketUsage,
     agent: &str,
 ) -> Result<Vec<NewEvent>, sqlx::Error> {
     let ids: Vec<i64> = reservation.budgets.iter().map(|(id, _)| *id).collect();
@@ -204,10 +321,13 @@ pub async fn settle(
     let mut events = vec![];
     for row in rows {
         let id: i64 = row.try_get("id")?;
+        let Some(budget) = reservation.budgets.iter().find(|(b, _)| *b == id).map(|(_, b)| b) else {
+            continue;
+        };
         let limit = Usd::parse(&row.try_get::<String, _>("l")?).unwrap_or_default();
         let spent = Usd::parse(&row.try_get::<String, _>("s")?)
             .unwrap_or_default()
-            .plus(cost);
+            .plus(budget.amount(used));
         let notified: i32 = row.try_get("notified")?;
         let released = held
             .iter()
@@ -225,9 +345,8 @@ pub async fn settle(
         .bind(reached)
         .execute(&mut *tx)
         .await?;
-        let budget = reservation.budgets.iter().find(|(b, _)| *b == id).map(|(_, b)| b);
-        for percent in THRESHOLDS.into_iter().filter(|p| *p > notified && *p <= reached) {
-            if let Some(budget) = budget {
+        if budget.unit == Unit::Usd {
+            for percent in THRESHOLDS.into_iter().filter(|p| *p > notified && *p <= reached) {
                 let data = EventData::BudgetThreshold {
                     scope: budget.scope.to_owned(),
                     name: budget.name.clone(),
@@ -236,9 +355,46 @@ pub async fn settle(
                 events.push(NewEvent::new(Some(agent), data));
             }
         }
+        if spent.pico() >= limit.pico() {
+            pause_project(&mut tx, budget, limit, spent).await?;
+        }
     }
     tx.commit().await?;
     Ok(events)
+}
+
+/// A project quota was reached: the project is not claimed from until the quota's period ends
+/// (or the quota is raised, which lifts the pause), and `project.quota_reached` is logged once
+/// per quota and period. Nothing for other budgets.
+pub async fn pause_project(conn: &mut PgConnection, budget: &Budget, limit: Usd, used: Usd) -> Result<(), sqlx::Error> {
+    let Some((quota, project, ends)) = budget.quota else {
+        return Ok(());
+    };
+    sqlx::query("UPDATE projects SET paused_until = $2 WHERE id = $1 AND paused_until IS DISTINCT FROM $2")
+        .bind(project)
+        .bind(ends.max(Utc::now()))
+        .execute(&mut *conn)
+        .await?;
+    let first: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO project_quota_notices (project_id, quota, period) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING RETURNING project_id",
+    )
+    .bind(project)
+    .bind(quota.as_str())
+    .bind(&budget.period)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if first.is_some() {
+        let event = EventData::ProjectQuotaReached {
+            quota: quota.as_str().to_owned(),
+            limit,
+            used,
+        };
+        super::events::append_to_project(conn, project, &[NewEvent::new(None, event)]).await?;
+        tracing::info!(project = %budget.name, quota = quota.as_str(), %limit, %used,
+            "a project reached its quota; its tickets wait until the period ends or the quota is raised");
+    }
+    Ok(())
 }
 
 /// The highest threshold `spent` has reached of `limit` (0 for none, and for a zero limit).
@@ -256,14 +412,14 @@ pub fn reached(spent: Usd, limit: Usd) -> i32 {
 /// Whether `amount` now fits the budget (checked under its row lock, in the transaction that
 /// would make a ticket wait for it: a raise committed meanwhile is seen).
 pub async fn fits_now(conn: &mut PgConnection, budget: &Budget, amount: Usd) -> Result<bool, sqlx::Error> {
-    let fits: Option<bool> = sqlx::query_scalar(
-        "SELECT spent + reserved + $4::numeric <= limit_usd FROM budgets
-         WHERE scope = $1 AND name = $2 AND period = $3 FOR UPDATE",
-    )
+    let fits: Option<bool> = sqlx::query_scalar(&format!(
+        "SELECT {} FROM budgets WHERE scope = $1 AND name = $2 AND period = $3 FOR UPDATE",
+        budget.fits_sql("$4")
+    ))
     .bind(budget.scope)
     .bind(&budget.key)
     .bind(&budget.period)
-    .bind(amount.to_string())
+    .bind(budget.reserves(amount).to_string())
     .fetch_optional(conn)
     .await?;
     Ok(fits.unwrap_or(true))
@@ -325,18 +481,53 @@ pub async fn resume_priced(conn: &mut PgConnection) -> Result<usize, sqlx::Error
     resume(conn, "waiting_for = 'price'", &[]).await
 }
 
-/// Tickets stopped by an agent's daily budget of an earlier day go back to `todo`.
+/// Tickets stopped by an agent's daily budget or a project's quota of an earlier day (or month)
+/// go back to `todo`. (A paused project is claimed from again by itself once its
+/// `paused_until` has passed.)
 pub async fn resume_new_day(pool: &PgPool) -> Result<usize, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let today = today();
+    let now = Utc::now();
+    let (today, month) = (now.format("%Y-%m-%d").to_string(), now.format("%Y-%m").to_string());
     let n = resume(
         &mut tx,
-        "blocked_scope = 'agent' AND blocked_period < $1",
-        &[today.as_str()],
+        "blocked_scope IN ('agent', 'project')
+         AND ((length(blocked_period) = 10 AND blocked_period < $1) OR (length(blocked_period) = 7 AND blocked_period < $2))",
+        &[today.as_str(), month.as_str()],
     )
     .await?;
     tx.commit().await?;
     Ok(n)
+}
+
+/// A project's quotas changed: its budget rows take the new limits (a quota removed keeps its
+/// rows as the record), the pause is lifted, and the tickets its quotas stopped go back to `todo`
+/// (a quota still reached pauses it again at the next request). Returns how many resumed.
+pub async fn set_project_quotas(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    quotas: &[(Quota, Option<Usd>)],
+) -> Result<usize, sqlx::Error> {
+    for (quota, limit) in quotas {
+        if let Some(limit) = limit {
+            sqlx::query("UPDATE budgets SET limit_usd = $3::numeric WHERE scope = $1 AND name = $2")
+                .bind("project")
+                .bind(format!("{project}/{}", quota.as_str()))
+                .bind(limit.to_string())
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    sqlx::query("UPDATE projects SET paused_until = NULL WHERE id = $1 AND paused_until IS NOT NULL")
+        .bind(project)
+        .execute(&mut *conn)
+        .await?;
+    let prefix = format!("{project}/%");
+    resume(
+        conn,
+        "blocked_scope = 'project' AND blocked_name LIKE $1",
+        &[prefix.as_str()],
+    )
+    .await
 }
 
 /// Waiting tickets matching `condition` (with text parameters `params`) go back to `todo`, each

@@ -60,6 +60,10 @@ const ROUTE: &str = "CROSS JOIN LATERAL (
                 ORDER BY (a.name = ANY(t.labels)) DESC, a.name
                 LIMIT 1) a";
 
+/// A project that reached a quota (`db::budgets::pause_project`) is not claimed from until the
+/// quota's period ends or the quota changes.
+const NOT_PAUSED: &str = "(p.paused_until IS NULL OR p.paused_until <= now())";
+
 /// A ticket past its deadline is the reaper's to fail, not a worker's to start.
 const BEFORE_DEADLINE: &str = "(t.deadline_at IS NULL OR t.deadline_at > now())";
 
@@ -149,6 +153,7 @@ fn unlimited_candidates() -> String {
          CROSS JOIN LATERAL (
             SELECT count(*) AS running FROM tickets r WHERE r.project_id = p.id AND r.status = 'in_progress') load
          WHERE EXISTS (SELECT 1 FROM tickets q WHERE q.project_id = p.id AND q.status = 'todo')
+           AND {NOT_PAUSED}
          ORDER BY (load.running
                    + row_number() OVER (PARTITION BY p.id ORDER BY c.priority DESC, c.created_at, c.id))::float8
                   / p.weight,
@@ -168,7 +173,8 @@ fn limited_candidates() -> String {
                                           AND r.agent = a.name) AS free
                 FROM tickets t
                 {ROUTE}
-                WHERE t.status = 'todo' AND a.max_concurrent IS NOT NULL AND {BEFORE_DEADLINE})
+                WHERE t.status = 'todo' AND a.max_concurrent IS NOT NULL AND {BEFORE_DEADLINE}
+                  AND EXISTS (SELECT 1 FROM projects p WHERE p.id = t.project_id AND {NOT_PAUSED}))
              SELECT t.id, r.agent_name, r.agent_model, r.seeded
              FROM tickets t JOIN ranked r ON r.id = t.id
              WHERE r.place <= r.free AND t.status = 'todo'

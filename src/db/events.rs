@@ -81,7 +81,7 @@ fn logged_event(row: &PgRow) -> Result<LoggedEvent, sqlx::Error> {
         event: TicketEvent {
             ticket_id: row.try_get(2)?,
             ticket_key: row.try_get(3)?,
-            seq: Some(row.try_get(4)?),
+            seq: row.try_get(4)?,
             kind: row.try_get(5)?,
             agent: row.try_get(6)?,
             data: data.0,
@@ -113,6 +113,32 @@ pub async fn append(conn: &mut PgConnection, ticket_id: Uuid, events: &[NewEvent
     )
     .bind(ticket_id)
     .bind(events.len() as i64)
+    .bind(&columns.kinds)
+    .bind(&columns.agents)
+    .bind(&columns.data)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Appends events of a project that belong to no ticket (`project.quota_reached`, a schedule's
+/// fire skipped for the quota): no ticket, no seq; the firehose and webhooks carry them like any
+/// other, by their cursor. Inside the caller's transaction; after the commit, `EventHub::wake`.
+pub async fn append_to_project(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    events: &[NewEvent],
+) -> Result<(), sqlx::Error> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let columns = EventColumns::of(events);
+    sqlx::query(
+        "INSERT INTO events (project_id, kind, agent, data)
+         SELECT $1, e.kind, e.agent, e.data::json
+         FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS e(kind, agent, data, n) ORDER BY n",
+    )
+    .bind(project)
     .bind(&columns.kinds)
     .bind(&columns.agents)
     .bind(&columns.data)
@@ -297,7 +323,7 @@ pub async fn insert_reserved(
 /// The columns `logged_event` reads, in its order; a statement's own columns follow them.
 const EVENT_COLUMNS: &str =
     "e.id, e.txid::text AS txid, e.ticket_id, e.ticket_key, e.seq, e.kind, e.agent, e.data, e.at, \
-     t.labels, t.agent AS ticket_agent, e.project_id";
+     coalesce(t.labels, '{}'), t.agent AS ticket_agent, e.project_id";
 
 /// A ticket's events after `after_seq`, in order.
 pub async fn read_ticket<'e>(
@@ -385,7 +411,7 @@ pub async fn read_global_page(
          FROM (SELECT e.txid::text AS newest_txid, e.id AS newest_id FROM events e
                ORDER BY e.txid DESC, e.id DESC LIMIT 1) n
          LEFT JOIN LATERAL (
-            SELECT {EVENT_COLUMNS} FROM events e JOIN tickets t ON t.id = e.ticket_id
+            SELECT {EVENT_COLUMNS} FROM events e LEFT JOIN tickets t ON t.id = e.ticket_id
             WHERE (e.txid, e.id) > ($1::text::xid8, $2) AND e.txid < (SELECT horizon FROM h)
             ORDER BY e.txid, e.id LIMIT $3) p ON true"
     );

@@ -336,6 +336,8 @@ pub struct PeriodUsage {
     pub output_tokens: i64,
     #[schema(value_type = f64)]
     pub cost_usd: Usd,
+    /// By the model the tickets' agent ran (at their latest claim).
+    pub by_model: std::collections::BTreeMap<String, super::desk_stats::ModelFigures>,
 }
 
 /// The tickets created since `since` in a project, and what their requests used.
@@ -351,14 +353,56 @@ pub async fn usage_since(
     )
     .bind(project)
     .bind(since)
-    .fetch_one(conn)
+    .fetch_one(&mut *conn)
     .await?;
+    let models: Vec<(String, i64, i64, i64, String)> = sqlx::query_as(
+        "SELECT model, coalesce(sum(requests), 0)::int8, coalesce(sum(input_tokens), 0)::int8,
+                coalesce(sum(output_tokens), 0)::int8, coalesce(sum(cost_usd), 0)::text
+         FROM tickets WHERE project_id = $1 AND created_at >= $2 AND model IS NOT NULL GROUP BY model",
+    )
+    .bind(project)
+    .bind(since)
+    .fetch_all(conn)
+    .await?;
+    let by_model = models
+        .into_iter()
+        .map(|(model, requests, input_tokens, output_tokens, cost)| {
+            let figures = super::desk_stats::ModelFigures {
+                requests,
+                input_tokens,
+                output_tokens,
+                cost_usd: Usd::parse(&cost).unwrap_or_default(),
+            };
+            (model, figures)
+        })
+        .collect();
     Ok(PeriodUsage {
         tickets,
         input_tokens: input,
         output_tokens: output,
         cost_usd: crate::domain::money::from_db(Some(cost)).unwrap_or(Usd::ZERO),
+        by_model,
     })
+}
+
+/// A project's `tickets_per_day` and how many tickets it created today (UTC), when it has that
+/// quota; None otherwise (and for a project that is gone).
+pub async fn ticket_quota_today(
+    conn: &mut PgConnection,
+    project: ProjectId,
+) -> Result<Option<(i64, i64)>, sqlx::Error> {
+    let limit: Option<Option<i64>> =
+        sqlx::query_scalar("SELECT (quotas->>'tickets_per_day')::int8 FROM projects WHERE id = $1")
+            .bind(project)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(limit) = limit.flatten() else {
+        return Ok(None);
+    };
+    let now = Utc::now();
+    let midnight = now.date_naive().and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
+    let used = tickets_since(&mut *conn, project, midnight).await?;
+    Ok(Some((limit, used)))
 }
 
 /// How many tickets a project created since `since` (a quota's admission check).
@@ -372,4 +416,71 @@ pub async fn tickets_since<'e>(
         .bind(since)
         .fetch_one(db)
         .await
+}
+
+/// What a worker needs of a project to charge its requests: its name and quotas.
+#[derive(Clone, Debug)]
+pub struct ProjectQuotas {
+    pub name: String,
+    pub quotas: Quotas,
+}
+
+/// Every project's name and quotas as a process last read them: requests are checked against a
+/// project's quotas without a round trip. Reloaded every `prices::REFRESH`, at once by the
+/// process that changes a project, and when a project it has not seen yet asks.
+#[derive(Clone, Default)]
+pub struct ProjectBook {
+    projects: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<ProjectId, ProjectQuotas>>>,
+}
+
+impl ProjectBook {
+    pub async fn reload(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+        let rows: Vec<(ProjectId, String, Json<Quotas>)> = sqlx::query_as("SELECT id, name, quotas FROM projects")
+            .fetch_all(pool)
+            .await?;
+        let projects = rows
+            .into_iter()
+            .map(|(id, name, quotas)| (id, ProjectQuotas { name, quotas: quotas.0 }))
+            .collect();
+        *self.projects.write().unwrap_or_else(|e| e.into_inner()) = projects;
+        Ok(())
+    }
+
+    /// The project as last read; None when it was not there then.
+    pub fn get(&self, project: ProjectId) -> Option<ProjectQuotas> {
+        self.projects
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&project)
+            .cloned()
+    }
+
+    /// The project, read again first when this process has not seen it yet.
+    pub async fn find(&self, pool: &PgPool, project: ProjectId) -> Result<Option<ProjectQuotas>, sqlx::Error> {
+        if let Some(found) = self.get(project) {
+            return Ok(Some(found));
+        }
+        self.reload(pool).await?;
+        Ok(self.get(project))
+    }
+
+    /// Reloads every `prices::REFRESH` until `stop`.
+    pub fn spawn_refresh(
+        &self,
+        pool: PgPool,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let book = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(super::prices::REFRESH) => {}
+                }
+                if let Err(err) = book.reload(&pool).await {
+                    tracing::debug!(error = %err, "could not reload the projects' quotas");
+                }
+            }
+        })
+    }
 }

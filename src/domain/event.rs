@@ -177,11 +177,26 @@ event_kinds! {
     /// A money budget applies and the model has no price: the ticket waits
     /// (`waiting_for: "price"`) until one is set (`PUT /v1/prices/{model}`).
     BUDGET_UNPRICED = "budget.unpriced" => BudgetUnpriced { model: String },
-    /// A schedule's fire time passed without a ticket because this ticket (its previous one) was
-    /// still unfinished (`overlap: skip`).
+    /// A schedule's fire time passed without a ticket: because this ticket (its previous one) was
+    /// still unfinished (`overlap: skip`, reason `overlap`), or because the project had created
+    /// its `tickets_per_day` (reason `quota`; an event of the project, with no ticket).
     SCHEDULE_SKIPPED = "schedule.skipped" => ScheduleSkipped {
         schedule_id: Uuid,
         scheduled_for: chrono::DateTime<chrono::Utc>,
+        /// `overlap` or `quota`.
+        reason: String,
+    },
+    /// A project reached one of its quotas (`tokens_per_day`, `cost_usd_per_day`,
+    /// `cost_usd_per_month`): its tickets are not claimed and its requests not sent until the
+    /// period rolls over or the quota is raised. Once per quota and period, an event of the
+    /// project with no ticket.
+    PROJECT_QUOTA_REACHED = "project.quota_reached" => ProjectQuotaReached {
+        quota: String,
+        /// Tokens for `tokens_per_day`, US dollars for the money quotas.
+        #[schema(value_type = f64)]
+        limit: Usd,
+        #[schema(value_type = f64)]
+        used: Usd,
     },
     /// Live-only: never stored, no `seq`, no SSE id.
     TEXT_DELTA = "text.delta" => TextDelta { delta: String },
@@ -245,8 +260,9 @@ pub const CREATED_USAGE_FIELDS: &[&str] = &[
 /// `TicketEventSchema`, which spells out each kind's `data`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TicketEvent {
-    pub ticket_id: Uuid,
-    pub ticket_key: String,
+    /// Null for an event of the project that belongs to no ticket (`project.quota_reached`).
+    pub ticket_id: Option<Uuid>,
+    pub ticket_key: Option<String>,
     /// The ticket's event sequence number (1, 2, 3 … without gaps); null for live-only deltas.
     pub seq: Option<i64>,
     pub kind: String,
@@ -262,8 +278,9 @@ pub struct TicketEvent {
 #[derive(Serialize, ToSchema)]
 #[schema(as = TicketEvent)]
 pub struct TicketEventSchema {
-    pub ticket_id: Uuid,
-    pub ticket_key: String,
+    /// Null for an event of the project that belongs to no ticket (`project.quota_reached`).
+    pub ticket_id: Option<Uuid>,
+    pub ticket_key: Option<String>,
     /// The ticket's event sequence number (1, 2, 3 … without gaps); null for live-only deltas.
     pub seq: Option<i64>,
     pub agent: Option<String>,
@@ -525,6 +542,12 @@ mod tests {
             EventData::ScheduleSkipped {
                 schedule_id: Uuid::nil(),
                 scheduled_for: now,
+                reason: s(),
+            },
+            EventData::ProjectQuotaReached {
+                quota: s(),
+                limit: Usd::ZERO,
+                used: Usd::ZERO,
             },
             EventData::TextDelta { delta: s() },
             EventData::ThinkingDelta { delta: s() },

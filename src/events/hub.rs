@@ -706,8 +706,8 @@ mod tests {
 
     fn item(kind: &str, data: Box<serde_json::value::RawValue>) -> Arc<StreamItem> {
         let event = TicketEvent {
-            ticket_id: uuid::Uuid::nil(),
-            ticket_key: "TICKET-1".into(),
+            ticket_id: Some(uuid::Uuid::nil()),
+            ticket_key: Some("TICKET-1".into()),
             seq: None,
             kind: kind.into(),
             agent: Some("a".into()),

@@ -57,7 +57,7 @@ pub async fn next_change(
     loop {
         match tokio::time::timeout_at(deadline, live.recv()).await {
             Err(_) => return Change::TimedOut,
-            Ok(Ok(HubMessage::Events(batch))) if batch.items.iter().any(|i| i.event.ticket_id == ticket_id) => {
+            Ok(Ok(HubMessage::Events(batch))) if batch.items.iter().any(|i| i.event.ticket_id == Some(ticket_id)) => {
                 return Change::Changed
             }
             Ok(Ok(_)) => {}

@@ -409,7 +409,7 @@ async fn take_ticket(sub: &mut Subscriber<Ticket>, msg: Result<HubMessage, RecvE
         Err(RecvError::Closed) => sub.phase = Phase::Ending,
         Err(RecvError::Lagged(_)) => sub.phase = Phase::Replay,
         Ok(HubMessage::Events(batch)) => {
-            for item in batch.items.iter().filter(|i| i.event.ticket_id == ticket_id) {
+            for item in batch.items.iter().filter(|i| i.event.ticket_id == Some(ticket_id)) {
                 let seq = item.event.seq.unwrap_or(0);
                 if seq <= sub.kind.last {
                     continue;
@@ -432,7 +432,7 @@ async fn take_ticket(sub: &mut Subscriber<Ticket>, msg: Result<HubMessage, RecvE
                 }
             }
         }
-        Ok(HubMessage::Delta(item)) if item.event.ticket_id == ticket_id => sub.pending.push_back(item.frame()),
+        Ok(HubMessage::Delta(item)) if item.event.ticket_id == Some(ticket_id) => sub.pending.push_back(item.frame()),
         Ok(HubMessage::Delta(_)) => {}
     }
     Some(())

@@ -90,6 +90,9 @@ pub struct ApiServices {
     pub route_check: routable::RouteCheck,
     /// The prices, as `/v1/prices` shows them (reloaded at once after a change here).
     pub prices: crate::db::prices::PriceBook,
+    /// The projects' quotas as this process's workers check them (reloaded at once after a change
+    /// here).
+    pub projects: crate::db::projects::ProjectBook,
     /// Cancelled on shutdown: ends SSE streams so graceful shutdown does not hang on them.
     pub shutdown: CancellationToken,
 }

@@ -17,6 +17,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, NamePageQuery, Page};
 use super::AppState;
 use crate::db;
+use crate::db::budgets::Quota;
 use crate::db::projects::{Deleted, PeriodUsage, ProjectSettings};
 use crate::domain::project::{
     is_key_prefix, is_project_name, Project, ProjectToken, Quotas, RateLimit, TokenScope, DEFAULT_PROJECT,
@@ -219,6 +220,23 @@ pub async fn patch_project(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no project {name:?}")))?;
     state.access.projects_changed();
+    if updated.quotas != project.quotas {
+        // New limits for the quotas' counters; the pause is lifted and the tickets the quotas
+        // stopped are tried again (one still over its quota pauses the project again).
+        let q = &updated.quotas;
+        let limits = [
+            (Quota::TokensPerDay, q.tokens_per_day.map(db::budgets::count)),
+            (Quota::CostPerDay, q.cost_usd_per_day),
+            (Quota::CostPerMonth, q.cost_usd_per_month),
+        ];
+        let mut tx = state.pool.begin().await?;
+        let resumed = db::budgets::set_project_quotas(&mut tx, project.id, &limits).await?;
+        tx.commit().await?;
+        state.projects.reload(&state.pool).await?;
+        if resumed > 0 {
+            state.hub.wake();
+        }
+    }
     // A raised quota may let its tickets be claimed again.
     state.hub.work_available();
     Ok(Json(updated))

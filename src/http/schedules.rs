@@ -397,12 +397,14 @@ pub async fn delete_schedule(
 /// Creates one ticket now, whatever `overlap` says (its `scheduled_for` is now); the schedule's
 /// fire times do not move.
 #[utoipa::path(post, path = "/schedules/{schedule}/run", tag = "schedules", params(("schedule" = String, Path)),
-    responses((status = 201, body = Ticket), (status = 404, body = ErrorBody)))]
+    responses((status = 201, body = Ticket), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn run_schedule(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<(StatusCode, Json<Ticket>)> {
+    // A ticket beyond the day's quota is refused, as any create is.
+    super::projects::admit_ticket(&state.pool, &caller.project).await?;
     let ticket = firing::run_now(&state.pool, caller.project_id(), &reference)
         .await
         .map_err(desk_error)?;

@@ -79,6 +79,20 @@ pub async fn create_ticket(conn: &mut PgConnection, new: NewTicket) -> Result<Ti
     Ok(db::tickets::insert(conn, new).await?)
 }
 
+/// Refuses a ticket beyond the project's `tickets_per_day` (for the creates that do not come
+/// through the API's admission check: schedules and agents' own): Err says why.
+pub async fn check_ticket_quota(
+    conn: &mut PgConnection,
+    project: ProjectId,
+) -> Result<Result<(), String>, sqlx::Error> {
+    match db::projects::ticket_quota_today(conn, project).await? {
+        Some((limit, used)) if used >= limit => Ok(Err(format!(
+            "the project has created {used} of its {limit} tickets today (quota tickets_per_day)"
+        ))),
+        _ => Ok(Ok(())),
+    }
+}
+
 /// What `create_requested` did.
 pub enum Created {
     /// A new ticket (acknowledged only after its commit: it and its event are durable).

@@ -22,7 +22,8 @@ pub enum Outcome {
     Fired(Box<Ticket>),
     /// A ticket for the newest missed fire time (`catch_up: latest`).
     CaughtUp(Box<Ticket>),
-    /// No ticket: the previous one is unfinished (`overlap: skip`); `schedule.skipped` is on it.
+    /// No ticket: the previous one is unfinished (`overlap: skip`; `schedule.skipped` is on it),
+    /// or the project created its `tickets_per_day` (`schedule.skipped` is the project's).
     Skipped,
     /// Missed fire times passed over (`catch_up: skip`, or the newest outside the window).
     Missed,
@@ -92,18 +93,25 @@ async fn fire_at(
     cancelled: &mut Vec<String>,
 ) -> Result<Outcome, DeskError> {
     let open = db::schedules::open_tickets(conn, schedule.id).await?;
-    let skip = schedule.overlap == Overlap::Skip && !open.is_empty();
+    // A project that created its `tickets_per_day` skips the fire, whatever `overlap` says.
+    let over_quota = super::check_ticket_quota(conn, schedule.project).await?.is_err();
+    let skip = over_quota || (schedule.overlap == Overlap::Skip && !open.is_empty());
     let outcome = if skip { "skipped" } else { "fired" };
     let Some(firing) = db::schedules::claim_fire_time(conn, schedule.id, at, outcome).await? else {
         return Ok(Outcome::AlreadyFired);
     };
     if skip {
-        let (ticket_id, _) = &open[0];
         let event = EventData::ScheduleSkipped {
             schedule_id: schedule.id,
             scheduled_for: at,
+            reason: if over_quota { "quota" } else { "overlap" }.into(),
         };
-        db::events::append(conn, *ticket_id, &[NewEvent::new(None, event)]).await?;
+        let event = [NewEvent::new(None, event)];
+        match open.first() {
+            // On the unfinished ticket it waited for; a skip for the quota is the project's.
+            Some((ticket_id, _)) if !over_quota => db::events::append(conn, *ticket_id, &event).await?,
+            _ => db::events::append_to_project(conn, schedule.project, &event).await?,
+        }
         return Ok(Outcome::Skipped);
     }
     if schedule.overlap == Overlap::CancelPrevious {

@@ -72,6 +72,7 @@ impl WorkerPool {
         providers: Arc<Providers>,
         catalog: crate::tools::catalog::ToolCatalog,
         prices: crate::db::prices::PriceBook,
+        projects: crate::db::projects::ProjectBook,
     ) -> WorkerPool {
         let worker_id = format!(
             "{}-{}-{}",
@@ -90,6 +91,7 @@ impl WorkerPool {
             catalog,
             stream_idle: config.stream_idle,
             prices,
+            projects,
         };
         let shared = Arc::new(Shared {
             config,

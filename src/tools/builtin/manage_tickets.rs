@@ -168,6 +168,10 @@ async fn create(ctx: &ToolContext<'_>, mut args: Args) -> Result<String, ToolFai
         .begin()
         .await
         .map_err(|e| ToolFailure::internal("opening a transaction for a tool failed", &e))?;
+    transitions::check_ticket_quota(&mut tx, ctx.ticket.project)
+        .await
+        .map_err(|e| ToolFailure::internal("reading the project's quota failed", &e))?
+        .map_err(ToolFailure::invalid)?;
     let created = transitions::create_ticket(&mut tx, new)
         .await
         .map_err(|e| desk_failure("creating a sub-ticket failed", e))?;
