@@ -194,7 +194,7 @@ impl App {
 /// or a header names a variable its environment does not set. Best effort: a database that
 /// cannot list them now has said so elsewhere.
 async fn warn_of_unset_secrets(pool: &PgPool) {
-    for def in db::providers::all(pool).await.unwrap_or_default() {
+    for def in db::providers::every(pool).await.unwrap_or_default() {
         if let Some(warning) = crate::http::providers::unset_secrets(&def) {
             tracing::warn!(provider = %def.name, "{warning}");
         }

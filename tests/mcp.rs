@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentdesk::db;
-use agentdesk::domain::Ticket;
+use agentdesk::domain::{ProjectId, Ticket};
+
+const DEFAULT: ProjectId = ProjectId::DEFAULT;
 use agentdesk::mcp::McpHub;
 use agentdesk::tools::{Tool, ToolContext, ToolErrorKind, ToolOutcome};
 use axum::response::IntoResponse;
@@ -50,7 +52,7 @@ async fn call(app: &TestApp, tool: &Arc<dyn Tool>, input: Value, cancel: Cancell
 }
 
 async fn tool(app: &TestApp, name: &str) -> Arc<dyn Tool> {
-    let mut tools = hub(app).resolve(name).await;
+    let mut tools = hub(app).resolve(DEFAULT, name).await;
     assert_eq!(tools.len(), 1, "{name} resolves to one tool");
     tools.remove(0)
 }
@@ -124,11 +126,11 @@ async fn servers_are_defined_read_replaced_and_deleted_through_the_api() {
         );
     }
 
-    assert!(hub(&app).knows("mcp:files"));
-    assert!(hub(&app).knows("files__echo"));
-    assert!(!hub(&app).knows("mcp:nope"));
-    assert!(!hub(&app).knows("nope__echo"));
-    assert!(!hub(&app).knows("files"));
+    assert!(hub(&app).knows(DEFAULT, "mcp:files"));
+    assert!(hub(&app).knows(DEFAULT, "files__echo"));
+    assert!(!hub(&app).knows(DEFAULT, "mcp:nope"));
+    assert!(!hub(&app).knows(DEFAULT, "nope__echo"));
+    assert!(!hub(&app).knows(DEFAULT, "files"));
     // An agent may name the server's listed tools, not others of a server whose listing is known.
     let (status, body) = app
         .put(
@@ -145,7 +147,7 @@ async fn servers_are_defined_read_replaced_and_deleted_through_the_api() {
         .as_str()
         .unwrap()
         .contains("files__nosuch"));
-    let all = hub(&app).resolve("mcp:files").await;
+    let all = hub(&app).resolve(DEFAULT, "mcp:files").await;
     assert_eq!(all.len(), 8);
     assert!(all.iter().any(|t| t.name() == "files__exit" && t.requires_approval()));
     assert!(all.iter().any(|t| t.name() == "files__echo" && !t.requires_approval()));
@@ -174,8 +176,8 @@ async fn servers_are_defined_read_replaced_and_deleted_through_the_api() {
         StatusCode::NOT_FOUND,
         "not_found",
     );
-    assert!(!hub(&app).knows("mcp:files"));
-    assert!(hub(&app).resolve("files__echo").await.is_empty());
+    assert!(!hub(&app).knows(DEFAULT, "mcp:files"));
+    assert!(hub(&app).resolve(DEFAULT, "files__echo").await.is_empty());
     // A tool resolved before the server went is missing now, not a crash.
     let gone = call(&app, &echo, json!({"text": "x"}), CancellationToken::new()).await;
     assert!(
@@ -348,7 +350,7 @@ async fn a_changed_tool_list_is_listed_again() {
     // Told by the server (a session's notification).
     let server = McpHttpServer::start(ProtocolVersion::V_2025_11_25, true).await;
     put_server(&app, "live", json!({"url": server.url})).await;
-    assert!(hub(&app).resolve("live__extra").await.is_empty());
+    assert!(hub(&app).resolve(DEFAULT, "live__extra").await.is_empty());
     let out = call(
         &app,
         &tool(&app, "live__add_tool").await,
@@ -358,7 +360,7 @@ async fn a_changed_tool_list_is_listed_again() {
     .await;
     assert_eq!(out, ToolOutcome::Output("added".into()));
     eventually("the new tool to be listed", || async {
-        !hub(&app).resolve("live__extra").await.is_empty()
+        !hub(&app).resolve(DEFAULT, "live__extra").await.is_empty()
     })
     .await;
     let (_, view) = app.get("/v1/mcp-servers/live").await;
@@ -372,7 +374,7 @@ async fn a_changed_tool_list_is_listed_again() {
     let (status, view) = app.post("/v1/mcp-servers/still/refresh", json!({})).await;
     assert_eq!(status, StatusCode::OK);
     assert!(tool_names(&view).contains(&"still__extra".to_string()), "{view}");
-    assert_eq!(hub(&app).resolve("still__extra").await.len(), 1);
+    assert_eq!(hub(&app).resolve(DEFAULT, "still__extra").await.len(), 1);
     assert_error(
         &app.post("/v1/mcp-servers/nope/refresh", json!({})).await,
         StatusCode::NOT_FOUND,
@@ -430,7 +432,7 @@ async fn malformed_json_rpc_is_an_error_not_a_crash() {
     let view = put_server(&app, "garbled", json!({"url": url})).await;
     assert_ne!(view["status"], "ok");
     assert_ne!(view["status"], "pending");
-    assert!(hub(&app).resolve("mcp:garbled").await.is_empty());
+    assert!(hub(&app).resolve(DEFAULT, "mcp:garbled").await.is_empty());
 
     let url = scripted_server(garbage_on_call).await;
     let view = put_server(&app, "half", json!({"url": url, "timeout_ms": 2000})).await;
@@ -472,7 +474,7 @@ async fn an_inward_address_is_refused_and_nothing_is_sent() {
         view["status"].as_str().unwrap().starts_with("forbidden_address"),
         "{view}"
     );
-    assert!(hub(&app).resolve("mcp:inside").await.is_empty());
+    assert!(hub(&app).resolve(DEFAULT, "mcp:inside").await.is_empty());
     assert_eq!(server.state.listings.load(Ordering::SeqCst), 0);
     assert!(server.state.protocol_versions.lock().unwrap().is_empty());
 }
@@ -574,8 +576,8 @@ async fn config_file_servers_are_listed_and_read_only() {
         c.mcp_config = Some(file.clone());
     })
     .await;
-    assert!(hub(&app).knows("mcp:cfg"));
-    assert_eq!(hub(&app).resolve("mcp:cfg").await.len(), 8);
+    assert!(hub(&app).knows(DEFAULT, "mcp:cfg"));
+    assert_eq!(hub(&app).resolve(DEFAULT, "mcp:cfg").await.len(), 8);
     let (_, list) = app.get("/v1/mcp-servers").await;
     let items = list["items"].as_array().unwrap();
     assert_eq!(items.len(), 1);

@@ -124,27 +124,35 @@ async fn scrape(app: &TestApp) -> (String, Scrape) {
 }
 
 const CONTRACT: &[(&str, &str, &[&str])] = &[
-    ("agentdesk_tickets", "gauge", &["status"]),
-    ("agentdesk_tickets_finished_total", "counter", &["agent", "status"]),
+    ("agentdesk_tickets", "gauge", &["project", "status"]),
+    (
+        "agentdesk_tickets_finished_total",
+        "counter",
+        &["agent", "project", "status"],
+    ),
     ("agentdesk_claims_total", "counter", &[]),
     ("agentdesk_leases_lost_total", "counter", &[]),
     ("agentdesk_requeues_total", "counter", &["reason"]),
     (
         "agentdesk_model_requests_total",
         "counter",
-        &["model", "outcome", "provider"],
+        &["model", "outcome", "project", "provider"],
     ),
     (
         "agentdesk_model_request_duration_seconds",
         "histogram",
-        &["model", "provider"],
+        &["model", "project", "provider"],
     ),
     (
         "agentdesk_model_time_to_first_token_seconds",
         "histogram",
-        &["model", "provider"],
+        &["model", "project", "provider"],
     ),
-    ("agentdesk_tokens_total", "counter", &["model", "provider", "type"]),
+    (
+        "agentdesk_tokens_total",
+        "counter",
+        &["model", "project", "provider", "type"],
+    ),
     ("agentdesk_tool_calls_total", "counter", &["outcome", "tool"]),
     ("agentdesk_tool_duration_seconds", "histogram", &["tool"]),
     ("agentdesk_events_total", "counter", &["kind"]),
@@ -222,11 +230,20 @@ async fn a_ticket_run_moves_the_metrics_with_the_contract_names_types_and_labels
     }
 
     // This test's own agent and model: exact values.
-    let finished = [("agent", agent.as_str()), ("status", "done")];
+    let finished = [("project", "default"), ("agent", agent.as_str()), ("status", "done")];
     assert_eq!(after.value("agentdesk_tickets_finished_total", &finished), 1.0);
-    let ok = [("provider", "openai"), ("model", model.as_str()), ("outcome", "ok")];
+    let ok = [
+        ("project", "default"),
+        ("provider", "openai"),
+        ("model", model.as_str()),
+        ("outcome", "ok"),
+    ];
     assert_eq!(after.value("agentdesk_model_requests_total", &ok), 1.0);
-    let series = [("provider", "openai"), ("model", model.as_str())];
+    let series = [
+        ("project", "default"),
+        ("provider", "openai"),
+        ("model", model.as_str()),
+    ];
     assert_eq!(
         after.value("agentdesk_model_request_duration_seconds_count", &series),
         1.0
@@ -242,7 +259,12 @@ async fn a_ticket_run_moves_the_metrics_with_the_contract_names_types_and_labels
         ("cache_read", 5.0),
         ("cache_creation", 0.0),
     ] {
-        let labels = [("provider", "openai"), ("model", model.as_str()), ("type", kind)];
+        let labels = [
+            ("project", "default"),
+            ("provider", "openai"),
+            ("model", model.as_str()),
+            ("type", kind),
+        ];
         assert_eq!(after.value("agentdesk_tokens_total", &labels), count, "{kind} tokens");
     }
     // Shared by every test of the process: they moved by at least this ticket's share.
@@ -280,8 +302,14 @@ async fn a_ticket_run_moves_the_metrics_with_the_contract_names_types_and_labels
         "the open stream counts"
     );
     // Read from this service's database and pool.
-    assert_eq!(after.value("agentdesk_tickets", &[("status", "done")]), 1.0);
-    assert_eq!(after.value("agentdesk_tickets", &[("status", "todo")]), 0.0);
+    assert_eq!(
+        after.value("agentdesk_tickets", &[("project", "default"), ("status", "done")]),
+        1.0
+    );
+    assert_eq!(
+        after.value("agentdesk_tickets", &[("project", "default"), ("status", "todo")]),
+        0.0
+    );
     assert_eq!(after.value("agentdesk_db_pool_connections", &[("state", "max")]), 8.0);
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(after.value("agentdesk_build_info", &[("version", version)]), 1.0);
@@ -320,11 +348,14 @@ async fn a_cancel_and_a_retry_are_counted() {
     );
     let (_, after) = scrape(&app).await;
     let moved = |name: &str, labels: &[(&str, &str)]| after.value(name, labels) - before.value(name, labels);
-    let cancelled = [("agent", ""), ("status", "cancelled")];
+    let cancelled = [("project", "default"), ("agent", ""), ("status", "cancelled")];
     assert!(moved("agentdesk_tickets_finished_total", &cancelled) >= 1.0);
     assert!(moved("agentdesk_requeues_total", &[("reason", "retry")]) >= 1.0);
     assert!(moved("agentdesk_events_total", &[("kind", "ticket.cancelled")]) >= 1.0);
-    assert_eq!(after.value("agentdesk_tickets", &[("status", "todo")]), 1.0);
+    assert_eq!(
+        after.value("agentdesk_tickets", &[("project", "default"), ("status", "todo")]),
+        1.0
+    );
     app.shutdown().await;
 }
 
@@ -396,7 +427,10 @@ async fn a_worker_process_serves_its_metrics_on_the_metrics_address() {
         scrape.types.get("agentdesk_claims_total").map(String::as_str),
         Some("counter")
     );
-    assert_eq!(scrape.value("agentdesk_tickets", &[("status", "todo")]), 0.0);
+    assert_eq!(
+        scrape.value("agentdesk_tickets", &[("project", "default"), ("status", "todo")]),
+        0.0
+    );
     assert!(scrape.has("agentdesk_db_pool_connections", &[("state", "max")]));
     let elsewhere = app
         .client

@@ -771,3 +771,78 @@ async fn a_token_quota_stops_requests_once_reached_and_schedules_skip_past_the_t
     assert_eq!(count, 3, "no ticket beyond the quota");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn tools_mcp_servers_and_providers_are_each_projects_own() {
+    let app = desk().await;
+    create_project(&app, "alpha", "AL").await;
+    create_project(&app, "beta", "BE").await;
+    let tool = |url: &str| json!({"description": "d", "url": url, "input_schema": {"type": "object"}});
+    for (project, url) in [
+        ("alpha", "https://alpha.example.com/w"),
+        ("beta", "https://beta.example.com/w"),
+    ] {
+        let (status, body) = in_project(&app, project, Method::PUT, "/v1/tools/weather", Some(tool(url))).await;
+        assert_eq!(status, StatusCode::CREATED, "the same name in two projects: {body}");
+    }
+    let (_, got) = in_project(&app, "beta", Method::GET, "/v1/tools/weather", None).await;
+    assert_eq!(got["url"], "https://beta.example.com/w");
+    let (status, _) = in_project(
+        &app,
+        "alpha",
+        Method::PUT,
+        "/v1/tools/only-alpha",
+        Some(tool("https://a.example.com")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = in_project(&app, "beta", Method::GET, "/v1/tools/only-alpha", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, list) = in_project(&app, "beta", Method::GET, "/v1/tools", None).await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+    let (_, default_list) = app.get("/v1/tools").await;
+    assert!(default_list["items"].as_array().unwrap().is_empty(), "{default_list}");
+
+    // An agent names only its own project's tools and providers.
+    let agent = json!({"model": "m", "tools": ["only-alpha"]});
+    let (status, body) = in_project(&app, "beta", Method::PUT, "/v1/agents/a", Some(agent.clone())).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, _) = in_project(&app, "alpha", Method::PUT, "/v1/agents/a", Some(agent)).await;
+    assert!(status.is_success());
+    let provider = json!({"kind": "openai", "base_url": "http://127.0.0.1:9/v1"});
+    let (status, body) = in_project(&app, "alpha", Method::PUT, "/v1/providers/local", Some(provider)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let uses_local = json!({"model": "m", "provider": "local"});
+    let (status, _) = in_project(&app, "beta", Method::PUT, "/v1/agents/b", Some(uses_local.clone())).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = in_project(&app, "alpha", Method::PUT, "/v1/agents/b", Some(uses_local)).await;
+    assert!(status.is_success());
+    let (_, providers) = in_project(&app, "beta", Method::GET, "/v1/providers", None).await;
+    assert!(
+        providers["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["name"] != "local"),
+        "{providers}"
+    );
+    // Deleting beta's `weather` leaves alpha's.
+    let (status, _) = in_project(&app, "beta", Method::DELETE, "/v1/tools/weather", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = in_project(&app, "alpha", Method::GET, "/v1/tools/weather", None).await;
+    assert_eq!(status, StatusCode::OK);
+    // MCP servers: an unreachable one still makes its row, in its project only.
+    let server = json!({"url": "http://127.0.0.1:9/mcp", "timeout_ms": 500});
+    let (status, body) = in_project(&app, "alpha", Method::PUT, "/v1/mcp-servers/files", Some(server)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, _) = in_project(&app, "beta", Method::GET, "/v1/mcp-servers/files", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, servers) = in_project(&app, "beta", Method::GET, "/v1/mcp-servers", None).await;
+    assert!(servers["items"].as_array().unwrap().is_empty(), "{servers}");
+    let mcp_agent = json!({"model": "m", "tools": ["mcp:files"]});
+    let (status, _) = in_project(&app, "beta", Method::PUT, "/v1/agents/c", Some(mcp_agent.clone())).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = in_project(&app, "alpha", Method::PUT, "/v1/agents/c", Some(mcp_agent)).await;
+    assert!(status.is_success());
+    app.shutdown().await;
+}

@@ -99,15 +99,17 @@ impl Step<'_> {
             return Ok(None);
         };
         let name = self.agent.provider.as_deref().unwrap_or(provider.name());
+        // The line is per provider of a project: the key, not the name.
+        let key = self.provider_key(name);
         let slots = &self.rt.slots;
-        let mut slot = self.get_in_line(name).await?;
+        let mut slot = self.get_in_line(&key).await?;
         let mut announced = false;
         loop {
             // Asked for before looking, so a slot given back meanwhile is not missed.
             let freed = slots.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            match db::provider_slots::try_take(&slots.pool, slot.id, name, limit, slots.lease).await? {
+            match db::provider_slots::try_take(&slots.pool, slot.id, &key, limit, slots.lease).await? {
                 Turn::Taken => {
                     slot.hold();
                     return Ok(Some(slot));
@@ -124,7 +126,7 @@ impl Step<'_> {
                 }
                 Turn::Waiting { .. } => {}
                 // The place was given up (not renewed in time): in line again, at the back.
-                Turn::Lost => slot = self.get_in_line(name).await?,
+                Turn::Lost => slot = self.get_in_line(&key).await?,
             }
             tokio::select! {
                 biased;

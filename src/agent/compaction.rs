@@ -118,7 +118,7 @@ impl Step<'_> {
         };
         if let Some(cost) = usage.cost_usd().filter(|c| *c > crate::domain::Usd::ZERO) {
             let dollars: f64 = cost.to_string().parse().unwrap_or(0.0);
-            crate::telemetry::metric::cost(name, &provider_label, &self.agent.model, dollars);
+            crate::telemetry::metric::cost(self.ticket.project.0, name, &provider_label, &self.agent.model, dollars);
         }
         let thresholds = self.settle(&mut charge, &usage).await?;
         self.append_thresholds(thresholds).await?;

@@ -74,8 +74,8 @@ impl Step<'_> {
             drop(slot);
             let Some(result) = result else {
                 metric::model_request(
-                    provider_label,
-                    &self.agent.model,
+                    self.ticket.project.0,
+                    (provider_label, &self.agent.model),
                     "cancelled",
                     sent.elapsed(),
                     first_output,
@@ -114,8 +114,8 @@ impl Step<'_> {
                 Err(err) => (err, TicketUsage::default()),
             };
             metric::model_request(
-                provider_label,
-                &self.agent.model,
+                self.ticket.project.0,
+                (provider_label, &self.agent.model),
                 err.kind.as_str(),
                 sent.elapsed(),
                 first_output,
@@ -195,13 +195,15 @@ impl Step<'_> {
         priced: &TicketUsage,
     ) {
         let model = &self.agent.model;
-        metric::model_request(provider, model, "ok", sent.elapsed(), first_output);
+        let project = self.ticket.project.0;
+        metric::model_request(project, (provider, model), "ok", sent.elapsed(), first_output);
         let cost_usd: Option<f64> = priced.cost_usd().and_then(|c| c.to_string().parse().ok());
         if let Some(cost) = cost_usd {
-            metric::cost(&self.agent.name, provider, model, cost);
+            metric::cost(project, &self.agent.name, provider, model, cost);
         }
         let usage = &response.usage;
         metric::tokens(
+            project,
             provider,
             model,
             [

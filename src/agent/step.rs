@@ -53,7 +53,7 @@ pub(super) async fn run(
     // As the claim wrote it: a comment posted since is seen by the next request, as one posted
     // during this request would be.
     let transcript = claim.transcript.as_ref().filter(|_| first).cloned();
-    let step_tools = rt.catalog.for_agent(&rt.pool, &agent.tools).await?;
+    let step_tools = rt.catalog.for_agent(&rt.pool, ticket.project, &agent.tools).await?;
     let (tools, mut agent) = (step_tools.registry, agent);
     if let Some(offered) = step_tools.offered {
         agent.tools = offered;
@@ -143,6 +143,16 @@ impl Step<'_> {
             .or_else(|| llm::known_context_window(&self.agent.model).map(u64::from))
     }
 
+    /// A named provider's key in this process (its clients, its slots): its name, after its
+    /// project's id outside `default` (two projects may each name a provider `local`).
+    pub(super) fn provider_key(&self, name: &str) -> String {
+        if self.ticket.project == crate::domain::ProjectId::DEFAULT || BUILTIN_PROVIDERS.contains(&name) {
+            name.to_owned()
+        } else {
+            format!("{}/{name}", self.ticket.project)
+        }
+    }
+
     /// The agent's provider: a built-in one, or a named one as its definition reads now (a change
     /// through the API takes effect with the next request, in every process).
     async fn provider(&self) -> Flow<Result<Arc<dyn Provider>, LlmError>> {
@@ -150,13 +160,15 @@ impl Step<'_> {
             None => None,
             Some(name) if BUILTIN_PROVIDERS.contains(&name) => Some(name),
             Some(name) => {
-                return Ok(match db::providers::get(&self.rt.pool, name).await? {
-                    Some(def) => Ok(self.rt.providers.named(name, &(&def).into())),
-                    None => Err(LlmError::new(
-                        LlmErrorKind::ProviderUnconfigured,
-                        format!("unknown provider '{name}': define it with PUT /v1/providers/{name}"),
-                    )),
-                })
+                return Ok(
+                    match db::providers::get(&self.rt.pool, self.ticket.project, name).await? {
+                        Some(def) => Ok(self.rt.providers.named(&self.provider_key(name), &(&def).into())),
+                        None => Err(LlmError::new(
+                            LlmErrorKind::ProviderUnconfigured,
+                            format!("unknown provider '{name}': define it with PUT /v1/providers/{name}"),
+                        )),
+                    },
+                )
             }
         };
         Ok(self.rt.providers.get(name))

@@ -15,7 +15,8 @@ use uuid::Uuid;
 pub use super::fence::Fence;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::domain::{
-    Agent, Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Ticket, TicketError, TicketUsage,
+    Agent, Author, Comment, ContentBlock, EventData, NewEvent, ProjectId, RequeueReason, Ticket, TicketError,
+    TicketUsage,
 };
 use crate::telemetry::metric;
 
@@ -393,8 +394,8 @@ pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Erro
         return Ok(0);
     }
     // Expiry is re-checked under the row lock: a renewal that won the race keeps its ticket.
-    let expired: Vec<(Uuid, i32, i32, Option<String>)> = sqlx::query_as(
-        "SELECT id, attempts, max_attempts, agent FROM tickets
+    let expired: Vec<(Uuid, i32, i32, Option<String>, ProjectId)> = sqlx::query_as(
+        "SELECT id, attempts, max_attempts, agent, project_id FROM tickets
          WHERE status = 'in_progress' AND lease_expires_at < now()
          ORDER BY lease_expires_at LIMIT $1
          FOR UPDATE SKIP LOCKED",
@@ -402,7 +403,7 @@ pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Erro
     .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
-    for (id, attempts, max_attempts, agent) in &expired {
+    for (id, attempts, max_attempts, agent, _) in &expired {
         let out_of_attempts = attempts >= max_attempts;
         let status = if out_of_attempts { "failed" } else { "todo" };
         let error = out_of_attempts.then(|| TicketError {
@@ -435,9 +436,9 @@ pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Erro
         super::tickets::notify_work(&mut tx).await?;
     }
     tx.commit().await?;
-    for (_, attempts, max_attempts, agent) in &expired {
+    for (_, attempts, max_attempts, agent, project) in &expired {
         if attempts >= max_attempts {
-            metric::ticket_finished(agent.as_deref().unwrap_or_default(), "failed");
+            metric::ticket_finished(project.0, agent.as_deref().unwrap_or_default(), "failed");
         } else {
             metric::requeued("lease_lost");
         }

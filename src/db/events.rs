@@ -323,7 +323,7 @@ pub async fn insert_reserved(
 /// The columns `logged_event` reads, in its order; a statement's own columns follow them.
 const EVENT_COLUMNS: &str =
     "e.id, e.txid::text AS txid, e.ticket_id, e.ticket_key, e.seq, e.kind, e.agent, e.data, e.at, \
-     coalesce(t.labels, '{}'), t.agent AS ticket_agent, e.project_id";
+     CASE WHEN t.labels IS NULL THEN '{}' ELSE t.labels END, t.agent AS ticket_agent, e.project_id";
 
 /// A ticket's events after `after_seq`, in order.
 pub async fn read_ticket<'e>(

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::PgExecutor;
 
-use crate::domain::{HttpMethod, HttpToolDef};
+use crate::domain::{HttpMethod, HttpToolDef, ProjectId};
 
 const COLUMNS: &str =
     "name, description, input_schema, url, method, headers, timeout_ms, requires_approval, created_at, updated_at";
@@ -46,11 +46,15 @@ impl From<Row> for HttpToolDef {
 
 /// Creates or replaces a tool (one statement: safe under concurrent PUTs, the last one wins);
 /// true when it was created.
-pub async fn upsert<'e>(db: impl PgExecutor<'e>, t: &HttpToolDef) -> Result<(HttpToolDef, bool), sqlx::Error> {
+pub async fn upsert<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    t: &HttpToolDef,
+) -> Result<(HttpToolDef, bool), sqlx::Error> {
     let sql = format!(
         "INSERT INTO http_tools (name, description, input_schema, url, method, headers, timeout_ms, requires_approval,
                                  project_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          ON CONFLICT (project_id, name) DO UPDATE SET
             description = EXCLUDED.description, input_schema = EXCLUDED.input_schema, url = EXCLUDED.url,
             method = EXCLUDED.method, headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms,
@@ -66,6 +70,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, t: &HttpToolDef) -> Result<(Htt
         .bind(Json(&t.headers))
         .bind(t.timeout_ms)
         .bind(t.requires_approval)
+        .bind(project)
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row as _};
@@ -73,20 +78,32 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, t: &HttpToolDef) -> Result<(Htt
     Ok((Row::from_row(&row)?.into(), created))
 }
 
-pub async fn get<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Option<HttpToolDef>, sqlx::Error> {
-    let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM http_tools WHERE name = $1"))
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
+pub async fn get<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    name: &str,
+) -> Result<Option<HttpToolDef>, sqlx::Error> {
+    let row: Option<Row> = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM http_tools WHERE project_id = $2 AND name = $1"
+    ))
+    .bind(name)
+    .bind(project)
+    .fetch_optional(db)
+    .await?;
     Ok(row.map(HttpToolDef::from))
 }
 
 /// The named tools that exist, in name order (one query for an agent's whole list).
-pub async fn named<'e>(db: impl PgExecutor<'e>, names: &[String]) -> Result<Vec<HttpToolDef>, sqlx::Error> {
+pub async fn named<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    names: &[String],
+) -> Result<Vec<HttpToolDef>, sqlx::Error> {
     let rows: Vec<Row> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM http_tools WHERE name = ANY($1) ORDER BY name"
+        "SELECT {COLUMNS} FROM http_tools WHERE project_id = $2 AND name = ANY($1) ORDER BY name"
     ))
     .bind(names)
+    .bind(project)
     .fetch_all(db)
     .await?;
     Ok(rows.into_iter().map(HttpToolDef::from).collect())
@@ -95,22 +112,26 @@ pub async fn named<'e>(db: impl PgExecutor<'e>, names: &[String]) -> Result<Vec<
 /// A page of tools in name order, after `after`.
 pub async fn list<'e>(
     db: impl PgExecutor<'e>,
+    project: ProjectId,
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<HttpToolDef>, sqlx::Error> {
     let rows: Vec<Row> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM http_tools WHERE $1::text IS NULL OR name > $1 ORDER BY name LIMIT $2"
+        "SELECT {COLUMNS} FROM http_tools WHERE project_id = $3 AND ($1::text IS NULL OR name > $1)
+         ORDER BY name LIMIT $2"
     ))
     .bind(after)
     .bind(limit)
+    .bind(project)
     .fetch_all(db)
     .await?;
     Ok(rows.into_iter().map(HttpToolDef::from).collect())
 }
 
-pub async fn delete<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query("DELETE FROM http_tools WHERE name = $1")
+pub async fn delete<'e>(db: impl PgExecutor<'e>, project: ProjectId, name: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("DELETE FROM http_tools WHERE project_id = $2 AND name = $1")
         .bind(name)
+        .bind(project)
         .execute(db)
         .await?;
     Ok(done.rows_affected() == 1)

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::PgExecutor;
 
-use crate::domain::{McpServerDef, McpToolInfo, McpTransport, RequiresApproval};
+use crate::domain::{McpServerDef, McpToolInfo, McpTransport, ProjectId, RequiresApproval};
 
 const COLUMNS: &str =
     "name, url, headers, timeout_ms, requires_approval, revision, tools, status, listed_at, created_at, updated_at";
@@ -61,13 +61,17 @@ impl From<Row> for StoredServer {
 /// Creates or replaces a server (an HTTP one: stdio servers are never stored); true when created.
 /// A replacement bumps the revision and forgets the old listing, so no process keeps using the
 /// old definition's connection or shows its tools.
-pub async fn upsert<'e>(db: impl PgExecutor<'e>, def: &McpServerDef) -> Result<(StoredServer, bool), sqlx::Error> {
+pub async fn upsert<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    def: &McpServerDef,
+) -> Result<(StoredServer, bool), sqlx::Error> {
     let McpTransport::Http { url, headers } = &def.transport else {
         return Err(sqlx::Error::Protocol("only HTTP MCP servers are stored".into()));
     };
     let sql = format!(
         "INSERT INTO mcp_servers (name, url, headers, timeout_ms, requires_approval, project_id)
-         VALUES ($1, $2, $3, $4, $5, 1)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (project_id, name) DO UPDATE SET
             url = EXCLUDED.url, headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms,
             requires_approval = EXCLUDED.requires_approval, revision = mcp_servers.revision + 1,
@@ -80,6 +84,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, def: &McpServerDef) -> Result<(
         .bind(Json(headers))
         .bind(def.timeout_ms)
         .bind(Json(&def.requires_approval))
+        .bind(project)
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row as _};
@@ -87,26 +92,34 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, def: &McpServerDef) -> Result<(
     Ok((Row::from_row(&row)?.into(), created))
 }
 
-pub async fn get<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Option<StoredServer>, sqlx::Error> {
-    let sql = format!("SELECT {COLUMNS} FROM mcp_servers WHERE name = $1");
-    let row: Option<Row> = sqlx::query_as(&sql).bind(name).fetch_optional(db).await?;
+pub async fn get<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    name: &str,
+) -> Result<Option<StoredServer>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM mcp_servers WHERE project_id = $2 AND name = $1");
+    let row: Option<Row> = sqlx::query_as(&sql).bind(name).bind(project).fetch_optional(db).await?;
     Ok(row.map(Into::into))
 }
 
-pub async fn all<'e>(db: impl PgExecutor<'e>) -> Result<Vec<StoredServer>, sqlx::Error> {
-    let sql = format!("SELECT {COLUMNS} FROM mcp_servers ORDER BY name");
-    let rows: Vec<Row> = sqlx::query_as(&sql).fetch_all(db).await?;
+pub async fn all<'e>(db: impl PgExecutor<'e>, project: ProjectId) -> Result<Vec<StoredServer>, sqlx::Error> {
+    let sql = format!("SELECT {COLUMNS} FROM mcp_servers WHERE project_id = $1 ORDER BY name");
+    let rows: Vec<Row> = sqlx::query_as(&sql).bind(project).fetch_all(db).await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-pub async fn names<'e>(db: impl PgExecutor<'e>) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT name FROM mcp_servers").fetch_all(db).await
+/// Every project's server names (what the MCP hub checks an agent's tools against).
+pub async fn names<'e>(db: impl PgExecutor<'e>) -> Result<Vec<(ProjectId, String)>, sqlx::Error> {
+    sqlx::query_as("SELECT project_id, name FROM mcp_servers")
+        .fetch_all(db)
+        .await
 }
 
 /// One statement; a process still holding the server's connection drops it at its next lookup.
-pub async fn delete<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query("DELETE FROM mcp_servers WHERE name = $1")
+pub async fn delete<'e>(db: impl PgExecutor<'e>, project: ProjectId, name: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("DELETE FROM mcp_servers WHERE project_id = $2 AND name = $1")
         .bind(name)
+        .bind(project)
         .execute(db)
         .await?;
     Ok(done.rows_affected() > 0)
@@ -116,6 +129,7 @@ pub async fn delete<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<bool, sql
 /// revision it was made for: a listing of a replaced definition changes nothing.
 pub async fn record_listing<'e>(
     db: impl PgExecutor<'e>,
+    project: ProjectId,
     name: &str,
     revision: i64,
     tools: Option<&[McpToolInfo]>,
@@ -124,12 +138,13 @@ pub async fn record_listing<'e>(
     sqlx::query(
         "UPDATE mcp_servers SET tools = COALESCE($3, tools), status = $4,
             listed_at = CASE WHEN $3 IS NULL THEN listed_at ELSE now() END
-         WHERE name = $1 AND revision = $2",
+         WHERE project_id = $5 AND name = $1 AND revision = $2",
     )
     .bind(name)
     .bind(revision)
     .bind(tools.map(Json))
     .bind(status)
+    .bind(project)
     .execute(db)
     .await?;
     Ok(())

@@ -438,6 +438,7 @@ impl ProjectBook {
         let rows: Vec<(ProjectId, String, Json<Quotas>)> = sqlx::query_as("SELECT id, name, quotas FROM projects")
             .fetch_all(pool)
             .await?;
+        crate::telemetry::metric::name_projects(rows.iter().map(|(id, name, _)| (id.0, name.clone())));
         let projects = rows
             .into_iter()
             .map(|(id, name, quotas)| (id, ProjectQuotas { name, quotas: quotas.0 }))

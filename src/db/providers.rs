@@ -6,7 +6,7 @@ use sqlx::types::Json;
 use sqlx::PgExecutor;
 
 use crate::domain::provider::ProviderKind;
-use crate::domain::ProviderDef;
+use crate::domain::{ProjectId, ProviderDef};
 
 const PROVIDER_COLUMNS: &str =
     "name, kind, base_url, api_key, headers, timeout_ms, max_concurrent, created_at, updated_at";
@@ -44,10 +44,14 @@ impl From<ProviderRow> for ProviderDef {
 }
 
 /// Creates or replaces a provider; true when it was created.
-pub async fn upsert<'e>(db: impl PgExecutor<'e>, p: &ProviderDef) -> Result<(ProviderDef, bool), sqlx::Error> {
+pub async fn upsert<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    p: &ProviderDef,
+) -> Result<(ProviderDef, bool), sqlx::Error> {
     let sql = format!(
         "INSERT INTO providers (name, kind, base_url, api_key, headers, timeout_ms, max_concurrent, project_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (project_id, name) DO UPDATE SET
             kind = EXCLUDED.kind, base_url = EXCLUDED.base_url, api_key = EXCLUDED.api_key,
             headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms,
@@ -65,6 +69,7 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, p: &ProviderDef) -> Result<(Pro
                 .unwrap_or(crate::domain::provider::DEFAULT_PROVIDER_TIMEOUT_MS),
         )
         .bind(p.max_concurrent.map(|n| n as i32))
+        .bind(project)
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row};
@@ -72,25 +77,44 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, p: &ProviderDef) -> Result<(Pro
     Ok((ProviderRow::from_row(&row)?.into(), created))
 }
 
-pub async fn get<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Option<ProviderDef>, sqlx::Error> {
-    let row: Option<ProviderRow> = sqlx::query_as(&format!("SELECT {PROVIDER_COLUMNS} FROM providers WHERE name = $1"))
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
+pub async fn get<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    name: &str,
+) -> Result<Option<ProviderDef>, sqlx::Error> {
+    let row: Option<ProviderRow> = sqlx::query_as(&format!(
+        "SELECT {PROVIDER_COLUMNS} FROM providers WHERE project_id = $2 AND name = $1"
+    ))
+    .bind(name)
+    .bind(project)
+    .fetch_optional(db)
+    .await?;
     Ok(row.map(ProviderDef::from))
 }
 
-/// Every defined provider, in name order.
-pub async fn all<'e>(db: impl PgExecutor<'e>) -> Result<Vec<ProviderDef>, sqlx::Error> {
+/// Every provider a project defined, in name order.
+pub async fn all<'e>(db: impl PgExecutor<'e>, project: ProjectId) -> Result<Vec<ProviderDef>, sqlx::Error> {
+    let rows: Vec<ProviderRow> = sqlx::query_as(&format!(
+        "SELECT {PROVIDER_COLUMNS} FROM providers WHERE project_id = $1 ORDER BY name"
+    ))
+    .bind(project)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(ProviderDef::from).collect())
+}
+
+/// Every project's providers (for the warnings a worker logs at start).
+pub async fn every<'e>(db: impl PgExecutor<'e>) -> Result<Vec<ProviderDef>, sqlx::Error> {
     let rows: Vec<ProviderRow> = sqlx::query_as(&format!("SELECT {PROVIDER_COLUMNS} FROM providers ORDER BY name"))
         .fetch_all(db)
         .await?;
     Ok(rows.into_iter().map(ProviderDef::from).collect())
 }
 
-pub async fn delete<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query("DELETE FROM providers WHERE name = $1")
+pub async fn delete<'e>(db: impl PgExecutor<'e>, project: ProjectId, name: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("DELETE FROM providers WHERE project_id = $2 AND name = $1")
         .bind(name)
+        .bind(project)
         .execute(db)
         .await?;
     Ok(done.rows_affected() == 1)

@@ -325,18 +325,26 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
     Ok(tickets)
 }
 
-/// Tickets by status, every status present (zero where none): the `tickets` gauge, at scrape time.
-pub async fn count_by_status(pool: &PgPool) -> Result<Vec<(&'static str, i64)>, sqlx::Error> {
-    let rows: Vec<(String, i64)> = sqlx::query_as("SELECT status, count(*) FROM tickets GROUP BY status")
+/// Tickets by project (its name) and status, every status of every project (zeros included).
+pub async fn count_by_status(pool: &PgPool) -> Result<Vec<(String, &'static str, i64)>, sqlx::Error> {
+    let rows: Vec<(ProjectId, String, i64)> =
+        sqlx::query_as("SELECT project_id, status, count(*) FROM tickets GROUP BY project_id, status")
+            .fetch_all(pool)
+            .await?;
+    let projects: Vec<(ProjectId, String)> = sqlx::query_as("SELECT id, name FROM projects ORDER BY id")
         .fetch_all(pool)
         .await?;
-    Ok(Status::ALL
-        .into_iter()
-        .map(|status| {
-            let count = rows.iter().find(|(s, _)| s == status.as_str()).map_or(0, |(_, n)| *n);
-            (status.as_str(), count)
-        })
-        .collect())
+    let mut counts = vec![];
+    for (project, name) in projects {
+        for status in Status::ALL {
+            let count = rows
+                .iter()
+                .find(|(p, s, _)| *p == project && s == status.as_str())
+                .map_or(0, |(_, _, n)| *n);
+            counts.push((name.clone(), status.as_str(), count));
+        }
+    }
+    Ok(counts)
 }
 
 /// Serialises creates that share an idempotency key until the first one commits.

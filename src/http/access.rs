@@ -372,21 +372,9 @@ impl RateHeaders {
     }
 }
 
-/// Resources still shared by the whole desk: they live in the project `default`, and a request
-/// acting in another project is answered 404 for them (it sees none, and changes none).
-pub const DESK_WIDE: [&str; 3] = ["/tools", "/mcp-servers", "/providers"];
-
 /// A path as the `/v1` router sees it (without `/v1`, which nesting strips) or as sent.
 fn in_v1(path: &str) -> &str {
     path.strip_prefix("/v1").unwrap_or(path)
-}
-
-fn desk_wide(path: &str) -> bool {
-    let path = in_v1(path);
-    DESK_WIDE.iter().any(|prefix| {
-        path.strip_prefix(prefix)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-    })
 }
 
 /// The `/v1` gate: resolves the caller, checks what the route needs, takes from the rate
@@ -413,13 +401,6 @@ pub async fn admit(State(state): State<AppState>, req: Request, next: Next) -> R
             }
             _ => format!("this token's scopes do not allow this request (it needs {need:?})").to_lowercase(),
         })
-        .into_response();
-    }
-    if caller.project.id != ProjectId::DEFAULT && desk_wide(req.uri().path()) {
-        return ApiError::NotFound(
-            "HTTP tools, MCP servers and named providers belong to the project default; this request acts in another"
-                .into(),
-        )
         .into_response();
     }
     run_admitted(&state, caller, req, next).await
@@ -485,12 +466,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paths_name_projects_and_desk_wide_resources_with_or_without_v1() {
+    fn paths_name_projects_with_or_without_v1() {
         assert_eq!(path_project("/projects/ops/tokens"), Some("ops"));
         assert_eq!(path_project("/v1/projects/ops"), Some("ops"));
         assert_eq!(path_project("/projects"), None);
-        assert!(desk_wide("/tools/x") && desk_wide("/v1/providers") && desk_wide("/mcp-servers"));
-        assert!(!desk_wide("/toolsx") && !desk_wide("/tickets"));
     }
 
     #[test]

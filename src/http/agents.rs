@@ -119,7 +119,7 @@ pub async fn put_agent(
     let (provider, provider_kind) = match req.provider.as_deref() {
         None => (None, None),
         Some(p @ ("openai" | "anthropic")) => (Some(p.to_owned()), Some(p.to_owned())),
-        Some(other) => match db::providers::get(&state.pool, other).await? {
+        Some(other) => match db::providers::get(&state.pool, caller.project_id(), other).await? {
             Some(def) => (Some(other.to_owned()), Some(def.kind.as_str().to_owned())),
             None => {
                 return Err(ApiError::Validation(format!(
@@ -131,7 +131,7 @@ pub async fn put_agent(
     let tools = match req.tools {
         None => BUILTIN_TOOLS.iter().map(|t| t.to_string()).collect(),
         Some(tools) => {
-            let unknown = state.catalog.unknown(&state.pool, &tools).await?;
+            let unknown = state.catalog.unknown(&state.pool, caller.project_id(), &tools).await?;
             if let Some(unknown) = unknown.first() {
                 return Err(ApiError::Validation(format!(
                     "unknown tool {unknown:?}: name built-in tools ({}), HTTP tools defined with PUT /v1/tools/{{name}}, \
@@ -140,7 +140,7 @@ pub async fn put_agent(
                 )));
             }
             for name in &tools {
-                if let Some(server) = state.mcp.listing_without(name).await? {
+                if let Some(server) = state.mcp.listing_without(caller.project_id(), name).await? {
                     return Err(ApiError::Validation(format!(
                         "unknown tool {name:?}: MCP server {server:?} did not list it (see GET /v1/mcp-servers/{server}; \
                          list its tools again with POST /v1/mcp-servers/{server}/refresh if it has new ones)"

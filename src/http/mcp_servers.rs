@@ -9,6 +9,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{page_of_names, NamePageQuery};
@@ -117,15 +118,17 @@ fn validate(name: &str, req: PutMcpServer) -> ApiResult<McpServerDef> {
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn put_mcp_server(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiJson(req): ApiJson<PutMcpServer>,
 ) -> ApiResult<(StatusCode, Json<McpServerView>)> {
     check_name(&name)?;
-    if state.mcp.is_config_server(&name) {
+    let project = caller.project_id();
+    if state.mcp.is_config_server(project, &name) {
         return Err(config_refused(&name));
     }
     let def = validate(&name, req)?;
-    let (view, created) = state.mcp.put(&def).await?;
+    let (view, created) = state.mcp.put(project, &def).await?;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
 
@@ -135,11 +138,12 @@ pub async fn put_mcp_server(
     responses((status = 200, body = McpServerView), (status = 404, body = ErrorBody)))]
 pub async fn get_mcp_server(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<McpServerView>> {
     state
         .mcp
-        .get(&name)
+        .get(caller.project_id(), &name)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no MCP server {name:?}")))
@@ -150,10 +154,12 @@ pub async fn get_mcp_server(
     responses((status = 200, body = McpServerList), (status = 400, body = ErrorBody)))]
 pub async fn list_mcp_servers(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(q): ApiQuery<NamePageQuery>,
 ) -> ApiResult<Json<McpServerList>> {
-    let all = state.mcp.list().await?;
-    let config_first = |name: &str| usize::from(!state.mcp.is_config_server(name));
+    let project = caller.project_id();
+    let all = state.mcp.list(project).await?;
+    let config_first = |name: &str| usize::from(!state.mcp.is_config_server(project, name));
     let (items, next_cursor) = page_of_names(&q, all, |s| &s.name, config_first)?;
     Ok(Json(McpServerList { items, next_cursor }))
 }
@@ -165,11 +171,16 @@ pub async fn list_mcp_servers(
     params(("name" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody),
         (status = 409, description = "A server from the config file", body = ErrorBody)))]
-pub async fn delete_mcp_server(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
-    if state.mcp.is_config_server(&name) {
+pub async fn delete_mcp_server(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<StatusCode> {
+    let project = caller.project_id();
+    if state.mcp.is_config_server(project, &name) {
         return Err(config_refused(&name));
     }
-    if state.mcp.delete(&name).await? {
+    if state.mcp.delete(project, &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!("no MCP server {name:?}")))
@@ -184,11 +195,12 @@ pub async fn delete_mcp_server(State(state): State<AppState>, ApiPath(name): Api
     responses((status = 200, body = McpServerView), (status = 404, body = ErrorBody)))]
 pub async fn refresh_mcp_server(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<McpServerView>> {
     state
         .mcp
-        .refresh(&name)
+        .refresh(caller.project_id(), &name)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no MCP server {name:?}")))

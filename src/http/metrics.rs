@@ -48,9 +48,10 @@ async fn scrape(pool: &PgPool) -> ApiResult<Response> {
     ];
     let tickets = (
         metric::TICKETS,
-        "Tickets by status, read from the database when scraped",
+        "Tickets by project and status, read from the database when scraped",
     );
-    metric::write_gauge(&mut text, tickets, "status", counts);
+    let counts = counts.iter().map(|(p, s, n)| (p.as_str(), *s, *n));
+    metric::write_project_gauge(&mut text, tickets, "status", counts);
     let schedules = (
         metric::SCHEDULES,
         "Schedules by state (enabled, paused), read from the database when scraped",

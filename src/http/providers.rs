@@ -152,6 +152,7 @@ fn validate(name: &str, req: PutProvider) -> ApiResult<ProviderDef> {
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn put_provider(
     State(state): State<AppState>,
+    caller: super::access::Caller,
     ApiPath(name): ApiPath<String>,
     ApiJson(req): ApiJson<PutProvider>,
 ) -> ApiResult<Response> {
@@ -159,7 +160,7 @@ pub async fn put_provider(
         return Err(builtin_refused(&name));
     }
     let def = validate(&name, req)?;
-    let (def, created) = db::providers::upsert(&state.pool, &def).await?;
+    let (def, created) = db::providers::upsert(&state.pool, caller.project_id(), &def).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     let warning = unset_secrets(&def).map(|w| [(crate::http::routable::WARNING, w)]);
     Ok((status, warning, Json(def)).into_response())
@@ -190,12 +191,13 @@ pub fn unset_secrets(def: &ProviderDef) -> Option<String> {
     responses((status = 200, body = ProviderDef), (status = 404, body = ErrorBody)))]
 pub async fn get_provider(
     State(state): State<AppState>,
+    caller: super::access::Caller,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<ProviderDef>> {
     if BUILTIN_PROVIDERS.contains(&name.as_str()) {
         return Ok(Json(builtin(&state.providers, &name)));
     }
-    db::providers::get(&state.pool, &name)
+    db::providers::get(&state.pool, caller.project_id(), &name)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no provider {name:?}")))
@@ -206,13 +208,14 @@ pub async fn get_provider(
     responses((status = 200, body = ProviderList), (status = 400, body = ErrorBody)))]
 pub async fn list_providers(
     State(state): State<AppState>,
+    caller: super::access::Caller,
     ApiQuery(q): ApiQuery<NamePageQuery>,
 ) -> ApiResult<Json<ProviderList>> {
     let mut all: Vec<ProviderDef> = BUILTIN_PROVIDERS
         .iter()
         .map(|name| builtin(&state.providers, name))
         .collect();
-    all.extend(db::providers::all(&state.pool).await?);
+    all.extend(db::providers::all(&state.pool, caller.project_id()).await?);
     let builtin_first = |name: &str| {
         BUILTIN_PROVIDERS
             .iter()
@@ -243,7 +246,7 @@ pub async fn delete_provider(
             users.join(", ")
         )));
     }
-    if db::providers::delete(&state.pool, &name).await? {
+    if db::providers::delete(&state.pool, caller.project_id(), &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!("no provider {name:?}")))

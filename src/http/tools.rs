@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
+use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::pagination::{Cursor, NamePageQuery, Page};
@@ -145,11 +146,12 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
         (status = 422, body = ErrorBody), (status = 400, body = ErrorBody)))]
 pub async fn put_tool(
     State(state): State<AppState>,
+    caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiJson(req): ApiJson<PutTool>,
 ) -> ApiResult<(StatusCode, Json<HttpToolDef>)> {
     let def = validate(&name, req)?;
-    let (def, created) = db::http_tools::upsert(&state.pool, &def).await?;
+    let (def, created) = db::http_tools::upsert(&state.pool, caller.project_id(), &def).await?;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(def)))
 }
 
@@ -157,8 +159,12 @@ pub async fn put_tool(
 #[utoipa::path(get, path = "/tools/{name}", tag = "tools",
     params(("name" = String, Path)),
     responses((status = 200, body = HttpToolDef), (status = 404, body = ErrorBody)))]
-pub async fn get_tool(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<Json<HttpToolDef>> {
-    db::http_tools::get(&state.pool, &name)
+pub async fn get_tool(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<HttpToolDef>> {
+    db::http_tools::get(&state.pool, caller.project_id(), &name)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::NotFound(format!("no tool {name:?}")))
@@ -169,6 +175,7 @@ pub async fn get_tool(State(state): State<AppState>, ApiPath(name): ApiPath<Stri
     responses((status = 200, body = ToolList), (status = 400, body = ErrorBody)))]
 pub async fn list_tools(
     State(state): State<AppState>,
+    caller: Caller,
     ApiQuery(q): ApiQuery<NamePageQuery>,
 ) -> ApiResult<Json<ToolList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
@@ -176,7 +183,7 @@ pub async fn list_tools(
         None => None,
         Some(c) => Some(c.into_name().ok_or_else(Page::bad_cursor)?),
     };
-    let mut items = db::http_tools::list(&state.pool, after.as_deref(), page.limit + 1).await?;
+    let mut items = db::http_tools::list(&state.pool, caller.project_id(), after.as_deref(), page.limit + 1).await?;
     let more = items.len() as i64 > page.limit;
     items.truncate(page.limit as usize);
     let next_cursor = if more {
@@ -193,8 +200,12 @@ pub async fn list_tools(
 #[utoipa::path(delete, path = "/tools/{name}", tag = "tools",
     params(("name" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
-pub async fn delete_tool(State(state): State<AppState>, ApiPath(name): ApiPath<String>) -> ApiResult<StatusCode> {
-    if db::http_tools::delete(&state.pool, &name).await? {
+pub async fn delete_tool(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<StatusCode> {
+    if db::http_tools::delete(&state.pool, caller.project_id(), &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!("no tool {name:?}")))

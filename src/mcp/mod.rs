@@ -2,7 +2,8 @@
 //! from the config file), lists their tools, and lends them to agents as `{server}__{tool}`.
 //!
 //! One [`McpHub`] per process holds the connections. Servers defined through the API live in
-//! Postgres, so every process sees them: the hub looks a server up when an agent's tools are
+//! Postgres, each in its project (an agent sees its own project's servers, and the config file's
+//! belong to `default`), so every process sees them: the hub looks a server up when an agent's tools are
 //! resolved and reconnects when its definition changed (its revision). Config-file servers live
 //! in memory; stdio ones are kept running (restarted with backoff if they die) until shutdown.
 
@@ -23,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::db;
 use crate::db::mcp_servers::StoredServer;
 use crate::domain::mcp_server::{MCP_PREFIX, MCP_SEPARATOR};
-use crate::domain::{McpServerDef, McpServerView, McpToolInfo, McpTransport};
+use crate::domain::{McpServerDef, McpServerView, McpToolInfo, McpTransport, ProjectId};
 use crate::net::guard::AddressGuard;
 use crate::tools::Tool;
 use server::ServerHandle;
@@ -57,24 +58,24 @@ struct Inner {
     pool: PgPool,
     guard: AddressGuard,
     http: reqwest::Client,
-    /// From the config file, by name; never changes.
+    /// From the config file, by name; never changes. They belong to `default`.
     config_servers: HashMap<String, Arc<ServerHandle>>,
-    /// The API's servers by name, as this process last used them.
-    api_servers: tokio::sync::Mutex<HashMap<String, Arc<ServerHandle>>>,
-    /// Names of the API's servers, for the synchronous [`McpHub::knows`].
-    api_names: RwLock<HashSet<String>>,
+    /// The API's servers by project and name, as this process last used them.
+    api_servers: tokio::sync::Mutex<HashMap<(ProjectId, String), Arc<ServerHandle>>>,
+    /// Projects and names of the API's servers, for the synchronous [`McpHub::knows`].
+    api_names: RwLock<HashSet<(ProjectId, String)>>,
     shutdown: CancellationToken,
 }
 
 /// The catalog resolves `mcp:{server}` and `{server}__{tool}` names through the hub.
 #[async_trait::async_trait]
 impl crate::tools::catalog::ToolLender for McpHub {
-    fn knows(&self, name: &str) -> bool {
-        McpHub::knows(self, name)
+    fn knows(&self, project: ProjectId, name: &str) -> bool {
+        McpHub::knows(self, project, name)
     }
 
-    async fn resolve(&self, name: &str) -> Vec<Arc<dyn Tool>> {
-        McpHub::resolve(self, name).await
+    async fn resolve(&self, project: ProjectId, name: &str) -> Vec<Arc<dyn Tool>> {
+        McpHub::resolve(self, project, name).await
     }
 }
 
@@ -116,18 +117,18 @@ impl McpHub {
 
     /// Whether an agent's `tools` entry names MCP tools of a server that exists: `mcp:{server}`
     /// or `{server}__{tool}` (the tool itself is looked up when the agent runs).
-    pub fn knows(&self, name: &str) -> bool {
-        self.split(name).is_some()
+    pub fn knows(&self, project: ProjectId, name: &str) -> bool {
+        self.split(project, name).is_some()
     }
 
     /// For a `{server}__{tool}` entry of a server that exists: the tool's server, when its last
     /// listing went well and did not hold the tool. A server not listed yet, or not reachable
     /// now, is given the benefit of the doubt: the tool is looked up when the agent runs.
-    pub async fn listing_without(&self, name: &str) -> Result<Option<String>, sqlx::Error> {
-        let Some((server, Some(tool))) = self.split(name) else {
+    pub async fn listing_without(&self, project: ProjectId, name: &str) -> Result<Option<String>, sqlx::Error> {
+        let Some((server, Some(tool))) = self.split(project, name) else {
             return Ok(None);
         };
-        let Some(view) = self.get(server).await? else {
+        let Some(view) = self.get(project, server).await? else {
             return Ok(None);
         };
         let lacks = view.status == "ok" && !view.tools.iter().any(|t| t.name == tool);
@@ -135,15 +136,15 @@ impl McpHub {
     }
 
     /// The server and (for `{server}__{tool}`) the tool an entry names, when the server exists.
-    fn split<'n>(&self, name: &'n str) -> Option<(&'n str, Option<&'n str>)> {
+    fn split<'n>(&self, project: ProjectId, name: &'n str) -> Option<(&'n str, Option<&'n str>)> {
         let exists = |server: &str| {
-            self.inner.config_servers.contains_key(server)
+            self.is_config_server(project, server)
                 || self
                     .inner
                     .api_names
                     .read()
                     .unwrap_or_else(|e| e.into_inner())
-                    .contains(server)
+                    .contains(&(project, server.to_owned()))
         };
         if let Some(server) = name.strip_prefix(MCP_PREFIX) {
             return exists(server).then_some((server, None));
@@ -162,12 +163,12 @@ impl McpHub {
 
     /// The tools an agent's `tools` entry stands for now, connecting and listing when needed;
     /// empty when the server or tool is gone or cannot be reached.
-    pub async fn resolve(&self, name: &str) -> Vec<Arc<dyn Tool>> {
+    pub async fn resolve(&self, project: ProjectId, name: &str) -> Vec<Arc<dyn Tool>> {
         let (server, tool) = match name.strip_prefix(MCP_PREFIX) {
             Some(server) => (server.to_owned(), None),
             None => {
                 // The names cache may be behind another process: look the server up either way.
-                match self.split(name) {
+                match self.split(project, name) {
                     Some((server, tool)) => (server.to_owned(), tool.map(str::to_owned)),
                     None => match name.split_once(MCP_SEPARATOR) {
                         Some((server, tool)) => (server.to_owned(), Some(tool.to_owned())),
@@ -176,7 +177,7 @@ impl McpHub {
                 }
             }
         };
-        let Some(handle) = self.handle(&server).await else {
+        let Some(handle) = self.handle(project, &server).await else {
             return Vec::new();
         };
         if (!handle.is_listed() || !handle.is_connected().await) && !handle.failed_within(RETRY_PAUSE) {
@@ -196,33 +197,35 @@ impl McpHub {
 
     /// The live handle of a server: a config-file one, or the API's current definition (one
     /// primary-key lookup), replacing a handle made for an older revision.
-    async fn handle(&self, server: &str) -> Option<Arc<ServerHandle>> {
-        if let Some(handle) = self.inner.config_servers.get(server) {
-            return Some(handle.clone());
+    async fn handle(&self, project: ProjectId, server: &str) -> Option<Arc<ServerHandle>> {
+        if self.is_config_server(project, server) {
+            return self.inner.config_servers.get(server).cloned();
         }
-        let stored = match db::mcp_servers::get(&self.inner.pool, server).await {
+        let stored = match db::mcp_servers::get(&self.inner.pool, project, server).await {
             Ok(stored) => stored,
             Err(e) => {
                 tracing::warn!(server, error = %e, "cannot look up an MCP server");
                 // The store is down: keep using what this process has.
-                return self.inner.api_servers.lock().await.get(server).cloned();
+                let key = (project, server.to_owned());
+                return self.inner.api_servers.lock().await.get(&key).cloned();
             }
         };
-        self.adopt(server, stored.map(|s| s.def)).await
+        self.adopt(project, server, stored.map(|s| s.def)).await
     }
 
     /// Makes `def` the server's current definition in this process (None: it is gone).
-    async fn adopt(&self, server: &str, def: Option<McpServerDef>) -> Option<Arc<ServerHandle>> {
+    async fn adopt(&self, project: ProjectId, server: &str, def: Option<McpServerDef>) -> Option<Arc<ServerHandle>> {
+        let key = (project, server.to_owned());
         let mut servers = self.inner.api_servers.lock().await;
         let Some(def) = def else {
-            self.set_name(server, false);
-            if let Some(old) = servers.remove(server) {
+            self.set_name(&key, false);
+            if let Some(old) = servers.remove(&key) {
                 tokio::spawn(async move { old.close().await });
             }
             return None;
         };
-        self.set_name(server, true);
-        if let Some(handle) = servers.get(server) {
+        self.set_name(&key, true);
+        if let Some(handle) = servers.get(&key) {
             if handle.def.revision == def.revision {
                 return Some(handle.clone());
             }
@@ -231,35 +234,37 @@ impl McpHub {
             def,
             self.inner.guard,
             self.inner.http.clone(),
-            Some(self.inner.pool.clone()),
+            Some((self.inner.pool.clone(), project)),
         );
-        if let Some(old) = servers.insert(server.to_owned(), handle.clone()) {
+        if let Some(old) = servers.insert(key, handle.clone()) {
             tokio::spawn(async move { old.close().await });
         }
         Some(handle)
     }
 
-    fn set_name(&self, server: &str, present: bool) {
+    fn set_name(&self, key: &(ProjectId, String), present: bool) {
         let mut names = self.inner.api_names.write().unwrap_or_else(|e| e.into_inner());
         if present {
-            names.insert(server.to_owned());
+            names.insert(key.clone());
         } else {
-            names.remove(server);
+            names.remove(key);
         }
     }
 
-    /// Whether `name` is a config-file server (read-only through the API).
-    pub fn is_config_server(&self, name: &str) -> bool {
-        self.inner.config_servers.contains_key(name)
+    /// Whether `name` is a config-file server (read-only through the API), seen in `project`:
+    /// they belong to `default`.
+    pub fn is_config_server(&self, project: ProjectId, name: &str) -> bool {
+        project == ProjectId::DEFAULT && self.inner.config_servers.contains_key(name)
     }
 
-    /// Every server: the config file's, then the API's, by name.
-    pub async fn list(&self) -> Result<Vec<McpServerView>, sqlx::Error> {
+    /// Every server of a project: the config file's (in `default`), then the API's, by name.
+    pub async fn list(&self, project: ProjectId) -> Result<Vec<McpServerView>, sqlx::Error> {
         let mut config: Vec<&Arc<ServerHandle>> = self.inner.config_servers.values().collect();
+        config.retain(|_| project == ProjectId::DEFAULT);
         config.sort_by(|a, b| a.def.name.cmp(&b.def.name));
         let mut items: Vec<McpServerView> = config.into_iter().map(|h| config_view(h)).collect();
         items.extend(
-            db::mcp_servers::all(&self.inner.pool)
+            db::mcp_servers::all(&self.inner.pool, project)
                 .await?
                 .into_iter()
                 .map(stored_view),
@@ -267,39 +272,44 @@ impl McpHub {
         Ok(items)
     }
 
-    pub async fn get(&self, name: &str) -> Result<Option<McpServerView>, sqlx::Error> {
-        if let Some(handle) = self.inner.config_servers.get(name) {
-            return Ok(Some(config_view(handle)));
+    pub async fn get(&self, project: ProjectId, name: &str) -> Result<Option<McpServerView>, sqlx::Error> {
+        if self.is_config_server(project, name) {
+            return Ok(self.inner.config_servers.get(name).map(|h| config_view(h)));
         }
-        Ok(db::mcp_servers::get(&self.inner.pool, name).await?.map(stored_view))
+        Ok(db::mcp_servers::get(&self.inner.pool, project, name)
+            .await?
+            .map(stored_view))
     }
 
     /// Defines or replaces an API server (an HTTP one), then connects and lists its tools,
     /// waiting at most a few seconds: the answer shows the outcome (or `pending`). True: created.
-    pub async fn put(&self, def: &McpServerDef) -> Result<(McpServerView, bool), sqlx::Error> {
+    pub async fn put(&self, project: ProjectId, def: &McpServerDef) -> Result<(McpServerView, bool), sqlx::Error> {
         // The upsert is one statement; the revision it returns fences the listing recorded next.
-        let (stored, created) = db::mcp_servers::upsert(&self.inner.pool, def).await?;
-        if let Some(handle) = self.adopt(&def.name, Some(stored.def.clone())).await {
+        let (stored, created) = db::mcp_servers::upsert(&self.inner.pool, project, def).await?;
+        if let Some(handle) = self.adopt(project, &def.name, Some(stored.def.clone())).await {
             let _ = tokio::time::timeout(LIST_WAIT.min(handle.timeout()), handle.relist()).await;
         }
-        let view = self.get(&def.name).await?.unwrap_or_else(|| stored_view(stored));
+        let view = self
+            .get(project, &def.name)
+            .await?
+            .unwrap_or_else(|| stored_view(stored));
         Ok((view, created))
     }
 
     /// Deletes an API server; false when there was none. Agents naming it see its tools missing.
-    pub async fn delete(&self, name: &str) -> Result<bool, sqlx::Error> {
-        let deleted = db::mcp_servers::delete(&self.inner.pool, name).await?;
-        self.adopt(name, None).await;
+    pub async fn delete(&self, project: ProjectId, name: &str) -> Result<bool, sqlx::Error> {
+        let deleted = db::mcp_servers::delete(&self.inner.pool, project, name).await?;
+        self.adopt(project, name, None).await;
         Ok(deleted)
     }
 
     /// Connects if needed and lists a server's tools again; None when there is no such server.
-    pub async fn refresh(&self, name: &str) -> Result<Option<McpServerView>, sqlx::Error> {
-        let Some(handle) = self.handle(name).await else {
+    pub async fn refresh(&self, project: ProjectId, name: &str) -> Result<Option<McpServerView>, sqlx::Error> {
+        let Some(handle) = self.handle(project, name).await else {
             return Ok(None);
         };
         let _ = tokio::time::timeout(LIST_WAIT.min(handle.timeout()), handle.relist()).await;
-        self.get(name).await
+        self.get(project, name).await
     }
 
     /// Closes every connection; stdio servers' child processes end with them.

@@ -15,7 +15,7 @@ use super::connection::{self, Secrets, LEGACY_VERSION};
 use super::tool::{McpTool, ToolServer};
 use crate::db;
 use crate::domain::mcp_server::MCP_SEPARATOR;
-use crate::domain::{McpServerDef, McpToolInfo};
+use crate::domain::{McpServerDef, McpToolInfo, ProjectId};
 use crate::net::guard::AddressGuard;
 
 /// The status of a server not listed yet.
@@ -62,8 +62,9 @@ pub(crate) struct ServerHandle {
     pub def: McpServerDef,
     guard: AddressGuard,
     http: reqwest::Client,
-    /// Where API-defined servers record their listings, for every process to show.
-    pool: Option<PgPool>,
+    /// Where API-defined servers record their listings (and whose project they are), for every
+    /// process to show.
+    store: Option<(PgPool, ProjectId)>,
     /// The live connection; held only while connecting, so calls run side by side on the peer.
     conn: tokio::sync::Mutex<Option<Running>>,
     listing: RwLock<Listing>,
@@ -74,12 +75,17 @@ pub(crate) struct ServerHandle {
 }
 
 impl ServerHandle {
-    pub fn new(def: McpServerDef, guard: AddressGuard, http: reqwest::Client, pool: Option<PgPool>) -> Arc<Self> {
+    pub fn new(
+        def: McpServerDef,
+        guard: AddressGuard,
+        http: reqwest::Client,
+        store: Option<(PgPool, ProjectId)>,
+    ) -> Arc<Self> {
         Arc::new(ServerHandle {
             def,
             guard,
             http,
-            pool,
+            store,
             conn: tokio::sync::Mutex::new(None),
             listing: RwLock::new(Listing {
                 tools: Vec::new(),
@@ -246,10 +252,10 @@ impl ServerHandle {
         if status != "ok" {
             tracing::warn!(server = %self.def.name, status, "MCP server unavailable");
         }
-        if let Some(pool) = &self.pool {
+        if let Some((pool, project)) = &self.store {
+            let (name, revision) = (&self.def.name, self.def.revision);
             let stored =
-                db::mcp_servers::record_listing(pool, &self.def.name, self.def.revision, infos.as_deref(), status)
-                    .await;
+                db::mcp_servers::record_listing(pool, *project, name, revision, infos.as_deref(), status).await;
             if let Err(e) = stored {
                 tracing::warn!(server = %self.def.name, error = %e, "cannot record an MCP server's listing");
             }

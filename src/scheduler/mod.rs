@@ -52,8 +52,8 @@ async fn run(pool: PgPool, hub: EventHub, changed: Arc<Notify>, shutdown: Cancel
 async fn fire_all_due(pool: &PgPool, hub: &EventHub) -> Result<(), crate::transitions::DeskError> {
     while let Some((outcome, cancelled)) = fire_due(pool).await? {
         crate::telemetry::metric::schedule_firing(outcome.label());
-        for agent in cancelled {
-            crate::telemetry::metric::ticket_finished(&agent, "cancelled");
+        for (project, agent) in cancelled {
+            crate::telemetry::metric::ticket_finished(project.0, &agent, "cancelled");
         }
         match &outcome {
             Outcome::Fired(ticket) | Outcome::CaughtUp(ticket) => {

@@ -238,8 +238,48 @@ pub fn write_gauge(
     out.push('\n');
 }
 
-pub fn ticket_finished(agent: &str, status: &'static str) {
-    counter!(TICKETS_FINISHED, "agent" => agent.to_owned(), "status" => status).increment(1);
+/// Project names by id, for the `project` label (kept current by the process's project book).
+fn project_names() -> &'static std::sync::RwLock<std::collections::HashMap<i64, String>> {
+    static NAMES: OnceLock<std::sync::RwLock<std::collections::HashMap<i64, String>>> = OnceLock::new();
+    NAMES.get_or_init(Default::default)
+}
+
+/// Tells the metrics the projects' names.
+pub fn name_projects(names: impl IntoIterator<Item = (i64, String)>) {
+    let names = names.into_iter().collect();
+    *project_names().write().unwrap_or_else(|e| e.into_inner()) = names;
+}
+
+/// The `project` label of a project's id: its name (the id until the name is known).
+pub fn project_label(project: i64) -> String {
+    let names = project_names().read().unwrap_or_else(|e| e.into_inner());
+    match names.get(&project) {
+        Some(name) => name.clone(),
+        None if project == 1 => "default".to_owned(),
+        None => project.to_string(),
+    }
+}
+
+/// Appends a gauge by project and one more label (`agentdesk_tickets`: by status), in the text
+/// format, to `out`.
+pub fn write_project_gauge<'a>(
+    out: &mut String,
+    (name, help): (&str, &str),
+    label: &str,
+    values: impl IntoIterator<Item = (&'a str, &'a str, i64)>,
+) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    for (project, value_label, value) in values {
+        let project = project.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(out, "{name}{{project=\"{project}\",{label}=\"{value_label}\"}} {value}");
+    }
+    out.push('\n');
+}
+
+pub fn ticket_finished(project: i64, agent: &str, status: &'static str) {
+    let project = project_label(project);
+    counter!(TICKETS_FINISHED, "project" => project, "agent" => agent.to_owned(), "status" => status).increment(1);
 }
 
 pub fn claimed(tickets: usize) {
@@ -256,38 +296,44 @@ pub fn requeued(reason: &'static str) {
 
 /// One model request as sent: `outcome` is `ok` or the error kind.
 pub fn model_request(
-    provider: &str,
-    model: &str,
+    project: i64,
+    (provider, model): (&str, &str),
     outcome: &'static str,
     took: Duration,
     first_output: Option<Duration>,
 ) {
-    let (provider, model) = (provider.to_owned(), model.to_owned());
-    counter!(MODEL_REQUESTS, "provider" => provider.clone(), "model" => model.clone(), "outcome" => outcome)
-        .increment(1);
-    histogram!(MODEL_REQUEST_DURATION, "provider" => provider.clone(), "model" => model.clone())
-        .record(took.as_secs_f64());
+    let (project, provider, model) = (project_label(project), provider.to_owned(), model.to_owned());
+    counter!(MODEL_REQUESTS, "project" => project.clone(), "provider" => provider.clone(),
+        "model" => model.clone(), "outcome" => outcome)
+    .increment(1);
+    histogram!(MODEL_REQUEST_DURATION, "project" => project.clone(), "provider" => provider.clone(),
+        "model" => model.clone())
+    .record(took.as_secs_f64());
     if let Some(first) = first_output {
-        histogram!(MODEL_TTFT, "provider" => provider, "model" => model).record(first.as_secs_f64());
+        histogram!(MODEL_TTFT, "project" => project, "provider" => provider, "model" => model)
+            .record(first.as_secs_f64());
     }
 }
 
 /// The tokens of one response, by type.
-pub fn tokens(provider: &str, model: &str, counts: [(&'static str, u64); 4]) {
+pub fn tokens(project: i64, provider: &str, model: &str, counts: [(&'static str, u64); 4]) {
+    let project = project_label(project);
     for (kind, count) in counts {
         if count > 0 {
-            counter!(TOKENS, "provider" => provider.to_owned(), "model" => model.to_owned(), "type" => kind)
-                .increment(count);
+            counter!(TOKENS, "project" => project.clone(), "provider" => provider.to_owned(),
+                "model" => model.to_owned(), "type" => kind)
+            .increment(count);
         }
     }
 }
 
 /// What a priced request cost, in US dollars. A gauge that only grows (the facade's counters count
 /// whole numbers); the figures of record are the tickets' exact costs.
-pub fn cost(agent: &str, provider: &str, model: &str, usd: f64) {
+pub fn cost(project: i64, agent: &str, provider: &str, model: &str, usd: f64) {
     if usd > 0.0 {
-        gauge!(COST, "agent" => agent.to_owned(), "provider" => provider.to_owned(), "model" => model.to_owned())
-            .increment(usd);
+        gauge!(COST, "project" => project_label(project), "agent" => agent.to_owned(),
+            "provider" => provider.to_owned(), "model" => model.to_owned())
+        .increment(usd);
     }
 }
 

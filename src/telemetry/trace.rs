@@ -198,7 +198,13 @@ pub struct AgentSpan {
 
 impl AgentSpan {
     /// Starts the span under the ticket's stored `traceparent` (a new trace without one).
-    pub fn start(agent: &str, ticket_id: &str, ticket_key: &str, traceparent: Option<&str>) -> AgentSpan {
+    pub fn start(
+        project: &str,
+        agent: &str,
+        ticket_id: &str,
+        ticket_key: &str,
+        traceparent: Option<&str>,
+    ) -> AgentSpan {
         let Some(tracer) = tracer() else {
             return AgentSpan::default();
         };
@@ -211,6 +217,7 @@ impl AgentSpan {
                 KeyValue::new("gen_ai.agent.name", agent.to_owned()),
                 KeyValue::new("gen_ai.conversation.id", ticket_id.to_owned()),
                 KeyValue::new("agentdesk.ticket.key", ticket_key.to_owned()),
+                KeyValue::new("agentdesk.project", project.to_owned()),
             ])
             .start_with_context(tracer, &parent);
         AgentSpan {

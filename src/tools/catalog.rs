@@ -19,6 +19,7 @@ use super::builtin::BUILTIN_TOOLS;
 use super::http::HttpToolClient;
 use super::{Tool, ToolRegistry};
 use crate::db;
+use crate::domain::ProjectId;
 use crate::net::AddressGuard;
 
 /// What a name in an agent's `tools` refers to, judged by its form alone.
@@ -44,11 +45,11 @@ pub fn name_form(name: &str) -> NameForm {
 /// Lends tools by the names of the [`NameForm::Mcp`] form: the MCP hub.
 #[async_trait]
 pub trait ToolLender: Send + Sync {
-    /// Whether `name` (an entry of an agent's `tools`) names something that exists.
-    fn knows(&self, name: &str) -> bool;
-    /// The tools `name` stands for now; empty when it names nothing (any more) or its server is
-    /// unreachable.
-    async fn resolve(&self, name: &str) -> Vec<Arc<dyn Tool>>;
+    /// Whether `name` (an entry of an agent's `tools`) names something that exists in `project`.
+    fn knows(&self, project: ProjectId, name: &str) -> bool;
+    /// The tools `name` stands for now in `project`; empty when it names nothing (any more) or
+    /// its server is unreachable.
+    async fn resolve(&self, project: ProjectId, name: &str) -> Vec<Arc<dyn Tool>>;
 }
 
 /// Resolves tool names. Cheap to clone; holds the one HTTP client all HTTP tools share.
@@ -80,7 +81,12 @@ impl ToolCatalog {
     }
 
     /// The tools of a step for an agent naming `names`.
-    pub async fn for_agent(&self, pool: &PgPool, names: &[String]) -> Result<StepTools, sqlx::Error> {
+    pub async fn for_agent(
+        &self,
+        pool: &PgPool,
+        project: ProjectId,
+        names: &[String],
+    ) -> Result<StepTools, sqlx::Error> {
         if names.iter().all(|n| name_form(n) == NameForm::Builtin) {
             return Ok(StepTools {
                 registry: Cow::Borrowed(ToolRegistry::builtin()),
@@ -94,7 +100,7 @@ impl ToolCatalog {
             .cloned()
             .collect();
         if !http_names.is_empty() {
-            for def in db::http_tools::named(pool, &http_names).await? {
+            for def in db::http_tools::named(pool, project, &http_names).await? {
                 let name = def.name.clone();
                 // Definitions were validated when they were stored; one that no longer registers
                 // is left out (the model sees it as missing) rather than failing the step.
@@ -113,7 +119,7 @@ impl ToolCatalog {
                     continue;
                 }
                 let lent = match &self.lender {
-                    Some(lender) => lender.resolve(name).await,
+                    Some(lender) => lender.resolve(project, name).await,
                     None => vec![],
                 };
                 for tool in lent {
@@ -138,7 +144,12 @@ impl ToolCatalog {
     }
 
     /// The names of `names` that name no tool, for `PUT /v1/agents` (422).
-    pub async fn unknown(&self, pool: &PgPool, names: &[String]) -> Result<Vec<String>, sqlx::Error> {
+    pub async fn unknown(
+        &self,
+        pool: &PgPool,
+        project: ProjectId,
+        names: &[String],
+    ) -> Result<Vec<String>, sqlx::Error> {
         let http_names: Vec<String> = names
             .iter()
             .filter(|n| name_form(n) == NameForm::Http)
@@ -147,7 +158,7 @@ impl ToolCatalog {
         let defined: Vec<String> = if http_names.is_empty() {
             vec![]
         } else {
-            db::http_tools::named(pool, &http_names)
+            db::http_tools::named(pool, project, &http_names)
                 .await?
                 .into_iter()
                 .map(|d| d.name)
@@ -158,7 +169,7 @@ impl ToolCatalog {
             .filter(|n| match name_form(n) {
                 NameForm::Builtin => false,
                 NameForm::Http => !defined.contains(n),
-                NameForm::Mcp => !self.lender.as_ref().is_some_and(|l| l.knows(n)),
+                NameForm::Mcp => !self.lender.as_ref().is_some_and(|l| l.knows(project, n)),
             })
             .cloned()
             .collect())

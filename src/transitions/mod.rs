@@ -263,7 +263,7 @@ pub async fn cancel(pool: &PgPool, project: ProjectId, reference: &str) -> Resul
     tx.commit().await?;
     if let Some(agent) = agent {
         // Under the agent that had it, if any (`""` for a ticket cancelled before any claim).
-        crate::telemetry::metric::ticket_finished(&agent, "cancelled");
+        crate::telemetry::metric::ticket_finished(project.0, &agent, "cancelled");
     }
     Ok(cancelled)
 }

@@ -48,8 +48,8 @@ fn not_found(reference: &str) -> DeskError {
 }
 
 /// Handles the earliest due schedule that no other scheduler is handling: None when none is due.
-/// The cancelled tickets' agents come back for the metric.
-pub async fn fire_due(pool: &PgPool) -> Result<Option<(Outcome, Vec<String>)>, DeskError> {
+/// The cancelled tickets' project and agents come back for the metric.
+pub async fn fire_due(pool: &PgPool) -> Result<Option<(Outcome, Vec<(ProjectId, String)>)>, DeskError> {
     let mut tx = pool.begin().await?;
     let Some((schedule, now)) = db::schedules::lock_due(&mut tx).await? else {
         return Ok(None);
@@ -90,7 +90,7 @@ async fn fire_at(
     schedule: &Schedule,
     rule: &Rule,
     at: DateTime<Utc>,
-    cancelled: &mut Vec<String>,
+    cancelled: &mut Vec<(ProjectId, String)>,
 ) -> Result<Outcome, DeskError> {
     let open = db::schedules::open_tickets(conn, schedule.id).await?;
     // A project that created its `tickets_per_day` skips the fire, whatever `overlap` says.
@@ -117,7 +117,7 @@ async fn fire_at(
     if schedule.overlap == Overlap::CancelPrevious {
         for (_, key) in &open {
             if let (_, Some(agent)) = super::cancel_in(conn, schedule.project, key).await? {
-                cancelled.push(agent);
+                cancelled.push((schedule.project, agent));
             }
         }
     }

@@ -313,6 +313,7 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
         let shared = task_shared;
         let ticket_id = claim.ticket.id.to_string();
         let span = AgentSpan::start(
+            &metric::project_label(claim.ticket.project.0),
             &claim.agent,
             &ticket_id,
             &claim.ticket.key,
@@ -320,7 +321,7 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
         );
         let end = run_until_settled(&shared, &claim, &signals, &span).await;
         tracing::debug!(ticket = %claim.ticket.key, ?end, "ticket run ended");
-        record_end(&claim.agent, end, &span);
+        record_end(claim.ticket.project.0, &claim.agent, end, &span);
         if let Ok(mut running) = shared.running.lock() {
             running.remove(&fence);
         }
@@ -329,7 +330,7 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
 }
 
 /// How a claim ended, for the metrics and its span.
-fn record_end(agent: &str, end: RunEnd, span: &AgentSpan) {
+fn record_end(project: i64, agent: &str, end: RunEnd, span: &AgentSpan) {
     let outcome = match end {
         RunEnd::Done => "done",
         RunEnd::Failed => "failed",
@@ -338,7 +339,7 @@ fn record_end(agent: &str, end: RunEnd, span: &AgentSpan) {
         RunEnd::Aborted => "aborted",
     };
     if matches!(end, RunEnd::Done | RunEnd::Failed) {
-        metric::ticket_finished(agent, outcome);
+        metric::ticket_finished(project, agent, outcome);
     }
     span.set_outcome(outcome, end == RunEnd::Failed);
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentdesk::db;
 use agentdesk::db::tickets::NewTicket;
-use agentdesk::domain::Ticket;
+use agentdesk::domain::{ProjectId, Ticket};
 use agentdesk::mcp::{McpHub, McpOptions};
 use agentdesk::tools::{ToolContext, ToolOutcome};
 use serde_json::{json, Value};
@@ -46,7 +46,7 @@ async fn ticket(pool: &PgPool) -> Ticket {
 }
 
 async fn call(hub: &McpHub, pool: &PgPool, ticket: &Ticket, name: &str, input: Value) -> Option<ToolOutcome> {
-    let tool = hub.resolve(name).await.into_iter().next()?;
+    let tool = hub.resolve(ProjectId::DEFAULT, name).await.into_iter().next()?;
     let ctx = ToolContext {
         pool,
         fence: db::claims::Fence {
@@ -91,8 +91,8 @@ async fn a_stdio_server_is_started_restarted_after_dying_and_stopped_on_shutdown
     )
     .await
     .unwrap();
-    assert!(hub.knows("mcp:local"));
-    assert!(hub.knows("local__echo"));
+    assert!(hub.knows(ProjectId::DEFAULT, "mcp:local"));
+    assert!(hub.knows(ProjectId::DEFAULT, "local__echo"));
 
     let echoed = call(&hub, &pool, &ticket, "local__echo", json!({"text": "over stdio"})).await;
     assert_eq!(echoed, Some(ToolOutcome::Output("over stdio".into())));
@@ -106,7 +106,7 @@ async fn a_stdio_server_is_started_restarted_after_dying_and_stopped_on_shutdown
     call(&hub, &pool, &ticket, "local__add_tool", json!({})).await;
     let mut listed = false;
     for _ in 0..50 {
-        if !hub.resolve("local__extra").await.is_empty() {
+        if !hub.resolve(ProjectId::DEFAULT, "local__extra").await.is_empty() {
             listed = true;
             break;
         }
@@ -130,7 +130,7 @@ async fn a_stdio_server_is_started_restarted_after_dying_and_stopped_on_shutdown
     let second = second.expect("a restarted server");
     assert!(!alive(first));
     assert!(alive(second));
-    let views = hub.list().await.unwrap();
+    let views = hub.list(ProjectId::DEFAULT).await.unwrap();
     assert_eq!(views.len(), 1);
     assert_eq!(views[0].source, "config");
     assert_eq!(

@@ -1602,17 +1602,39 @@ export interface components {
             kind: "budget.unpriced";
         } | {
             /**
-             * @description A schedule's fire time passed without a ticket because this ticket (its previous one) was
-             *     still unfinished (`overlap: skip`).
+             * @description A schedule's fire time passed without a ticket: because this ticket (its previous one) was
+             *     still unfinished (`overlap: skip`, reason `overlap`), or because the project had created
+             *     its `tickets_per_day` (reason `quota`; an event of the project, with no ticket).
              */
             data: {
                 /** Format: uuid */
                 schedule_id: string;
                 /** Format: date-time */
                 scheduled_for: string;
+                /** @description `overlap` or `quota`. */
+                reason: string;
             };
             /** @enum {string} */
             kind: "schedule.skipped";
+        } | {
+            /**
+             * @description A project reached one of its quotas (`tokens_per_day`, `cost_usd_per_day`,
+             *     `cost_usd_per_month`): its tickets are not claimed and its requests not sent until the
+             *     period rolls over or the quota is raised. Once per quota and period, an event of the
+             *     project with no ticket.
+             */
+            data: {
+                quota: string;
+                /**
+                 * Format: double
+                 * @description Tokens for `tokens_per_day`, US dollars for the money quotas.
+                 */
+                limit: number;
+                /** Format: double */
+                used: number;
+            };
+            /** @enum {string} */
+            kind: "project.quota_reached";
         } | {
             /** @description Live-only: never stored, no `seq`, no SSE id. */
             data: {
@@ -1914,6 +1936,10 @@ export interface components {
             output_tokens: number;
             /** Format: double */
             cost_usd: number;
+            /** @description By the model the tickets' agent ran (at their latest claim). */
+            by_model: {
+                [key: string]: components["schemas"]["ModelFigures"];
+            };
         };
         /** @description A model's price in US dollars per million tokens. */
         Price: {
@@ -2393,9 +2419,12 @@ export interface components {
          *     the ticket's log, and its `kind` with that kind's `data`.
          */
         TicketEvent: components["schemas"]["EventData"] & {
-            /** Format: uuid */
-            ticket_id: string;
-            ticket_key: string;
+            /**
+             * Format: uuid
+             * @description Null for an event of the project that belongs to no ticket (`project.quota_reached`).
+             */
+            ticket_id?: string | null;
+            ticket_key?: string | null;
             /**
              * Format: int64
              * @description The ticket's event sequence number (1, 2, 3 … without gaps); null for live-only deltas.
@@ -5889,6 +5918,14 @@ export interface operations {
                 };
             };
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

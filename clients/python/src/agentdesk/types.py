@@ -45,7 +45,7 @@ TokenScope = Literal["read", "write", "approve", "admin"]
 
 WaitingFor = Literal["human", "approval", "budget", "price"]
 
-EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "budget.exhausted", "budget.threshold", "budget.unpriced", "schedule.skipped", "text.delta", "thinking.delta", "tool_call.delta"]
+EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "budget.exhausted", "budget.threshold", "budget.unpriced", "schedule.skipped", "project.quota_reached", "text.delta", "thinking.delta", "tool_call.delta"]
 """Every event kind the document names (a desk may send newer ones)."""
 
 EVENT_KINDS = (
@@ -79,6 +79,7 @@ EVENT_KINDS = (
     "budget.threshold",
     "budget.unpriced",
     "schedule.skipped",
+    "project.quota_reached",
     "text.delta",
     "thinking.delta",
     "tool_call.delta",
@@ -992,6 +993,7 @@ class PeriodUsage:
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    by_model: Dict[str, ModelFigures]
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -1002,6 +1004,7 @@ class PeriodUsage:
             input_tokens=d['input_tokens'],
             output_tokens=d['output_tokens'],
             cost_usd=d['cost_usd'],
+            by_model=d['by_model'],
             raw=d,
         )
 
