@@ -473,6 +473,66 @@ async fn with_tokens_the_board_asks_for_one_and_streams_with_it_in_a_header() {
         .unwrap();
     assert_eq!(prompt, json!(false));
 
+    // A second project: the desk token picks it in the switcher, and the board shows its tickets.
+    let (status, _) = app
+        .post("/v1/projects", json!({"name": "ops", "key_prefix": "OPS"}))
+        .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED);
+    let (status, _) = support::send(
+        app.client
+            .post(app.endpoint("/v1/tickets"))
+            .bearer_auth("board-secret")
+            .header("AgentDesk-Project", "ops")
+            .json(&json!({"task": "an ops ticket nobody takes"})),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED);
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    wait(
+        &browser,
+        "the project switcher",
+        "const s = document.getElementById('project'); return !s.parentElement.hidden && s.options.length === 2",
+    )
+    .await;
+    browser
+        .execute(
+            "const s = document.getElementById('project'); s.value = 'ops'; s.dispatchEvent(new Event('change'))",
+            vec![],
+        )
+        .await
+        .unwrap();
+    wait_for_card(&browser, "todo", "OPS-1").await;
+    let others = browser
+        .execute("return !!document.querySelector('[data-key=\"TICKET-1\"]')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(others, json!(false), "the other project's tickets are not on its board");
+    browser
+        .screenshot(&screenshot_path("project-switcher.png"))
+        .await
+        .unwrap();
+
+    // A project token shows its project's name instead of a switcher.
+    let (_, created) = app
+        .post("/v1/projects/ops/tokens", json!({"name": "board", "scopes": ["read"]}))
+        .await;
+    let project_token = created["token"].as_str().unwrap().to_owned();
+    browser
+        .execute(
+            "localStorage.setItem('agentdesk.token', arguments[0]); localStorage.removeItem('agentdesk.project')",
+            vec![json!(project_token)],
+        )
+        .await
+        .unwrap();
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    wait_for_card(&browser, "todo", "OPS-1").await;
+    wait(
+        &browser,
+        "the project token's project",
+        "const n = document.getElementById('project-name'); return !n.hidden && n.textContent === 'ops' && document.getElementById('project').parentElement.hidden",
+    )
+    .await;
+
     assert_no_page_errors(&browser).await;
     browser.close().await;
     app.shutdown().await;

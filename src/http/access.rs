@@ -413,10 +413,15 @@ pub async fn run_admitted(state: &AppState, caller: Caller, mut req: Request, ne
         Ok(limits) => limits,
         Err(refused) => return refused,
     };
+    // Every answer names the project it acted in (the board shows a project token's project).
+    let project = HeaderValue::from_str(&caller.project.name).ok();
     req.extensions_mut().insert(caller);
     let mut response = next.run(req).await;
     if let Some(limits) = limits {
         limits.apply(response.headers_mut());
+    }
+    if let Some(project) = project {
+        response.headers_mut().insert(PROJECT_HEADER, project);
     }
     response
 }

@@ -10,6 +10,17 @@ export const token = {
   clear: () => localStorage.removeItem(TOKEN_KEY),
 };
 
+// The project a desk token acts in (`AgentDesk-Project`); a project token's own is read from the
+// answers, which name the project they acted in.
+const PROJECT_KEY = 'agentdesk.project';
+
+export const project = {
+  get: () => localStorage.getItem(PROJECT_KEY) || '',
+  set: (value) => (value ? localStorage.setItem(PROJECT_KEY, value) : localStorage.removeItem(PROJECT_KEY)),
+  /** The project the last answer acted in. */
+  acting: '',
+};
+
 export class ApiError extends Error {
   constructor(status, code, message) {
     super(message);
@@ -28,7 +39,14 @@ function headers(extra) {
   const all = { ...extra };
   const t = token.get();
   if (t) all.Authorization = `Bearer ${t}`;
+  const p = project.get();
+  if (p) all['AgentDesk-Project'] = p;
   return all;
+}
+
+function noteProject(response) {
+  const acting = response.headers.get('AgentDesk-Project');
+  if (acting) project.acting = acting;
 }
 
 async function failure(response) {
@@ -48,6 +66,7 @@ export async function api(method, path, body) {
   const init = { method, headers: headers(body === undefined ? {} : { 'Content-Type': 'application/json' }) };
   if (body !== undefined) init.body = JSON.stringify(body);
   const response = await fetch(path, init);
+  noteProject(response);
   if (!response.ok) throw await failure(response);
   const text = await response.text();
   return text ? JSON.parse(text) : null;

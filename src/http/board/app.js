@@ -1,7 +1,7 @@
 // The board's entry point: routes (#/, #/tickets/KEY, #/agents, #/schedules), the token prompt, the stats strip
 // and the live indicator.
 
-import { api, token, onUnauthorized, ApiError } from './api.js';
+import { api, listAll, token, project, onUnauthorized, ApiError } from './api.js';
 import { h, fill, number, dollars, duration, toast, throttle } from './dom.js';
 import { boardPage, COLUMNS } from './columns.js';
 import { ticketPage } from './ticket.js';
@@ -15,6 +15,8 @@ const dialog = document.getElementById('token-dialog');
 const tokenInput = document.getElementById('token-input');
 const tokenError = document.getElementById('token-error');
 const tokenButton = document.getElementById('token-button');
+const projectSelect = document.getElementById('project');
+const projectName = document.getElementById('project-name');
 
 let page = null;
 
@@ -72,6 +74,38 @@ function route() {
   loadStats();
 }
 
+// A desk token picks the project it acts in; a project token (whose list holds only its own
+// project) is shown its project's name.
+async function loadProjects() {
+  let projects = [];
+  try {
+    projects = await listAll('/v1/projects');
+  } catch {
+    // 401 is the token prompt's; anything else leaves the board in its project.
+  }
+  if (projects.length < 2) {
+    if (project.get()) project.set('');
+    // Any answer names the project it acted in.
+    await api('GET', '/v1/stats').catch(() => {});
+    projectSelect.parentElement.hidden = true;
+    projectName.hidden = !project.acting || project.acting === 'default';
+    projectName.textContent = project.acting;
+    return;
+  }
+  if (!projects.some((p) => p.name === project.get())) project.set('');
+  fill(projectSelect, projects.map((p) => h('option', { value: p.name }, p.name)));
+  projectSelect.value = project.get() || 'default';
+  projectSelect.parentElement.hidden = false;
+  projectName.hidden = true;
+}
+
+projectSelect.addEventListener('change', () => {
+  project.set(projectSelect.value === 'default' ? '' : projectSelect.value);
+  // The board, not another project's ticket.
+  if (location.hash.startsWith('#/tickets/')) location.hash = '#/';
+  else route();
+});
+
 function askForToken(message) {
   tokenButton.hidden = false;
   tokenError.textContent = message || '';
@@ -102,6 +136,7 @@ document.getElementById('token-form').addEventListener('submit', async (event) =
   }
   dialog.close();
   toast('Token saved in this browser');
+  await loadProjects();
   route();
 });
 
@@ -118,4 +153,4 @@ window.addEventListener('board-error', (event) => toast(`Error: ${event.detail}`
 window.addEventListener('hashchange', route);
 // Stats stay fresh while nothing happens on the page's stream.
 setInterval(() => app.refreshStats(), 15000);
-route();
+loadProjects().finally(route);
