@@ -59,6 +59,7 @@ impl App {
     pub async fn start(config: Config, mode: Mode, providers: Providers) -> anyhow::Result<App> {
         // The process's metrics recorder (once per process, whatever starts it).
         crate::telemetry::metric::install();
+        crate::telemetry::metric::limit_project_labels(config.metrics_projects);
         if mode.runs_api() {
             config.check_exposure().map_err(anyhow::Error::msg)?;
         }

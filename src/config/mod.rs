@@ -82,6 +82,9 @@ pub struct Config {
     pub mcp_allow_private: Option<bool>,
     /// Also serve `GET /metrics` here (for worker processes, which serve no API).
     pub metrics_addr: Option<SocketAddr>,
+    /// How many projects get a `project` label of their own in `/metrics`; the rest share
+    /// `_other` (`AGENTDESK_METRICS_PROJECTS`).
+    pub metrics_projects: usize,
     /// The built-in providers (`OPENAI_API_KEY`/`OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`/
     /// `ANTHROPIC_BASE_URL`); each is configured when its key or its base URL is set.
     pub openai: BuiltInProvider,
@@ -158,6 +161,7 @@ impl Default for Config {
             allowed_hosts: vec![],
             mcp_allow_private: None,
             metrics_addr: None,
+            metrics_projects: crate::telemetry::metric::DEFAULT_PROJECT_LABELS,
             // Above the longest call-out an endpoint makes (an MCP server's handshake, 30 s), so
             // that its own error answers first; under the 60 s of common proxies and balancers.
             request_timeout: Duration::from_secs(45),
@@ -323,6 +327,10 @@ pub struct ServerArgs {
     /// API, and so no metrics without it)
     #[arg(long, env = "AGENTDESK_METRICS_ADDR", value_name = "ADDR", value_parser = Setting(optional_address))]
     pub metrics_addr: Option<String>,
+    /// How many projects get a `project` label of their own in /metrics; the rest share `_other`
+    #[arg(long, env = "AGENTDESK_METRICS_PROJECTS", value_name = "N", allow_negative_numbers = true,
+        default_value_t = Config::default().metrics_projects, value_parser = Setting(positive::<usize>))]
+    pub metrics_projects: usize,
     /// API key of the built-in `openai` provider (OpenAI, or any OpenAI-compatible server)
     #[arg(long, env = "OPENAI_API_KEY", value_name = "KEY", hide_env_values = true, value_parser = Setting(text))]
     pub openai_api_key: Option<String>,
@@ -451,6 +459,7 @@ impl Config {
                 .filter(|f| !f.is_empty())
                 .map(PathBuf::from);
             config.metrics_addr = server.metrics_addr.as_deref().and_then(|a| a.parse().ok());
+            config.metrics_projects = server.metrics_projects;
             config.openai = BuiltInProvider::new(&server.openai_api_key, &server.openai_base_url);
             config.anthropic = BuiltInProvider::new(&server.anthropic_api_key, &server.anthropic_base_url);
             config.public_url = server.public_url.clone().filter(|u| !u.is_empty());

@@ -325,23 +325,25 @@ pub async fn insert_many(conn: &mut PgConnection, new: &[NewTicket]) -> Result<V
     Ok(tickets)
 }
 
-/// Tickets by project (its name) and status, every status of every project (zeros included).
-pub async fn count_by_status(pool: &PgPool) -> Result<Vec<(String, &'static str, i64)>, sqlx::Error> {
+/// Tickets by project and status, every status of every project that has tickets (zeros
+/// included), and every status of `default` always.
+pub async fn count_by_status(pool: &PgPool) -> Result<Vec<(ProjectId, &'static str, i64)>, sqlx::Error> {
     let rows: Vec<(ProjectId, String, i64)> =
         sqlx::query_as("SELECT project_id, status, count(*) FROM tickets GROUP BY project_id, status")
             .fetch_all(pool)
             .await?;
-    let projects: Vec<(ProjectId, String)> = sqlx::query_as("SELECT id, name FROM projects ORDER BY id")
-        .fetch_all(pool)
-        .await?;
+    let mut projects: Vec<ProjectId> = rows.iter().map(|(p, _, _)| *p).collect();
+    projects.push(ProjectId::DEFAULT);
+    projects.sort();
+    projects.dedup();
     let mut counts = vec![];
-    for (project, name) in projects {
+    for project in projects {
         for status in Status::ALL {
             let count = rows
                 .iter()
                 .find(|(p, s, _)| *p == project && s == status.as_str())
                 .map_or(0, |(_, _, n)| *n);
-            counts.push((name.clone(), status.as_str(), count));
+            counts.push((project, status.as_str(), count));
         }
     }
     Ok(counts)

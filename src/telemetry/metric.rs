@@ -244,14 +244,44 @@ fn project_names() -> &'static std::sync::RwLock<std::collections::HashMap<i64, 
     NAMES.get_or_init(Default::default)
 }
 
+/// The projects given a `project` label of their own so far, in this process.
+fn labelled_projects() -> &'static std::sync::Mutex<std::collections::HashSet<i64>> {
+    static LABELLED: OnceLock<std::sync::Mutex<std::collections::HashSet<i64>>> = OnceLock::new();
+    LABELLED.get_or_init(Default::default)
+}
+
+/// How many projects get a `project` label of their own (`AGENTDESK_METRICS_PROJECTS`).
+static PROJECT_LABELS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(DEFAULT_PROJECT_LABELS);
+
+pub const DEFAULT_PROJECT_LABELS: usize = 100;
+
+/// The `project` label every project past the limit shares.
+pub const OTHER_PROJECTS: &str = "_other";
+
+/// Bounds the `project` label: the first `limit` projects a process reports on get their own
+/// value, the rest share `_other`, so a desk with thousands of projects keeps its series bounded.
+pub fn limit_project_labels(limit: usize) {
+    PROJECT_LABELS.store(limit, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Tells the metrics the projects' names.
 pub fn name_projects(names: impl IntoIterator<Item = (i64, String)>) {
     let names = names.into_iter().collect();
     *project_names().write().unwrap_or_else(|e| e.into_inner()) = names;
 }
 
-/// The `project` label of a project's id: its name (the id until the name is known).
+/// The `project` label of a project's id: its name (the id until the name is known), or
+/// `_other` past the limit. `default` always has its own.
 pub fn project_label(project: i64) -> String {
+    if project != 1 {
+        let mut labelled = labelled_projects().lock().unwrap_or_else(|e| e.into_inner());
+        if !labelled.contains(&project) {
+            if labelled.len() >= PROJECT_LABELS.load(std::sync::atomic::Ordering::Relaxed) {
+                return OTHER_PROJECTS.to_owned();
+            }
+            labelled.insert(project);
+        }
+    }
     let names = project_names().read().unwrap_or_else(|e| e.into_inner());
     match names.get(&project) {
         Some(name) => name.clone(),
@@ -260,7 +290,7 @@ pub fn project_label(project: i64) -> String {
     }
 }
 
-/// Appends a gauge by project and one more label (`agentdesk_tickets`: by status), in the text
+/// Appends a gauge by one label and `project` (`agentdesk_tickets`: by status), in the text
 /// format, to `out`.
 pub fn write_project_gauge<'a>(
     out: &mut String,
@@ -272,14 +302,14 @@ pub fn write_project_gauge<'a>(
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
     for (project, value_label, value) in values {
         let project = project.replace('\\', "\\\\").replace('"', "\\\"");
-        let _ = writeln!(out, "{name}{{project=\"{project}\",{label}=\"{value_label}\"}} {value}");
+        let _ = writeln!(out, "{name}{{{label}=\"{value_label}\",project=\"{project}\"}} {value}");
     }
     out.push('\n');
 }
 
 pub fn ticket_finished(project: i64, agent: &str, status: &'static str) {
     let project = project_label(project);
-    counter!(TICKETS_FINISHED, "project" => project, "agent" => agent.to_owned(), "status" => status).increment(1);
+    counter!(TICKETS_FINISHED, "agent" => agent.to_owned(), "status" => status, "project" => project).increment(1);
 }
 
 pub fn claimed(tickets: usize) {
@@ -303,14 +333,15 @@ pub fn model_request(
     first_output: Option<Duration>,
 ) {
     let (project, provider, model) = (project_label(project), provider.to_owned(), model.to_owned());
-    counter!(MODEL_REQUESTS, "project" => project.clone(), "provider" => provider.clone(),
-        "model" => model.clone(), "outcome" => outcome)
+    // `project` last: the labels of the earlier rounds keep their places.
+    counter!(MODEL_REQUESTS, "provider" => provider.clone(), "model" => model.clone(), "outcome" => outcome,
+        "project" => project.clone())
     .increment(1);
-    histogram!(MODEL_REQUEST_DURATION, "project" => project.clone(), "provider" => provider.clone(),
-        "model" => model.clone())
+    histogram!(MODEL_REQUEST_DURATION, "provider" => provider.clone(), "model" => model.clone(),
+        "project" => project.clone())
     .record(took.as_secs_f64());
     if let Some(first) = first_output {
-        histogram!(MODEL_TTFT, "project" => project, "provider" => provider, "model" => model)
+        histogram!(MODEL_TTFT, "provider" => provider, "model" => model, "project" => project)
             .record(first.as_secs_f64());
     }
 }
@@ -320,8 +351,8 @@ pub fn tokens(project: i64, provider: &str, model: &str, counts: [(&'static str,
     let project = project_label(project);
     for (kind, count) in counts {
         if count > 0 {
-            counter!(TOKENS, "project" => project.clone(), "provider" => provider.to_owned(),
-                "model" => model.to_owned(), "type" => kind)
+            counter!(TOKENS, "provider" => provider.to_owned(), "model" => model.to_owned(), "type" => kind,
+                "project" => project.clone())
             .increment(count);
         }
     }
@@ -331,8 +362,8 @@ pub fn tokens(project: i64, provider: &str, model: &str, counts: [(&'static str,
 /// whole numbers); the figures of record are the tickets' exact costs.
 pub fn cost(project: i64, agent: &str, provider: &str, model: &str, usd: f64) {
     if usd > 0.0 {
-        gauge!(COST, "project" => project_label(project), "agent" => agent.to_owned(),
-            "provider" => provider.to_owned(), "model" => model.to_owned())
+        gauge!(COST, "agent" => agent.to_owned(), "provider" => provider.to_owned(), "model" => model.to_owned(),
+            "project" => project_label(project))
         .increment(usd);
     }
 }
@@ -375,5 +406,22 @@ impl SseSubscriber {
 impl Drop for SseSubscriber {
     fn drop(&mut self) {
         gauge!(SSE_SUBSCRIBERS).decrement(1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_the_limit_projects_share_one_label() {
+        let before = labelled_projects().lock().unwrap().len();
+        limit_project_labels(before + 2);
+        assert_eq!(project_label(9001), "9001");
+        assert_eq!(project_label(9002), "9002");
+        assert_eq!(project_label(9003), OTHER_PROJECTS);
+        assert_eq!(project_label(9001), "9001", "a labelled project keeps its label");
+        assert_eq!(project_label(1), "default", "default always has its own");
+        limit_project_labels(DEFAULT_PROJECT_LABELS);
     }
 }
