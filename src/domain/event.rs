@@ -279,7 +279,9 @@ pub struct TicketEvent {
 #[schema(as = TicketEvent)]
 pub struct TicketEventSchema {
     /// Null for an event of the project that belongs to no ticket (`project.quota_reached`).
+    #[schema(required = true)]
     pub ticket_id: Option<Uuid>,
+    #[schema(required = true)]
     pub ticket_key: Option<String>,
     /// The ticket's event sequence number (1, 2, 3 … without gaps); null for live-only deltas.
     pub seq: Option<i64>,

@@ -127,3 +127,41 @@ def test_async_client_against_the_desk() -> None:
             assert t.key in [x.key async for x in desk.tickets.list(status="done", label=LABEL)]
 
     asyncio.run(run())
+
+
+def test_a_project_token_acts_in_its_project_with_limits_retried_and_quotas_raised(desk: AgentDesk) -> None:
+    name = f"py-{uuid.uuid4().hex[:8]}"
+    prefix = "PY" + "".join(chr(ord("A") + int(c, 16) % 26) for c in uuid.uuid4().hex[:6])
+    desk.request(
+        "POST",
+        "/v1/projects",
+        json={
+            "name": name,
+            "key_prefix": prefix,
+            "rate_limit": {"requests_per_s": 5, "burst": 2},
+            "quotas": {"tickets_per_day": 2},
+        },
+    )
+    AgentDesk(URL or "", token=TOKEN, project=name).request("PUT", "/v1/agents/worker", json={"model": "fake"})
+    created = desk.request("POST", f"/v1/projects/{name}/tokens", json={"name": "ci", "scopes": ["write"]})
+    own = AgentDesk(URL or "", token=created["token"])
+    t = own.tickets.create(task="say ok")
+    assert t.key == f"{prefix}-1"
+    events = list(own.tickets.stream(t.key))
+    check_seqs(events)
+    assert events[-1].kind == "ticket.done"
+    # Past the burst of two the desk answers 429 with Retry-After: the client waits and goes on.
+    for _ in range(6):
+        assert own.tickets.get(t.key).status == "done"
+    own.tickets.create(task="the day's second")
+    # The day's quota is not waited out (its Retry-After runs to midnight): raised at once.
+    with pytest.raises(ApiError) as caught:
+        own.tickets.create(task="one too many")
+    assert (caught.value.status, caught.value.code) == (429, "quota_exceeded")
+    # Another project's ticket does not exist for it, and naming another project is refused.
+    with pytest.raises(ApiError) as hidden:
+        own.tickets.get("TICKET-1")
+    assert hidden.value.status == 404
+    with pytest.raises(ApiError) as refused:
+        AgentDesk(URL or "", token=created["token"], project="default").tickets.get(t.key)
+    assert (refused.value.status, refused.value.code) == (403, "forbidden")

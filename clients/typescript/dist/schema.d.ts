@@ -2422,8 +2422,8 @@ export interface components {
              * Format: uuid
              * @description Null for an event of the project that belongs to no ticket (`project.quota_reached`).
              */
-            ticket_id?: string | null;
-            ticket_key?: string | null;
+            ticket_id: string | null;
+            ticket_key: string | null;
             /**
              * Format: int64
              * @description The ticket's event sequence number (1, 2, 3 … without gaps); null for live-only deltas.

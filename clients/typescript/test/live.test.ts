@@ -93,7 +93,7 @@ test("the firehose resumes after cuts", { skip }, async () => {
   for await (const ev of cutDesk.events.stream({ kind: "ticket.*", label: LABEL, cursor })) {
     assert.ok(ev.cursor);
     seen.push(`${ev.ticket_key} ${ev.seq}`);
-    if (ev.kind === "ticket.done") done.add(ev.ticket_key);
+    if (ev.kind === "ticket.done" && ev.ticket_key) done.add(ev.ticket_key);
     if (keys.every((k) => done.has(k))) break;
   }
   assert.equal(new Set(seen).size, seen.length, seen.join(", "));
@@ -103,4 +103,37 @@ test("the firehose resumes after cuts", { skip }, async () => {
     assert.ok(mine.length >= 3, `${key}: ${mine}`);
   }
   assert.ok((await cuts("/v1/events", LABEL)) >= 2);
+});
+
+test("a project token acts in its project, limits are retried and quotas raised", { skip }, async () => {
+  const suffix = Math.random().toString(16).slice(2, 10);
+  const name = `ts-${suffix}`;
+  const prefix = "TS" + [...suffix.slice(0, 6)].map((c) => String.fromCharCode(65 + (parseInt(c, 16) % 26))).join("");
+  await desk.request("POST", "/v1/projects", {
+    body: { name, key_prefix: prefix, rate_limit: { requests_per_s: 5, burst: 2 }, quotas: { tickets_per_day: 2 } },
+  });
+  await new AgentDesk({ baseUrl: URL ?? "", token, project: name }).request("PUT", "/v1/agents/worker", {
+    body: { model: "fake" },
+  });
+  const created = (await desk.request("POST", `/v1/projects/${name}/tokens`, {
+    body: { name: "ci", scopes: ["write"] },
+  })) as { token: string };
+  const own = new AgentDesk({ baseUrl: URL ?? "", token: created.token });
+  const t = await own.tickets.create({ task: "say ok" });
+  assert.equal(t.key, `${prefix}-1`);
+  const events: Event[] = [];
+  for await (const ev of own.tickets.stream(t.key)) events.push(ev);
+  checkSeqs(events);
+  assert.equal(events.at(-1)!.kind, "ticket.done");
+  // Past the burst of two the desk answers 429 with Retry-After: the client waits and goes on.
+  for (let i = 0; i < 6; i++) assert.equal((await own.tickets.get(t.key)).status, "done");
+  await own.tickets.create({ task: "the day's second" });
+  // The day's quota is not waited out (its Retry-After runs to midnight): thrown at once.
+  const over = await own.tickets.create({ task: "one too many" }).catch((e: unknown) => e);
+  assert.ok(over instanceof ApiError && over.status === 429 && over.code === "quota_exceeded", String(over));
+  const hidden = await own.tickets.get("TICKET-1").catch((e: unknown) => e);
+  assert.ok(hidden instanceof ApiError && hidden.status === 404);
+  const other = new AgentDesk({ baseUrl: URL ?? "", token: created.token, project: "default" });
+  const refused = await other.tickets.get(t.key).catch((e: unknown) => e);
+  assert.ok(refused instanceof ApiError && refused.status === 403 && refused.code === "forbidden");
 });

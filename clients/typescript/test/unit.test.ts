@@ -85,7 +85,7 @@ test("the firehose resumes from its cursor after a cut anywhere", async () => {
     for (const mode of ["abrupt", "clean"] as const) {
       double.cuts = [[mode, at]];
       double.streamConnections = 0;
-      const got: [string | null, string][] = [];
+      const got: [string | null, string | null][] = [];
       for await (const ev of desk.events.stream({ kind: "ticket.*" })) {
         got.push([ev.cursor, ev.ticket_key]);
         if (got.length === 5) break;
