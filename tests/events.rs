@@ -793,3 +793,41 @@ async fn a_page_of_the_global_stream_never_passes_a_running_transaction_of_this_
     sqlx::query("COMMIT").execute(&mut reader).await.unwrap();
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_global_stream_opened_without_a_cursor_tells_its_position_first() {
+    let app = TestApp::spawn().await;
+    app.create_ticket(json!({"task": "before"})).await;
+    settle().await;
+    // The frames before any event: the retry hint, then the position as an `id:` alone.
+    let mut response = app
+        .client
+        .get(app.endpoint("/v1/events"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    let mut text = String::new();
+    let position = loop {
+        let chunk = tokio::time::timeout(WAIT, response.chunk())
+            .await
+            .expect("the stream's first frames")
+            .unwrap()
+            .expect("the stream is open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        let frames: Vec<&str> = text.split("\n\n").collect();
+        if let Some(frame) = frames.iter().find(|f| f.starts_with("id: ")) {
+            assert!(!frame.contains("data:"), "a position, not an event: {frame:?}");
+            break frame.trim_start_matches("id: ").trim().to_owned();
+        }
+    };
+    // Cut before any event: resuming from the position gets what was written since, and nothing
+    // from before.
+    drop(response);
+    let created = app.create_ticket(json!({"task": "after the cut"})).await;
+    let mut resumed = app.sse("/v1/events", Some(&position)).await;
+    let events = resumed.collect_n(1, WAIT).await;
+    assert_eq!(kinds(&events), ["ticket.created"]);
+    assert_eq!(events[0].data["ticket_id"], created["id"]);
+    assert!(resumed.next_event(Duration::from_millis(300)).await.is_none());
+}

@@ -235,7 +235,12 @@ pub fn global(
         None => (hub.position(), Phase::Live),
     };
     let deltas = filter.may_match_deltas().then(|| hub.delta_interest());
-    let sub = Subscriber::new(hub, live, phase, ping, shutdown, deltas, Global { cursor, filter });
+    let mut sub = Subscriber::new(hub, live, phase, ping, shutdown, deltas, Global { cursor, filter });
+    if after.is_none() {
+        // The starting position, as an `id:` with no event: a client cut off before the first
+        // event resumes from here (an SSE client keeps the id; no event is dispatched).
+        sub.pending.push_back(Bytes::from(format!("id: {cursor}\n\n")));
+    }
     futures::stream::unfold(sub, |mut sub| async move {
         let frame = next_global(&mut sub).await?;
         Some((Ok(frame), sub))

@@ -279,3 +279,14 @@ def test_sse_parser_handles_every_line_ending_and_split() -> None:
         for i in range(0, len(text), size):
             got.extend((m.id, m.data) for m in parser.feed(text[i : i + size]))
         assert got == [(None, None), ("1", "a\nb"), ("2", "c"), (None, "d")], size
+
+
+def test_an_id_alone_is_the_firehose_position_to_resume_from() -> None:
+    from agentdesk._core import FirehoseState
+
+    parser = SseParser()
+    messages = list(parser.feed(b"retry: 1000\n\nid: 7-3\n\n"))
+    assert [(m.id, m.data) for m in messages] == [("7-3", None)]
+    state = FirehoseState()
+    assert state.accept(messages[0]) is None, "no event"
+    assert state.headers() == {"Last-Event-ID": "7-3"}

@@ -44,9 +44,11 @@ export class SseParser {
     line(line) {
         if (line === "") {
             if (this.data.length === 0) {
+                // An `id:` alone (the firehose's starting position): a position to resume from, no event.
+                const id = this.id;
                 this.id = null;
                 this.event = "";
-                return null;
+                return id === null ? null : { data: null, id, event: "" };
             }
             const message = { data: this.data.join("\n"), id: this.id, event: this.event || "message" };
             this.data = [];
@@ -131,6 +133,12 @@ export class FirehoseState {
         return this.cursor ? { "Last-Event-ID": this.cursor } : {};
     }
     accept(message) {
+        // A stream opened without a cursor starts with its position, so a cut before the first event
+        // loses nothing either.
+        if (message.data === null && message.id) {
+            this.cursor = message.id;
+            return null;
+        }
         const event = parseEvent(message, message.id);
         if (event !== null && message.id)
             this.cursor = message.id;

@@ -58,9 +58,11 @@ export class SseParser {
   private line(line: string): SseMessage | null {
     if (line === "") {
       if (this.data.length === 0) {
+        // An `id:` alone (the firehose's starting position): a position to resume from, no event.
+        const id = this.id;
         this.id = null;
         this.event = "";
-        return null;
+        return id === null ? null : { data: null, id, event: "" };
       }
       const message = { data: this.data.join("\n"), id: this.id, event: this.event || "message" };
       this.data = [];
@@ -144,6 +146,12 @@ export class FirehoseState implements StreamState {
   }
 
   accept(message: SseMessage): Event | null {
+    // A stream opened without a cursor starts with its position, so a cut before the first event
+    // loses nothing either.
+    if (message.data === null && message.id) {
+      this.cursor = message.id;
+      return null;
+    }
     const event = parseEvent(message, message.id);
     if (event !== null && message.id) this.cursor = message.id;
     return event;

@@ -200,3 +200,13 @@ test("the SSE parser handles every line ending and split", () => {
     assert.deepEqual(got, [[null, null], ["1", "a\nb"], ["2", "c"], [null, "d é"]], `split ${size}`);
   }
 });
+
+test("an id alone is the firehose's position to resume from", async () => {
+  const { FirehoseState } = await import("../src/sse.js");
+  const parser = new SseParser();
+  const messages = [...parser.feed(new TextEncoder().encode("retry: 1000\n\nid: 7-3\n\n"))];
+  assert.deepEqual(messages.map((m) => [m.id, m.data]), [["7-3", null]]);
+  const state = new FirehoseState();
+  assert.equal(state.accept(messages[0]!), null, "no event");
+  assert.deepEqual(state.headers(), { "Last-Event-ID": "7-3" });
+});

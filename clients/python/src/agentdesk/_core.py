@@ -123,8 +123,10 @@ class SseParser:
     def _line(self, line: str) -> Optional[SseMessage]:
         if line == "":
             if not self._data:
+                # An `id:` alone (the firehose's starting position): a place to resume from.
+                id_only = self._id
                 self._id, self._event = None, ""
-                return None
+                return None if id_only is None else SseMessage(None, id_only)
             message = SseMessage("\n".join(self._data), self._id, self._event or "message")
             self._data, self._id, self._event = [], None, ""
             return message
@@ -208,6 +210,11 @@ class FirehoseState:
         return {"Last-Event-ID": self.cursor} if self.cursor else {}
 
     def accept(self, message: SseMessage) -> Optional[Event]:
+        # A stream opened without a cursor starts with its position, so a cut before the first
+        # event loses nothing either.
+        if message.data is None and message.id:
+            self.cursor = message.id
+            return None
         event = parse_event(message, message.id)
         if event is not None and message.id:
             self.cursor = message.id
