@@ -227,6 +227,7 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         budget_usd_per_day: None,
         created_at: now,
         updated_at: now,
+        version: 1,
     };
     if db::agents::insert_if_none_exist(pool, &agent).await? {
         tracing::info!(model = %agent.model, "created the default agent");

@@ -69,7 +69,10 @@ async fn a_one_step_ticket_is_done_with_its_result_usage_and_events_in_order() {
         ]
     );
     let started = event_data(&app, done["id"].as_str().unwrap(), "ticket.started").await;
-    assert_eq!(started[0], json!({ "agent": "default", "attempt": 1 }));
+    assert_eq!(
+        started[0],
+        json!({ "agent": "default", "attempt": 1, "agent_version": 1 })
+    );
     assert_events_carry_the_listed_comments(&app, &done).await;
 
     // The request carried the task, the role as system prompt, the tools and usage streaming.

@@ -41,8 +41,12 @@ pub(super) async fn run(
     if generation != fence.generation || ticket.status != Status::InProgress {
         return aborted();
     }
-    let definition = match &claim.definition {
-        Some(agent) if first => Some(agent.clone()),
+    let definition = match (&claim.definition, ticket.agent_version) {
+        (Some(agent), _) if first => Some(agent.clone()),
+        // A pinned ticket runs its version of the agent on every step.
+        (_, Some(version)) if ticket.version_pinned => {
+            db::agents::version(&rt.pool, ticket.project, agent_name, version).await?
+        }
         _ => db::agents::get(&rt.pool, ticket.project, agent_name).await?,
     };
     let Some(agent) = definition else {

@@ -7,7 +7,7 @@ use crate::domain::{Agent, ProjectId};
 const AGENT_COLUMNS: &str = "name, role, provider, model, labels, tools, context_window, max_turns, \
      max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries, request_retry_delay_ms, \
      temperature, max_tokens, thinking_budget, tool_choice, max_concurrent, created_at, updated_at, \
-     budget_usd_per_day::text AS budget_usd_per_day";
+     budget_usd_per_day::text AS budget_usd_per_day, version";
 
 #[derive(sqlx::FromRow)]
 struct AgentRow {
@@ -32,6 +32,7 @@ struct AgentRow {
     created_at: chrono::DateTime<chrono::Utc>,
     updated_at: chrono::DateTime<chrono::Utc>,
     budget_usd_per_day: Option<String>,
+    version: i32,
 }
 
 impl From<AgentRow> for Agent {
@@ -58,11 +59,42 @@ impl From<AgentRow> for Agent {
             budget_usd_per_day: crate::domain::money::from_db(r.budget_usd_per_day),
             created_at: r.created_at,
             updated_at: r.updated_at,
+            version: r.version,
         }
     }
 }
 
-/// Creates or replaces an agent; true when it was created.
+/// The settings a version holds: a PUT that changes none of them makes no new version.
+const SETTINGS: [&str; 18] = [
+    "role",
+    "provider",
+    "model",
+    "labels",
+    "tools",
+    "context_window",
+    "max_turns",
+    "max_input_tokens",
+    "max_output_tokens",
+    "max_schema_retries",
+    "max_request_retries",
+    "request_retry_delay_ms",
+    "temperature",
+    "max_tokens",
+    "thinking_budget",
+    "tool_choice",
+    "max_concurrent",
+    "budget_usd_per_day",
+];
+
+/// SQL: whether an upsert's new settings differ from the stored ones.
+fn settings_changed() -> String {
+    let stored: Vec<String> = SETTINGS.iter().map(|c| format!("agents.{c}")).collect();
+    let new: Vec<String> = SETTINGS.iter().map(|c| format!("EXCLUDED.{c}")).collect();
+    format!("(({}) IS DISTINCT FROM ({}))", stored.join(", "), new.join(", "))
+}
+
+/// Creates or replaces an agent; true when it was created. A change of its settings makes a new
+/// version (`agent_versions`, written by the table's trigger in the same statement).
 pub async fn upsert<'e>(db: impl PgExecutor<'e>, project: ProjectId, a: &Agent) -> Result<(Agent, bool), sqlx::Error> {
     let sql = format!(
         "INSERT INTO agents (name, role, provider, model, labels, tools, context_window, max_turns,
@@ -79,8 +111,11 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, project: ProjectId, a: &Agent) 
             request_retry_delay_ms = EXCLUDED.request_retry_delay_ms, temperature = EXCLUDED.temperature,
             max_tokens = EXCLUDED.max_tokens, thinking_budget = EXCLUDED.thinking_budget,
             tool_choice = EXCLUDED.tool_choice, max_concurrent = EXCLUDED.max_concurrent,
-            budget_usd_per_day = EXCLUDED.budget_usd_per_day, updated_at = now()
-         RETURNING {AGENT_COLUMNS}, (xmax = 0) AS created"
+            budget_usd_per_day = EXCLUDED.budget_usd_per_day, updated_at = now(),
+            -- A change is a new version (kept by the table's trigger); the same settings are not.
+            version = agents.version + CASE WHEN {changed} THEN 1 ELSE 0 END
+         RETURNING {AGENT_COLUMNS}, (xmax = 0) AS created",
+        changed = settings_changed()
     );
     let row = sqlx::query(&sql)
         .bind(&a.name)
@@ -196,4 +231,43 @@ pub async fn routing<'e>(db: impl PgExecutor<'e>) -> Result<Vec<(ProjectId, Stri
     sqlx::query_as("SELECT project_id, name, labels FROM agents")
         .fetch_all(db)
         .await
+}
+
+/// An agent's versions, newest first, below `before` (a page).
+pub async fn versions<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    name: &str,
+    before: Option<i32>,
+    limit: i64,
+) -> Result<Vec<Agent>, sqlx::Error> {
+    let rows: Vec<sqlx::types::Json<Agent>> = sqlx::query_scalar(
+        "SELECT definition FROM agent_versions WHERE project_id = $1 AND name = $2 AND ($3::int4 IS NULL OR version < $3)
+         ORDER BY version DESC LIMIT $4",
+    )
+    .bind(project)
+    .bind(name)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|j| j.0).collect())
+}
+
+/// One version of an agent, as it was.
+pub async fn version<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    name: &str,
+    version: i32,
+) -> Result<Option<Agent>, sqlx::Error> {
+    let row: Option<sqlx::types::Json<Agent>> = sqlx::query_scalar(
+        "SELECT definition FROM agent_versions WHERE project_id = $1 AND name = $2 AND version = $3",
+    )
+    .bind(project)
+    .bind(name)
+    .bind(version)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|j| j.0))
 }

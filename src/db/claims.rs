@@ -53,7 +53,7 @@ fn secs(d: Duration) -> f64 {
 /// agent's name goes only to that agent; an agent with no labels takes unlabelled tickets;
 /// otherwise any agent sharing a label.
 const ROUTE: &str = "CROSS JOIN LATERAL (
-                SELECT a.name, a.max_concurrent, a.model FROM agents a
+                SELECT a.name, a.max_concurrent, a.model, a.version FROM agents a
                 WHERE a.project_id = t.project_id
                   AND (a.name = ANY(t.labels)
                        OR (NOT EXISTS (SELECT 1 FROM agents b WHERE b.project_id = t.project_id AND b.name = ANY(t.labels))
@@ -140,10 +140,11 @@ pub async fn claim_tickets(
 /// With one project this is the single-queue claim it always was.
 fn unlimited_candidates() -> String {
     format!(
-        "SELECT c.id, c.agent_name, c.agent_model, c.seeded
+        "SELECT c.id, c.agent_name, c.agent_model, c.agent_version, c.seeded
          FROM projects p
          CROSS JOIN LATERAL (
-            SELECT t.id, a.name AS agent_name, a.model AS agent_model, t.seeded, t.priority, t.created_at
+            SELECT t.id, a.name AS agent_name, a.model AS agent_model, a.version AS agent_version, t.seeded,
+                   t.priority, t.created_at
             FROM tickets t
             {ROUTE}
             WHERE t.project_id = p.id AND t.status = 'todo' AND a.max_concurrent IS NULL AND {BEFORE_DEADLINE}
@@ -167,7 +168,8 @@ fn unlimited_candidates() -> String {
 fn limited_candidates() -> String {
     format!(
         "WITH ranked AS MATERIALIZED (
-                SELECT t.id, a.name AS agent_name, a.model AS agent_model, t.seeded, t.priority, t.created_at,
+                SELECT t.id, a.name AS agent_name, a.model AS agent_model, a.version AS agent_version, t.seeded,
+                    t.priority, t.created_at,
                     row_number() OVER (PARTITION BY a.name ORDER BY t.priority DESC, t.created_at, t.id) AS place,
                     a.max_concurrent - (SELECT count(*) FROM tickets r
                                         WHERE r.status = 'in_progress' AND r.project_id = t.project_id
@@ -176,7 +178,7 @@ fn limited_candidates() -> String {
                 {ROUTE}
                 WHERE t.status = 'todo' AND a.max_concurrent IS NOT NULL AND {BEFORE_DEADLINE}
                   AND EXISTS (SELECT 1 FROM projects p WHERE p.id = t.project_id AND {NOT_PAUSED}))
-             SELECT t.id, r.agent_name, r.agent_model, r.seeded
+             SELECT t.id, r.agent_name, r.agent_model, r.agent_version, r.seeded
              FROM tickets t JOIN ranked r ON r.id = t.id
              WHERE r.place <= r.free AND t.status = 'todo'
              ORDER BY r.priority DESC, r.created_at, r.id
@@ -205,7 +207,13 @@ impl ClaimStatement<'_> {
             UPDATE tickets t SET
                 status = 'in_progress',
                 agent = c.agent_name,
-                model = c.agent_model,
+                -- A pinned ticket runs its version; any other the agent's latest.
+                agent_version = CASE WHEN t.version_pinned THEN t.agent_version ELSE c.agent_version END,
+                model = CASE WHEN t.version_pinned
+                             THEN coalesce((SELECT v.definition->>'model' FROM agent_versions v
+                                            WHERE v.project_id = t.project_id AND v.name = c.agent_name
+                                              AND v.version = t.agent_version), c.agent_model)
+                             ELSE c.agent_model END,
                 labels = CASE WHEN c.agent_name = ANY(t.labels) THEN t.labels ELSE array_append(t.labels, c.agent_name) END,
                 generation = t.generation + 1,
                 attempts = t.attempts + 1,
@@ -227,7 +235,11 @@ impl ClaimStatement<'_> {
             RETURNING t.*, c.seeded AS was_seeded)
          -- One row even when nothing was claimed, to carry the flag.
          SELECT f.flag, {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq, t.last_event_seq, t.trace_context,
-                (SELECT to_jsonb(a) FROM agents a WHERE a.project_id = t.project_id AND a.name = t.agent) AS definition
+                CASE WHEN t.version_pinned
+                     THEN (SELECT v.definition FROM agent_versions v WHERE v.project_id = t.project_id
+                             AND v.name = t.agent AND v.version = t.agent_version)
+                     ELSE (SELECT to_jsonb(a) FROM agents a WHERE a.project_id = t.project_id AND a.name = t.agent)
+                END AS definition
          FROM (SELECT {flag} AS flag) f LEFT JOIN claimed t ON true"
         )
     }

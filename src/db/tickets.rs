@@ -20,7 +20,8 @@ pub const TICKET_COLUMNS: &str =
      t.schema, t.result, t.error, t.attempts, t.max_attempts, t.metadata, t.deadline_secs, t.deadline_at, \
      t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_creation_tokens, t.requests, t.tool_calls, \
      t.usage_estimated, t.created_at, t.updated_at, t.started_at, t.finished_at, t.approvals, \
-     t.cost_usd::text AS cost_usd, t.unpriced, t.budget_usd::text AS budget_usd, t.waiting_for";
+     t.cost_usd::text AS cost_usd, t.unpriced, t.budget_usd::text AS budget_usd, t.waiting_for, \
+     t.agent_version, t.version_pinned";
 
 #[derive(sqlx::FromRow)]
 pub struct TicketRow {
@@ -59,6 +60,8 @@ pub struct TicketRow {
     unpriced: bool,
     budget_usd: Option<String>,
     waiting_for: Option<String>,
+    agent_version: Option<i32>,
+    version_pinned: bool,
 }
 
 impl From<TicketRow> for Ticket {
@@ -125,8 +128,19 @@ impl From<TicketRow> for Ticket {
             approvals,
             budget_usd: money::from_db(r.budget_usd),
             waiting_for,
+            agent_version: r.agent_version,
+            version_pinned: r.version_pinned,
         }
     }
+}
+
+/// What a create may set besides a `NewTicket`'s fields (the API's creates).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extras {
+    /// The ticket's own money budget (`budget_usd`).
+    pub budget_usd: Option<Usd>,
+    /// The version of its agent it is pinned to (created with `agent` and `agent_version`).
+    pub agent_version: Option<i32>,
 }
 
 #[derive(Clone, Debug)]
@@ -214,24 +228,20 @@ fn json_object_sql<'a>(fields: impl Iterator<Item = (&'a str, JsonValue)>) -> St
 
 /// Inserts a ticket and its `ticket.created` event (seq 1 of its log), in one statement.
 pub async fn insert(conn: &mut PgConnection, new: NewTicket) -> Result<Ticket, sqlx::Error> {
-    insert_budgeted(conn, new, None).await
+    insert_with(conn, new, Extras::default()).await
 }
 
-/// `insert`, with a money budget of the ticket's own.
-pub async fn insert_budgeted(
-    conn: &mut PgConnection,
-    new: NewTicket,
-    budget_usd: Option<Usd>,
-) -> Result<Ticket, sqlx::Error> {
+/// `insert`, with a money budget of the ticket's own and a pinned agent version.
+pub async fn insert_with(conn: &mut PgConnection, new: NewTicket, extras: Extras) -> Result<Ticket, sqlx::Error> {
     let (idem_key, idem_hash) = new.idempotency.unzip();
     let sql = format!(
         "WITH n AS (SELECT agentdesk_ticket_number($15) AS number),
          t AS (
             INSERT INTO tickets (id, project_id, number, key, task, labels, priority, schema, parent_id, metadata,
                                  max_attempts, reporter, idempotency_key, idempotency_hash, last_event_seq,
-                                 trace_context, deadline_secs, deadline_at, budget_usd)
+                                 trace_context, deadline_secs, deadline_at, budget_usd, agent_version, version_pinned)
             SELECT $1, $15, n.number, p.key_prefix || '-' || n.number, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1,
-                   $12, $13, now() + make_interval(secs => $13), $14::numeric
+                   $12, $13, now() + make_interval(secs => $13), $14::numeric, $16, $16 IS NOT NULL
             FROM n, projects p WHERE p.id = $15
             RETURNING *),
          e AS (
@@ -254,8 +264,9 @@ pub async fn insert_budgeted(
         .bind(idem_hash)
         .bind(&new.trace_context)
         .bind(new.deadline_secs)
-        .bind(budget_usd.map(|b| b.to_string()))
+        .bind(extras.budget_usd.map(|b| b.to_string()))
         .bind(new.project)
+        .bind(extras.agent_version)
         .fetch_one(conn)
         .await?;
     crate::telemetry::metric::events_written(&[TICKET_CREATED]);

@@ -41,6 +41,15 @@ pub struct Agent {
     pub budget_usd_per_day: Option<super::Usd>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Its version: 1 when created, one more with each change of its settings (each kept, see
+    /// `GET /v1/agents/{name}/versions`).
+    #[serde(default = "first_version")]
+    #[schema(minimum = 1)]
+    pub version: i32,
+}
+
+fn first_version() -> i32 {
+    1
 }
 
 pub fn default_tool_choice() -> String {

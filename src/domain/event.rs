@@ -55,6 +55,9 @@ event_kinds! {
         agent: String,
         /// The ticket's `attempts` after this claim: 1 on the first.
         attempt: i32,
+        /// The version of the agent this claim runs.
+        #[schema(minimum = 1)]
+        agent_version: Option<i32>,
     },
     TICKET_DONE = "ticket.done" => TicketDone {
         #[schema(value_type = Value)]
@@ -241,6 +244,7 @@ pub const CREATED_TICKET_FIELDS: &[&str] = &[
     "pending_approvals",
     "budget_usd",
     "waiting_for",
+    "agent_version",
 ];
 
 /// The members of a new ticket's `usage`, in their order: nothing is estimated yet, so
@@ -439,7 +443,11 @@ mod tests {
         let s = String::new;
         vec![
             EventData::TicketCreated { ticket: ticket.clone() },
-            EventData::TicketStarted { agent: s(), attempt: 1 },
+            EventData::TicketStarted {
+                agent: s(),
+                attempt: 1,
+                agent_version: Some(1),
+            },
             EventData::TicketDone { result: json!(1) },
             EventData::TicketFailed {
                 error: TicketError {

@@ -197,6 +197,14 @@ pub struct Ticket {
     #[serde(default)]
     #[schema(required = true)]
     pub waiting_for: Option<WaitingFor>,
+    /// The version of its agent its latest claim ran, or the one it is pinned to (created with
+    /// `agent` and `agent_version`); null before either.
+    #[serde(default)]
+    #[schema(required = true, minimum = 1)]
+    pub agent_version: Option<i32>,
+    /// Whether a claim runs `agent_version` rather than the agent's latest version.
+    #[serde(skip)]
+    pub version_pinned: bool,
 }
 
 /// Why a ticket waits.

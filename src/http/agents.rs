@@ -190,6 +190,7 @@ pub async fn put_agent(
         budget_usd_per_day: non_negative_usd("budget_usd_per_day", req.budget_usd_per_day)?,
         created_at: now,
         updated_at: now,
+        version: 1,
     };
     let before = db::agents::get(&state.pool, caller.project_id(), &agent.name).await?;
     let (agent, created) = db::agents::upsert(&state.pool, caller.project_id(), &agent).await?;
@@ -316,6 +317,92 @@ pub async fn list_agents(
         None
     };
     Ok(Json(AgentList { items, next_cursor }))
+}
+
+/// An agent's versions, newest first
+///
+/// Every change of an agent's settings made a new version; each is kept whole.
+#[utoipa::path(get, path = "/agents/{name}/versions", tag = "agents", params(("name" = String, Path), NamePageQuery),
+    responses((status = 200, body = AgentList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn list_agent_versions(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<NamePageQuery>,
+) -> ApiResult<Json<AgentList>> {
+    let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let before = match page.cursor {
+        None => None,
+        Some(c) => Some(
+            c.as_number()
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(Page::bad_cursor)?,
+        ),
+    };
+    let project = caller.project_id();
+    let mut items = db::agents::versions(&state.pool, project, &name, before, page.limit + 1).await?;
+    if items.is_empty() && before.is_none() && db::agents::get(&state.pool, project, &name).await?.is_none() {
+        return Err(ApiError::NotFound(format!("no agent {name:?}")));
+    }
+    let more = items.len() as i64 > page.limit;
+    items.truncate(page.limit as usize);
+    let next_cursor = if more {
+        items.last().map(|a| Cursor::number(i64::from(a.version)).encode())
+    } else {
+        None
+    };
+    Ok(Json(AgentList { items, next_cursor }))
+}
+
+/// One version of an agent, as it was
+#[utoipa::path(get, path = "/agents/{name}/versions/{version}", tag = "agents",
+    params(("name" = String, Path), ("version" = i32, Path, minimum = 1)),
+    responses((status = 200, body = Agent), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_agent_version(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath((name, version)): ApiPath<(String, i32)>,
+) -> ApiResult<Json<Agent>> {
+    db::agents::version(&state.pool, caller.project_id(), &name, version)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no version {version} of agent {name:?}")))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rollback {
+    /// The version whose settings the agent takes again (as a new version).
+    #[schema(minimum = 1)]
+    pub version: i32,
+}
+
+/// Roll an agent back to a version
+///
+/// Makes a new version holding version `version`'s settings; the versions in between stay.
+#[utoipa::path(post, path = "/agents/{name}/rollback", tag = "agents", request_body = Rollback,
+    params(("name" = String, Path)),
+    responses((status = 200, body = Agent), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn rollback_agent(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(req): ApiJson<Rollback>,
+) -> ApiResult<Json<Agent>> {
+    let project = caller.project_id();
+    if db::agents::get(&state.pool, project, &name).await?.is_none() {
+        return Err(ApiError::NotFound(format!("no agent {name:?}")));
+    }
+    let Some(old) = db::agents::version(&state.pool, project, &name, req.version).await? else {
+        return Err(ApiError::Validation(format!(
+            "agent {name:?} has no version {} (see GET /v1/agents/{name}/versions)",
+            req.version
+        )));
+    };
+    let (agent, _) = db::agents::upsert(&state.pool, project, &old).await?;
+    state.route_check.agents_changed().await;
+    Ok(Json(agent))
 }
 
 /// Delete an agent

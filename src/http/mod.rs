@@ -112,6 +112,9 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(events::global_events))
         .routes(routes!(agents::list_agents))
         .routes(routes!(agents::get_agent, agents::put_agent, agents::delete_agent))
+        .routes(routes!(agents::list_agent_versions))
+        .routes(routes!(agents::get_agent_version))
+        .routes(routes!(agents::rollback_agent))
         .routes(routes!(providers::list_providers))
         .routes(routes!(
             providers::get_provider,

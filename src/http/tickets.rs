@@ -70,6 +70,14 @@ pub struct CreateTicket {
     #[serde(default)]
     #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
     pub budget_usd: Option<crate::domain::Usd>,
+    /// The agent that works it (it must exist): the ticket goes to that agent only, as a label
+    /// with its name would.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// With `agent`: the version of that agent every claim runs (pinned), instead of its latest.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 2147483647)]
+    pub agent_version: Option<i32>,
 }
 
 /// The longest deadline: ten years.
@@ -171,7 +179,13 @@ pub async fn create(
     let hash = canonical_hash(&body);
     let req: CreateTicket = super::extract::typed(body)?;
     transitions::check_task(&req.task).map_err(ApiError::Validation)?;
-    let labels = transitions::normalize_labels(req.labels).map_err(ApiError::Validation)?;
+    let mut labels = req.labels;
+    let pinned = named_agent(state, project, req.agent.as_deref(), req.agent_version).await?;
+    if let Some(agent) = &req.agent {
+        // Routed like a label with its name: to that agent only.
+        labels.push(agent.clone());
+    }
+    let labels = transitions::normalize_labels(labels).map_err(ApiError::Validation)?;
     if let Some(schema) = &req.schema {
         transitions::check_schema(schema).map_err(ApiError::Validation)?;
     }
@@ -212,16 +226,55 @@ pub async fn create(
         deadline_secs: req.deadline_secs,
     };
     let budget = super::agents::non_negative_usd("budget_usd", req.budget_usd)?;
-    if plain && budget.is_none() {
+    if plain && budget.is_none() && pinned.is_none() {
         // One statement on a writer's connection, shared with the creates arriving alongside it.
         return Ok(Created::New(state.intake.create(new).await?));
     }
-    let created = transitions::create_budgeted(&state.pool, new, req.parent.as_deref(), budget).await?;
+    let extras = db::tickets::Extras {
+        budget_usd: budget,
+        agent_version: pinned,
+    };
+    let created = transitions::create_with(&state.pool, new, req.parent.as_deref(), extras).await?;
     if let Created::New(_) = created {
         state.hub.wake();
         state.hub.work_available();
     }
     Ok(created)
+}
+
+/// A create's `agent` and `agent_version`: the agent must exist in the project, and the version
+/// (which needs the agent) too. The version to pin, if any.
+async fn named_agent(
+    state: &AppState,
+    project: &Project,
+    agent: Option<&str>,
+    version: Option<i32>,
+) -> ApiResult<Option<i32>> {
+    let Some(name) = agent else {
+        return match version {
+            Some(_) => Err(ApiError::Validation(
+                "agent_version needs agent: name the agent whose version the ticket runs".into(),
+            )),
+            None => Ok(None),
+        };
+    };
+    if db::agents::get(&state.pool, project.id, name).await?.is_none() {
+        return Err(ApiError::Validation(format!(
+            "agent {name:?} does not exist in this project (define it with PUT /v1/agents/{name})"
+        )));
+    }
+    let Some(version) = version else {
+        return Ok(None);
+    };
+    if db::agents::version(&state.pool, project.id, name, version)
+        .await?
+        .is_none()
+    {
+        return Err(ApiError::Validation(format!(
+            "agent {name:?} has no version {version} (see GET /v1/agents/{name}/versions)"
+        )));
+    }
+    Ok(Some(version))
 }
 
 #[derive(Default, Deserialize, IntoParams)]

@@ -51,6 +51,7 @@ impl ClaimLog {
         let started = EventData::TicketStarted {
             agent: claim.agent.clone(),
             attempt: ticket.attempts,
+            agent_version: ticket.agent_version,
         };
         self.events
             .push(ReservedEvent::new(ticket, started_seq, agent, started));

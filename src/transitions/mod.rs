@@ -105,15 +105,16 @@ pub enum Created {
 /// key and body hash (in `new.idempotency`), in one transaction. After `Created::New`, call
 /// `EventHub::wake` and `work_available`.
 pub async fn create_requested(pool: &PgPool, new: NewTicket, parent: Option<&str>) -> Result<Created, DeskError> {
-    create_budgeted(pool, new, parent, None).await
+    create_with(pool, new, parent, db::tickets::Extras::default()).await
 }
 
-/// `create_requested` with a money budget of the ticket's own (`budget_usd`).
-pub async fn create_budgeted(
+/// `create_requested` with a money budget of the ticket's own (`budget_usd`) and a pinned agent
+/// version.
+pub async fn create_with(
     pool: &PgPool,
     mut new: NewTicket,
     parent: Option<&str>,
-    budget: Option<crate::domain::Usd>,
+    extras: db::tickets::Extras,
 ) -> Result<Created, DeskError> {
     let mut tx = pool.begin().await?;
     if let Some(p) = parent {
@@ -139,7 +140,7 @@ pub async fn create_budgeted(
             };
         }
     }
-    let ticket = db::tickets::insert_budgeted(&mut tx, new, budget).await?;
+    let ticket = db::tickets::insert_with(&mut tx, new, extras).await?;
     tx.commit().await?;
     Ok(Created::New(ticket))
 }

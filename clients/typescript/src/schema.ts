@@ -243,6 +243,63 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{name}/rollback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Roll an agent back to a version
+         * @description Makes a new version holding version `version`'s settings; the versions in between stay.
+         */
+        post: operations["rollback_agent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{name}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An agent's versions, newest first
+         * @description Every change of an agent's settings made a new version; each is kept whole.
+         */
+        get: operations["list_agent_versions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{name}/versions/{version}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One version of an agent, as it was */
+        get: operations["get_agent_version"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/events": {
         parameters: {
             query?: never;
@@ -1084,6 +1141,12 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            /**
+             * Format: int32
+             * @description Its version: 1 when created, one more with each change of its settings (each kept, see
+             *     `GET /v1/agents/{name}/versions`).
+             */
+            version?: number;
         };
         AgentList: {
             items: components["schemas"]["Agent"][];
@@ -1247,6 +1310,16 @@ export interface components {
              *     (`waiting_for: "budget"`) until the budget is raised with PATCH.
              */
             budget_usd?: number | null;
+            /**
+             * @description The agent that works it (it must exist): the ticket goes to that agent only, as a label
+             *     with its name would.
+             */
+            agent?: string | null;
+            /**
+             * Format: int32
+             * @description With `agent`: the version of that agent every claim runs (pinned), instead of its latest.
+             */
+            agent_version?: number | null;
         };
         CreateToken: {
             name: string;
@@ -1353,6 +1426,11 @@ export interface components {
                  * @description The ticket's `attempts` after this claim: 1 on the first.
                  */
                 attempt: number;
+                /**
+                 * Format: int32
+                 * @description The version of the agent this claim runs.
+                 */
+                agent_version?: number | null;
             };
             /** @enum {string} */
             kind: "ticket.started";
@@ -2254,6 +2332,13 @@ export interface components {
          *     named (by the server's own tool names).
          */
         RequiresApproval: boolean | string[];
+        Rollback: {
+            /**
+             * Format: int32
+             * @description The version whose settings the agent takes again (as a new version).
+             */
+            version: number;
+        };
         /** @description A schedule as the API shows it. */
         Schedule: {
             /** Format: uuid */
@@ -2408,6 +2493,12 @@ export interface components {
              */
             budget_usd: number | null;
             waiting_for: null | components["schemas"]["WaitingFor"];
+            /**
+             * Format: int32
+             * @description The version of its agent its latest claim ran, or the one it is pinned to (created with
+             *     `agent` and `agent_version`); null before either.
+             */
+            agent_version: number | null;
         };
         TicketError: {
             /** @description Machine-readable cause, e.g. `rate_limited`, `max_turns`, `lease_lost`. */
@@ -3723,6 +3814,243 @@ export interface operations {
             };
             /** @description A read-only token (read:…) may only GET */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    rollback_agent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Rollback"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Agent"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A read-only token (read:…) may only GET */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_agent_versions: {
+        parameters: {
+            query?: {
+                /** @description 1 to 200, default 50. */
+                limit?: number;
+                /** @description A `next_cursor` of this list. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentList"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_agent_version: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                version: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Agent"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -291,6 +291,7 @@ class Agent:
     thinking_budget: Optional[int] = None
     tool_choice: Optional[str] = None
     max_concurrent: Optional[int] = None
+    version: Optional[int] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -318,6 +319,7 @@ class Agent:
             thinking_budget=d.get('thinking_budget'),
             tool_choice=d.get('tool_choice'),
             max_concurrent=d.get('max_concurrent'),
+            version=d.get('version'),
             raw=d,
         )
 
@@ -481,6 +483,8 @@ class CreateTicket:
     max_attempts: Optional[int] = None
     deadline_secs: Optional[int] = None
     budget_usd: Optional[float] = None
+    agent: Optional[str] = None
+    agent_version: Optional[int] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -496,6 +500,8 @@ class CreateTicket:
             max_attempts=d.get('max_attempts'),
             deadline_secs=d.get('deadline_secs'),
             budget_usd=d.get('budget_usd'),
+            agent=d.get('agent'),
+            agent_version=d.get('agent_version'),
             raw=d,
         )
 
@@ -1376,6 +1382,20 @@ class RateLimit:
 
 
 @dataclass
+class Rollback:
+    version: int
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Rollback:
+        return cls(
+            version=d['version'],
+            raw=d,
+        )
+
+
+@dataclass
 class Schedule:
     """A schedule as the API shows it."""
 
@@ -1503,6 +1523,7 @@ class Ticket:
     pending_approvals: List[PendingApproval]
     budget_usd: Optional[float]
     waiting_for: Optional[WaitingFor]
+    agent_version: Optional[int]
     agent: Optional[str] = None
     parent_id: Optional[str] = None
     parent_key: Optional[str] = None
@@ -1535,6 +1556,7 @@ class Ticket:
             pending_approvals=_list(PendingApproval.from_json, d['pending_approvals']),
             budget_usd=d['budget_usd'],
             waiting_for=d['waiting_for'],
+            agent_version=d['agent_version'],
             agent=d.get('agent'),
             parent_id=d.get('parent_id'),
             parent_key=d.get('parent_key'),
