@@ -42,6 +42,7 @@ async fn pool() -> PgPool {
         budget_usd_per_day: None,
         created_at: now,
         updated_at: now,
+        version: 1,
     };
     db::agents::upsert(&pool, ProjectId::DEFAULT, &agent)
         .await
