@@ -293,3 +293,71 @@ async fn a_ticket_closed_beside_a_call_that_needs_approval_is_done_and_nothing_w
     assert_eq!(event_data(&app, &id, "tool.approval_requested").await.len(), 1);
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test]
+async fn a_batch_answers_several_calls_all_or_nothing() {
+    let Desk { llm, app, server } = desk().await;
+    let two_deploys = Reply::tool_calls(vec![
+        ("deploy", json!({"env": "prod"})),
+        ("deploy", json!({"env": "eu"})),
+    ]);
+    llm.push(two_deploys);
+    let (key, id) = ticket(&app).await;
+    let waiting = wait_status(&app, &key, "waiting").await;
+    let calls: Vec<String> = waiting["pending_approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["call_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(calls.len(), 2, "{waiting}");
+    let path = format!("/v1/tickets/{key}/approvals");
+
+    // An unknown call among them: 404, and neither is answered.
+    let mixed = json!({"decisions": [{"call_id": calls[0], "approve": true}, {"call_id": "nope", "approve": true}]});
+    assert_error(&app.post(&path, mixed).await, StatusCode::NOT_FOUND, "not_found");
+    let (_, still) = app.get(&format!("/v1/tickets/{key}")).await;
+    assert_eq!(still["pending_approvals"].as_array().unwrap().len(), 2);
+    assert!(event_data(&app, &id, "tool.approved").await.is_empty());
+    for bad in [
+        json!({}),
+        json!({"decisions": []}),
+        json!({"approve_all": true, "deny_all": true}),
+        json!({"decisions": [{"call_id": calls[0], "approve": true}, {"call_id": calls[0], "approve": false}]}),
+    ] {
+        assert_error(
+            &app.post(&path, bad).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        );
+    }
+
+    // One answered alone, then a batch naming it again: 409, and the other stays pending.
+    let (code, _) = app
+        .post(&format!("{path}/{}", calls[0]), json!({"approve": true}))
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let again = json!({"decisions": [{"call_id": calls[0], "approve": true}, {"call_id": calls[1], "approve": true}]});
+    assert_error(&app.post(&path, again).await, StatusCode::CONFLICT, "conflict");
+    // Deny every pending one (the second): the ticket goes on.
+    llm.push(close());
+    let (code, body) = app
+        .post(&path, json!({"deny_all": true, "reason": "one region is enough"}))
+        .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(body["key"], key.as_str());
+    wait_status(&app, &key, "done").await;
+    assert_eq!(
+        paths(&server),
+        ["/deploy/prod"],
+        "the approved call ran, the denied one did not"
+    );
+    let denied = event_data(&app, &id, "tool.denied").await;
+    assert_eq!(denied[0]["call_id"], calls[1].as_str());
+    assert_eq!(denied[0]["reason"], "one region is enough");
+    assert_error(
+        &app.post(&path, json!({"approve_all": true})).await,
+        StatusCode::CONFLICT,
+        "conflict",
+    );
+}

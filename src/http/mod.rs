@@ -109,6 +109,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(events::ticket_events))
         .routes(routes!(tickets::get_output))
         .routes(routes!(approvals::answer_approval))
+        .routes(routes!(approvals::answer_approvals))
         .routes(routes!(events::global_events))
         .routes(routes!(agents::list_agents))
         .routes(routes!(agents::get_agent, agents::put_agent, agents::delete_agent))

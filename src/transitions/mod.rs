@@ -326,10 +326,7 @@ pub async fn retry(pool: &PgPool, project: ProjectId, reference: &str) -> Result
     Ok(requeued)
 }
 
-/// A person's answer to a tool call that waits for approval: `tool.approved` or `tool.denied`;
-/// once every waiting call of the step is answered, a `waiting` ticket goes back to `todo` and
-/// its next claim runs them. All under the ticket's row lock, in one transaction: two answers to
-/// one call cannot both win (the second is a conflict), and a worker's step reads them whole.
+/// A person's answer to a tool call that waits for approval (see `answer_approvals`).
 pub async fn answer_approval(
     pool: &PgPool,
     project: ProjectId,
@@ -338,50 +335,113 @@ pub async fn answer_approval(
     approve: bool,
     reason: Option<String>,
 ) -> Result<Ticket, DeskError> {
+    let decision = Decision {
+        call_id: call_id.to_owned(),
+        approve,
+        reason,
+    };
+    answer_approvals(pool, project, reference, Decisions::Each(vec![decision])).await
+}
+
+/// One answer to a waiting tool call.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub call_id: String,
+    pub approve: bool,
+    pub reason: Option<String>,
+}
+
+/// The answers of one request: for some calls, or the same for every pending one.
+#[derive(Clone, Debug)]
+pub enum Decisions {
+    Each(Vec<Decision>),
+    All { approve: bool, reason: Option<String> },
+}
+
+/// People's answers to tool calls that wait for approval: `tool.approved` or `tool.denied` for
+/// each; once every waiting call of the step is answered, a `waiting` ticket goes back to `todo`
+/// and its next claim runs them. All or nothing, under the ticket's row lock, in one transaction:
+/// an unknown call (not found) or one answered already (a conflict) applies none of them; two
+/// answers to one call cannot both win, and a worker's step reads them whole.
+pub async fn answer_approvals(
+    pool: &PgPool,
+    project: ProjectId,
+    reference: &str,
+    decisions: Decisions,
+) -> Result<Ticket, DeskError> {
     let mut tx = pool.begin().await?;
     let ticket = lock(&mut tx, project, reference).await?;
     let mut approvals = ticket.approvals.clone();
-    let Some(approval) = approvals.iter_mut().find(|a| a.call_id == call_id) else {
-        // Answered calls leave `approvals` once they ran; their answer stays in the log.
-        if db::events::call_was_answered(&mut tx, ticket.id, call_id).await? {
-            return Err(DeskError::Conflict(format!(
-                "the call {call_id:?} of {} was already answered",
+    let decisions = match decisions {
+        Decisions::Each(each) => each,
+        Decisions::All { approve, reason } => {
+            let pending: Vec<Decision> = approvals
+                .iter()
+                .filter(|a| a.decision.is_none())
+                .map(|a| Decision {
+                    call_id: a.call_id.clone(),
+                    approve,
+                    reason: reason.clone(),
+                })
+                .collect();
+            if pending.is_empty() || ticket.status.is_terminal() {
+                return Err(DeskError::Conflict(format!(
+                    "no tool call of {} waits for approval",
+                    ticket.key
+                )));
+            }
+            pending
+        }
+    };
+    let mut events = vec![];
+    for Decision {
+        call_id,
+        approve,
+        reason,
+    } in decisions
+    {
+        let Some(approval) = approvals.iter_mut().find(|a| a.call_id == call_id) else {
+            // Answered calls leave `approvals` once they ran; their answer stays in the log.
+            if db::events::call_was_answered(&mut tx, ticket.id, &call_id).await? {
+                return Err(DeskError::Conflict(format!(
+                    "the call {call_id:?} of {} was already answered",
+                    ticket.key
+                )));
+            }
+            return Err(DeskError::Missing(format!(
+                "{}: no tool call {call_id:?} waits for approval",
                 ticket.key
             )));
+        };
+        if approval.decision.is_some() || ticket.status.is_terminal() {
+            return Err(DeskError::Conflict(format!(
+                "the call {call_id:?} of {} was already answered or the ticket is {}",
+                ticket.key,
+                ticket.status.as_str()
+            )));
         }
-        return Err(DeskError::Missing(format!(
-            "{}: no tool call {call_id:?} waits for approval",
-            ticket.key
-        )));
-    };
-    if approval.decision.is_some() || ticket.status.is_terminal() {
-        return Err(DeskError::Conflict(format!(
-            "the call {call_id:?} of {} was already answered or the ticket is {}",
-            ticket.key,
-            ticket.status.as_str()
-        )));
+        approval.decision = Some(if approve {
+            crate::domain::Decision::Approved
+        } else {
+            crate::domain::Decision::Denied
+        });
+        approval.reason = reason.clone();
+        let (tool_name, call_id) = (approval.tool_name.clone(), approval.call_id.clone());
+        let event = if approve {
+            EventData::ToolApproved {
+                tool_name,
+                call_id,
+                reason,
+            }
+        } else {
+            EventData::ToolDenied {
+                tool_name,
+                call_id,
+                reason,
+            }
+        };
+        events.push(NewEvent::new(None, event));
     }
-    approval.decision = Some(if approve {
-        crate::domain::Decision::Approved
-    } else {
-        crate::domain::Decision::Denied
-    });
-    approval.reason = reason.clone();
-    let (tool_name, call_id) = (approval.tool_name.clone(), approval.call_id.clone());
-    let event = if approve {
-        EventData::ToolApproved {
-            tool_name,
-            call_id,
-            reason,
-        }
-    } else {
-        EventData::ToolDenied {
-            tool_name,
-            call_id,
-            reason,
-        }
-    };
-    let mut events = vec![NewEvent::new(None, event)];
     db::tickets::set_approvals(&mut tx, ticket.id, &approvals).await?;
     let all_answered = approvals.iter().all(|a| a.decision.is_some());
     let ticket = if all_answered && ticket.status == Status::Waiting {

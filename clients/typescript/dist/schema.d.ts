@@ -710,6 +710,27 @@ export interface paths {
         patch: operations["patch_ticket"];
         trace?: never;
     };
+    "/v1/tickets/{ticket}/approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve or deny several waiting tool calls at once
+         * @description All or nothing: an unknown call is 404, one already answered 409, and then none of them is
+         *     answered. `{"approve_all": true}` and `{"deny_all": true, "reason": …}` answer every pending call.
+         */
+        post: operations["answer_approvals"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tickets/{ticket}/approvals/{call_id}": {
         parameters: {
             query?: never;
@@ -1158,6 +1179,22 @@ export interface components {
              */
             approve: boolean;
             /** @description Shown to the model (a denial) and in the `tool.approved`/`tool.denied` event. */
+            reason?: string | null;
+        };
+        /** @description Exactly one of `decisions`, `approve_all` and `deny_all`. */
+        AnswerApprovals: {
+            /** @description An answer for each of these calls. */
+            decisions?: components["schemas"]["ApprovalDecision"][] | null;
+            /** @description true: approve every pending call. */
+            approve_all?: boolean | null;
+            /** @description true: deny every pending call (with `reason`). */
+            deny_all?: boolean | null;
+            /** @description With `deny_all` or `approve_all`: the reason given for each. */
+            reason?: string | null;
+        };
+        ApprovalDecision: {
+            call_id: string;
+            approve: boolean;
             reason?: string | null;
         };
         /**
@@ -6694,6 +6731,121 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    answer_approvals: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Ticket id or key */
+                ticket: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AnswerApprovals"];
+            };
+        };
+        responses: {
+            /** @description The ticket after the answers */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Ticket"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A read-only token (read:…) may only GET */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such ticket, or a call that does not wait */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A call already answered, nothing pending, or the ticket is finished */
             409: {
                 headers: {
                     [name: string]: unknown;

@@ -357,6 +357,46 @@ class AnswerApproval:
 
 
 @dataclass
+class AnswerApprovals:
+    """Exactly one of `decisions`, `approve_all` and `deny_all`."""
+
+    decisions: Optional[List[ApprovalDecision]] = None
+    approve_all: Optional[bool] = None
+    deny_all: Optional[bool] = None
+    reason: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> AnswerApprovals:
+        return cls(
+            decisions=_list(ApprovalDecision.from_json, d.get('decisions')),
+            approve_all=d.get('approve_all'),
+            deny_all=d.get('deny_all'),
+            reason=d.get('reason'),
+            raw=d,
+        )
+
+
+@dataclass
+class ApprovalDecision:
+    call_id: str
+    approve: bool
+    reason: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ApprovalDecision:
+        return cls(
+            call_id=d['call_id'],
+            approve=d['approve'],
+            reason=d.get('reason'),
+            raw=d,
+        )
+
+
+@dataclass
 class Comment:
     id: str
     ticket_id: str
