@@ -227,6 +227,8 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         budget_usd_per_day: None,
         created_at: now,
         updated_at: now,
+        approval_timeout_secs: None,
+        on_timeout: None,
         version: 1,
     };
     if db::agents::insert_if_none_exist(pool, &agent).await? {

@@ -361,3 +361,55 @@ async fn a_batch_answers_several_calls_all_or_nothing() {
         "conflict",
     );
 }
+
+#[tokio::test]
+async fn a_call_nobody_answers_in_time_is_answered_as_on_timeout_says() {
+    let Desk { llm, app, server } = desk().await;
+    // The tool's own deadline: approved after a second, so it runs.
+    let deploy = json!({"url": server.url("/deploy/{env}"), "requires_approval": true,
+                        "approval_timeout_secs": 1, "on_timeout": "approve",
+                        "input_schema": {"type": "object", "properties": {"env": {"type": "string"}}}});
+    let (code, body) = app.put("/v1/tools/deploy", deploy).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["approval_timeout_secs"], &body["on_timeout"]),
+        (&json!(1), &json!("approve"))
+    );
+    // The agent's deadline (fail) is beaten by the tool's.
+    let agent = json!({"provider": "openai", "model": "m", "labels": ["tooler"], "tools": ["close_ticket", "deploy", "lookup"],
+                       "approval_timeout_secs": 1, "on_timeout": "fail"});
+    let (code, _) = app.put("/v1/agents/tooler", agent).await;
+    assert!(code.is_success());
+    llm.push(Reply::tool_call("deploy", json!({"env": "prod"})));
+    llm.push(close());
+    let (key, id) = ticket(&app).await;
+    wait_status(&app, &key, "done").await;
+    assert_eq!(paths(&server), ["/deploy/prod"], "approved at its deadline, so it ran");
+    let expired = event_data(&app, &id, "tool.approval_expired").await;
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0]["decision"], "approve");
+    assert_eq!(expired[0]["tool_name"], "deploy");
+
+    // A tool without a deadline of its own: the agent's applies, and `fail` fails the ticket.
+    let plain = json!({"url": server.url("/deploy/{env}"), "requires_approval": true,
+                       "input_schema": {"type": "object", "properties": {"env": {"type": "string"}}}});
+    app.put("/v1/tools/deploy", plain).await;
+    llm.push(Reply::tool_call("deploy", json!({"env": "eu"})));
+    let (key, id) = ticket(&app).await;
+    let failed = wait_status(&app, &key, "failed").await;
+    assert_eq!(failed["error"]["kind"], "approval_expired", "{failed}");
+    assert_eq!(
+        event_data(&app, &id, "tool.approval_expired").await[0]["decision"],
+        "fail"
+    );
+    assert_eq!(paths(&server), ["/deploy/prod"], "the expired call never ran");
+    let bad = json!({"url": server.url("/x"), "approval_timeout_secs": 0});
+    assert_error(
+        &app.put("/v1/tools/bad", bad).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    let bad = json!({"url": server.url("/x"), "on_timeout": "maybe"});
+    let (code, _) = app.put("/v1/tools/bad", bad).await;
+    assert!(code.is_client_error());
+}

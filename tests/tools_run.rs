@@ -42,6 +42,8 @@ async fn pool() -> PgPool {
         budget_usd_per_day: None,
         created_at: now,
         updated_at: now,
+        approval_timeout_secs: None,
+        on_timeout: None,
         version: 1,
     };
     db::agents::upsert(&pool, ProjectId::DEFAULT, &agent)

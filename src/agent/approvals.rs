@@ -19,6 +19,7 @@ use super::tool_calls::PreparedCall;
 use super::{aborted, Flow, RunEnd, Stop};
 use crate::db;
 use crate::db::claims::Release;
+use crate::domain::tool::ApprovalDeadline;
 use crate::domain::{Approval, Decision, EventData, NewEvent, TicketUsage};
 use crate::tools::{Prepared, ToolErrorKind, ToolFailure};
 
@@ -32,15 +33,29 @@ impl Step<'_> {
         tool_usage: TicketUsage,
     ) -> Flow<()> {
         record.request_approvals(&calls);
+        // Each call's deadline: the tool's (or its MCP server's), else the agent's; kept with the
+        // call in Postgres, so it holds across restarts.
+        let agent_deadline = ApprovalDeadline::of(self.agent.approval_timeout_secs, self.agent.on_timeout);
+        let now = chrono::Utc::now();
         let approvals: Vec<Approval> = calls
             .iter()
             .filter(|c| c.requires_approval())
-            .map(|c| Approval {
-                call_id: c.id.clone(),
-                tool_name: c.name.clone(),
-                input: c.shown_input.clone(),
-                decision: None,
-                reason: None,
+            .map(|c| {
+                let deadline = c
+                    .input
+                    .as_ref()
+                    .ok()
+                    .and_then(|p| p.tool.approval_deadline())
+                    .or(agent_deadline);
+                Approval {
+                    call_id: c.id.clone(),
+                    tool_name: c.name.clone(),
+                    input: c.shown_input.clone(),
+                    decision: None,
+                    reason: None,
+                    expires_at: deadline.map(|d| now + chrono::Duration::seconds(i64::from(d.secs))),
+                    on_timeout: deadline.map(|d| d.on_timeout),
+                }
             })
             .collect();
         let usage = record.usage.plus(&tool_usage);

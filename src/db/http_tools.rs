@@ -7,10 +7,12 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::PgExecutor;
 
+use crate::domain::tool::OnTimeout;
 use crate::domain::{HttpMethod, HttpToolDef, ProjectId};
 
 const COLUMNS: &str =
-    "name, description, input_schema, url, method, headers, timeout_ms, requires_approval, created_at, updated_at";
+    "name, description, input_schema, url, method, headers, timeout_ms, requires_approval, created_at, updated_at, \
+     approval_timeout_secs, on_timeout";
 
 #[derive(sqlx::FromRow)]
 struct Row {
@@ -24,6 +26,8 @@ struct Row {
     requires_approval: bool,
     created_at: chrono::DateTime<chrono::Utc>,
     updated_at: chrono::DateTime<chrono::Utc>,
+    approval_timeout_secs: Option<i32>,
+    on_timeout: Option<String>,
 }
 
 impl From<Row> for HttpToolDef {
@@ -38,6 +42,8 @@ impl From<Row> for HttpToolDef {
             headers: r.headers.0,
             timeout_ms: r.timeout_ms,
             requires_approval: r.requires_approval,
+            approval_timeout_secs: r.approval_timeout_secs,
+            on_timeout: r.on_timeout.as_deref().and_then(OnTimeout::parse),
             created_at: Some(r.created_at),
             updated_at: Some(r.updated_at),
         }
@@ -53,12 +59,13 @@ pub async fn upsert<'e>(
 ) -> Result<(HttpToolDef, bool), sqlx::Error> {
     let sql = format!(
         "INSERT INTO http_tools (name, description, input_schema, url, method, headers, timeout_ms, requires_approval,
-                                 project_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                                 project_id, approval_timeout_secs, on_timeout)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (project_id, name) DO UPDATE SET
             description = EXCLUDED.description, input_schema = EXCLUDED.input_schema, url = EXCLUDED.url,
             method = EXCLUDED.method, headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms,
-            requires_approval = EXCLUDED.requires_approval, updated_at = now()
+            requires_approval = EXCLUDED.requires_approval, approval_timeout_secs = EXCLUDED.approval_timeout_secs,
+            on_timeout = EXCLUDED.on_timeout, updated_at = now()
          RETURNING {COLUMNS}, (xmax = 0) AS created"
     );
     let row = sqlx::query(&sql)
@@ -71,6 +78,8 @@ pub async fn upsert<'e>(
         .bind(t.timeout_ms)
         .bind(t.requires_approval)
         .bind(project)
+        .bind(t.approval_timeout_secs)
+        .bind(t.on_timeout.map(OnTimeout::as_str))
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row as _};

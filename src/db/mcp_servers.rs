@@ -6,10 +6,12 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::PgExecutor;
 
+use crate::domain::tool::OnTimeout;
 use crate::domain::{McpServerDef, McpToolInfo, McpTransport, ProjectId, RequiresApproval};
 
 const COLUMNS: &str =
-    "name, url, headers, timeout_ms, requires_approval, revision, tools, status, listed_at, created_at, updated_at";
+    "name, url, headers, timeout_ms, requires_approval, revision, tools, status, listed_at, created_at, updated_at, \
+     approval_timeout_secs, on_timeout";
 
 #[derive(sqlx::FromRow)]
 struct Row {
@@ -24,6 +26,8 @@ struct Row {
     listed_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    approval_timeout_secs: Option<i32>,
+    on_timeout: Option<String>,
 }
 
 /// A stored server: its definition and what was last seen of it.
@@ -46,6 +50,8 @@ impl From<Row> for StoredServer {
                 },
                 timeout_ms: r.timeout_ms,
                 requires_approval: r.requires_approval.0,
+                approval_timeout_secs: r.approval_timeout_secs,
+                on_timeout: r.on_timeout.as_deref().and_then(OnTimeout::parse),
                 from_config: false,
                 revision: r.revision,
                 created_at: Some(r.created_at),
@@ -70,11 +76,13 @@ pub async fn upsert<'e>(
         return Err(sqlx::Error::Protocol("only HTTP MCP servers are stored".into()));
     };
     let sql = format!(
-        "INSERT INTO mcp_servers (name, url, headers, timeout_ms, requires_approval, project_id)
-         VALUES ($1, $2, $3, $4, $5, $6)
+        "INSERT INTO mcp_servers (name, url, headers, timeout_ms, requires_approval, project_id,
+                                  approval_timeout_secs, on_timeout)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (project_id, name) DO UPDATE SET
             url = EXCLUDED.url, headers = EXCLUDED.headers, timeout_ms = EXCLUDED.timeout_ms,
-            requires_approval = EXCLUDED.requires_approval, revision = mcp_servers.revision + 1,
+            requires_approval = EXCLUDED.requires_approval, approval_timeout_secs = EXCLUDED.approval_timeout_secs,
+            on_timeout = EXCLUDED.on_timeout, revision = mcp_servers.revision + 1,
             tools = '[]', status = 'pending', listed_at = NULL, updated_at = now()
          RETURNING {COLUMNS}, (xmax = 0) AS created"
     );
@@ -85,6 +93,8 @@ pub async fn upsert<'e>(
         .bind(def.timeout_ms)
         .bind(Json(&def.requires_approval))
         .bind(project)
+        .bind(def.approval_timeout_secs)
+        .bind(def.on_timeout.map(OnTimeout::as_str))
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row as _};

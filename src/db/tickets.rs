@@ -680,6 +680,8 @@ pub async fn set_status(conn: &mut PgConnection, id: Uuid, to: Status) -> Result
                 -- ticket; a comment on a waiting ticket keeps them (the next claim waits again)
                 approvals = CASE WHEN $2 = 'cancelled' OR status IN ('done', 'failed', 'cancelled')
                             THEN NULL ELSE approvals END,
+                approval_deadline_at = CASE WHEN $2 = 'cancelled' OR status IN ('done', 'failed', 'cancelled')
+                            THEN NULL ELSE approval_deadline_at END,
                 waiting_for = NULL, blocked_scope = NULL, blocked_name = NULL, blocked_period = NULL,
                 updated_at = now()
             WHERE id = $1 RETURNING *)
@@ -764,9 +766,26 @@ pub async fn notify_cancel(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx
 /// is never written from two places at once.
 pub async fn set_approvals(conn: &mut PgConnection, id: Uuid, approvals: &[Approval]) -> Result<(), sqlx::Error> {
     let value = (!approvals.is_empty()).then_some(sqlx::types::Json(approvals));
-    sqlx::query("UPDATE tickets SET approvals = $2 WHERE id = $1")
+    // The earliest deadline of a call still unanswered: what the deadline check looks for.
+    let deadline = approvals
+        .iter()
+        .filter(|a| a.decision.is_none())
+        .filter_map(|a| a.expires_at)
+        .min();
+    sqlx::query("UPDATE tickets SET approvals = $2, approval_deadline_at = $3 WHERE id = $1")
         .bind(id)
         .bind(value)
+        .bind(deadline)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Stores why a ticket failed (beside `set_status`, in the same transaction).
+pub async fn set_error(conn: &mut PgConnection, id: Uuid, error: &TicketError) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE tickets SET error = $2 WHERE id = $1")
+        .bind(id)
+        .bind(sqlx::types::Json(error))
         .execute(conn)
         .await?;
     Ok(())

@@ -39,6 +39,15 @@ pub struct Agent {
     #[serde(default)]
     #[schema(value_type = Option<f64>, minimum = 0, required = true)]
     pub budget_usd_per_day: Option<super::Usd>,
+    /// How long a call of its tools waits for approval when the tool (or its MCP server) says
+    /// nothing; null: for ever.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31536000, required = true)]
+    pub approval_timeout_secs: Option<i32>,
+    /// What the desk answers at that deadline: `deny` (default), `approve` or `fail`.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub on_timeout: Option<super::tool::OnTimeout>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Its version: 1 when created, one more with each change of its settings (each kept, see

@@ -126,6 +126,13 @@ event_kinds! {
         #[schema(value_type = Value)]
         input: Value,
     },
+    /// Nobody answered a call within its `approval_timeout_secs`: the desk answered it as
+    /// `on_timeout` says (`deny`, `approve`; `fail` fails the ticket with `approval_expired`).
+    TOOL_APPROVAL_EXPIRED = "tool.approval_expired" => ToolApprovalExpired {
+        call_id: String,
+        tool_name: String,
+        decision: String,
+    },
     /// The call runs with the ticket's next claim.
     TOOL_APPROVED = "tool.approved" => ToolApproved {
         tool_name: String,
@@ -513,6 +520,11 @@ mod tests {
                 tool_name: s(),
                 call_id: s(),
                 input: json!({}),
+            },
+            EventData::ToolApprovalExpired {
+                call_id: s(),
+                tool_name: s(),
+                decision: s(),
             },
             EventData::ToolApproved {
                 tool_name: s(),

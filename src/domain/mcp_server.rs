@@ -72,6 +72,9 @@ pub struct McpServerDef {
     pub transport: McpTransport,
     pub timeout_ms: i64,
     pub requires_approval: RequiresApproval,
+    /// How long a call of its tools waits for approval (beats the agent's); None: the agent's.
+    pub approval_timeout_secs: Option<i32>,
+    pub on_timeout: Option<super::tool::OnTimeout>,
     /// From the config file: read-only through the API.
     pub from_config: bool,
     /// Bumped by every replacement: a connection made for an older revision is dropped.
@@ -109,6 +112,12 @@ pub struct McpServerView {
     pub args: Option<Vec<String>>,
     pub timeout_ms: i64,
     pub requires_approval: RequiresApproval,
+    /// Seconds a call of its tools waits for approval before the desk answers `on_timeout`;
+    /// null: the agent's setting.
+    #[schema(minimum = 1, maximum = 31536000)]
+    pub approval_timeout_secs: Option<i32>,
+    /// `deny` (default), `approve` or `fail`.
+    pub on_timeout: Option<super::tool::OnTimeout>,
     /// `api` (defined through the API) or `config` (from `AGENTDESK_MCP_CONFIG`, read-only).
     pub source: &'static str,
     /// The tools as last listed (empty before the first listing).

@@ -68,6 +68,14 @@ pub struct HttpToolDef {
     pub timeout_ms: i64,
     /// A call waits for a person's approval (`POST /v1/tickets/{ticket}/approvals/{call_id}`).
     pub requires_approval: bool,
+    /// How long a call waits for approval before the desk answers `on_timeout`; null: for ever.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31536000, required = true)]
+    pub approval_timeout_secs: Option<i32>,
+    /// `deny` (default), `approve` or `fail`.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub on_timeout: Option<OnTimeout>,
     pub created_at: Option<DateTime<Utc>>,
     pub updated_at: Option<DateTime<Utc>>,
 }
@@ -89,6 +97,58 @@ pub enum Decision {
     Denied,
 }
 
+/// What the desk answers for a call nobody approved or denied in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    /// Denied: the model is told nobody approved it.
+    #[default]
+    Deny,
+    /// Approved: it runs.
+    Approve,
+    /// The ticket fails (`approval_expired`).
+    Fail,
+}
+
+impl OnTimeout {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Deny => "deny",
+            OnTimeout::Approve => "approve",
+            OnTimeout::Fail => "fail",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OnTimeout> {
+        match s {
+            "deny" => Some(OnTimeout::Deny),
+            "approve" => Some(OnTimeout::Approve),
+            "fail" => Some(OnTimeout::Fail),
+            _ => None,
+        }
+    }
+}
+
+/// How long a call waits for a person, and what happens then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApprovalDeadline {
+    pub secs: i32,
+    pub on_timeout: OnTimeout,
+}
+
+impl ApprovalDeadline {
+    /// From stored settings: none without a timeout.
+    pub fn of(secs: Option<i32>, on_timeout: Option<OnTimeout>) -> Option<ApprovalDeadline> {
+        Some(ApprovalDeadline {
+            secs: secs?,
+            on_timeout: on_timeout.unwrap_or_default(),
+        })
+    }
+}
+
+/// The longest wait for an approval or an answer: a year.
+pub const MAX_APPROVAL_TIMEOUT_SECS: i32 = 31_536_000;
+
 /// A tool call of a ticket's last step that waits for, or got, a person's answer (stored in the
 /// ticket's `approvals` column until the next claim runs it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -100,6 +160,11 @@ pub struct Approval {
     pub decision: Option<Decision>,
     #[serde(default)]
     pub reason: Option<String>,
+    /// When the desk answers it by itself (`on_timeout`), if nobody has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<OnTimeout>,
 }
 
 /// A call that waits for a person, as a ticket shows it.

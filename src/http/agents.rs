@@ -68,6 +68,14 @@ pub struct PutAgent {
     #[serde(default)]
     #[schema(value_type = Option<f64>, minimum = 0, maximum = 1000000000)]
     pub budget_usd_per_day: Option<crate::domain::Usd>,
+    /// Seconds a call of its tools waits for approval when the tool (or its MCP server) sets
+    /// none (1 to 31536000); null: for ever.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31536000)]
+    pub approval_timeout_secs: Option<i32>,
+    /// What the desk answers at that deadline: `deny` (default), `approve` or `fail`.
+    #[serde(default)]
+    pub on_timeout: Option<crate::domain::tool::OnTimeout>,
 }
 
 /// An amount of dollars: 0 to a billion (`money::MAX_USD`).
@@ -188,6 +196,8 @@ pub async fn put_agent(
         tool_choice,
         max_concurrent: positive("max_concurrent", req.max_concurrent)?,
         budget_usd_per_day: non_negative_usd("budget_usd_per_day", req.budget_usd_per_day)?,
+        approval_timeout_secs: super::tools::approval_timeout(req.approval_timeout_secs)?,
+        on_timeout: req.on_timeout,
         created_at: now,
         updated_at: now,
         version: 1,

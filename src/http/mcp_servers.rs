@@ -37,6 +37,14 @@ pub struct PutMcpServer {
     #[serde(default)]
     #[schema(schema_with = super::formats::requires_approval)]
     pub requires_approval: RequiresApproval,
+    /// Seconds a call of its tools waits for approval before the desk answers `on_timeout` (1 to
+    /// 31536000; beats the agent's setting); null: the agent's.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31536000)]
+    pub approval_timeout_secs: Option<i32>,
+    /// What the desk answers at the deadline: `deny` (default), `approve` or `fail`.
+    #[serde(default)]
+    pub on_timeout: Option<crate::domain::tool::OnTimeout>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -98,6 +106,8 @@ fn validate(name: &str, req: PutMcpServer) -> ApiResult<McpServerDef> {
         },
         timeout_ms,
         requires_approval: req.requires_approval,
+        approval_timeout_secs: super::tools::approval_timeout(req.approval_timeout_secs)?,
+        on_timeout: req.on_timeout,
         from_config: false,
         revision: 0,
         created_at: None,

@@ -18,6 +18,7 @@ use crate::db;
 use crate::domain::tool::{
     is_valid_tool_name, DEFAULT_HTTP_TOOL_TIMEOUT_MS, MAX_HTTP_TOOL_TIMEOUT_MS, MIN_HTTP_TOOL_TIMEOUT_MS,
 };
+use crate::domain::tool::{OnTimeout, MAX_APPROVAL_TIMEOUT_SECS};
 use crate::domain::{HttpMethod, HttpToolDef};
 use crate::tools::BUILTIN_TOOLS;
 
@@ -45,6 +46,14 @@ pub struct PutTool {
     /// A call waits for a person's approval before it runs.
     #[serde(default)]
     pub requires_approval: bool,
+    /// Seconds a call waits for approval before the desk answers `on_timeout` (1 to 31536000);
+    /// null: for ever, or the agent's setting.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31536000)]
+    pub approval_timeout_secs: Option<i32>,
+    /// What the desk answers at the deadline: `deny` (default), `approve` or `fail`.
+    #[serde(default)]
+    pub on_timeout: Option<OnTimeout>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -129,9 +138,21 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
         headers: req.headers,
         timeout_ms,
         requires_approval: req.requires_approval,
+        approval_timeout_secs: approval_timeout(req.approval_timeout_secs)?,
+        on_timeout: req.on_timeout,
         created_at: None,
         updated_at: None,
     })
+}
+
+/// An `approval_timeout_secs` as given: 1 second to a year, or none.
+pub fn approval_timeout(secs: Option<i32>) -> ApiResult<Option<i32>> {
+    match secs {
+        Some(s) if !(1..=MAX_APPROVAL_TIMEOUT_SECS).contains(&s) => Err(invalid(format!(
+            "approval_timeout_secs must be between 1 and {MAX_APPROVAL_TIMEOUT_SECS}"
+        ))),
+        other => Ok(other),
+    }
 }
 
 /// Define or replace an HTTP tool

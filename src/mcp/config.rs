@@ -63,6 +63,8 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<McpServerDef>> {
             transport,
             timeout_ms: entry.timeout_ms.unwrap_or(DEFAULT_MCP_TIMEOUT_MS),
             requires_approval: entry.requires_approval,
+            approval_timeout_secs: None,
+            on_timeout: None,
             from_config: true,
             revision: 0,
             created_at: None,

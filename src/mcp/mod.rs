@@ -332,6 +332,8 @@ fn config_view(handle: &ServerHandle) -> McpServerView {
         args: None,
         timeout_ms: def.timeout_ms,
         requires_approval: def.requires_approval.clone(),
+        approval_timeout_secs: def.approval_timeout_secs,
+        on_timeout: def.on_timeout,
         source: "config",
         tools: listing
             .tools
@@ -371,6 +373,8 @@ fn stored_view(stored: StoredServer) -> McpServerView {
         args: None,
         timeout_ms: def.timeout_ms,
         requires_approval: def.requires_approval,
+        approval_timeout_secs: def.approval_timeout_secs,
+        on_timeout: def.on_timeout,
         source: "api",
         tools: stored.tools,
         status: stored.status,

@@ -273,6 +273,10 @@ impl ToolServer for ServerHandle {
         ServerHandle::timeout(self)
     }
 
+    fn approval_deadline(&self) -> Option<crate::domain::tool::ApprovalDeadline> {
+        crate::domain::tool::ApprovalDeadline::of(self.def.approval_timeout_secs, self.def.on_timeout)
+    }
+
     fn redact(&self, message: &str) -> String {
         ServerHandle::redact(self, message)
     }

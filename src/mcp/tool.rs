@@ -21,6 +21,8 @@ use crate::tools::{Tool, ToolContext, ToolErrorKind, ToolOutcome};
 pub(crate) trait ToolServer: Send + Sync {
     async fn call_peer(self: Arc<Self>) -> Result<Peer<RoleClient>, String>;
     fn timeout(&self) -> Duration;
+    /// How long a call of its tools waits for approval, by the server's own setting.
+    fn approval_deadline(&self) -> Option<crate::domain::tool::ApprovalDeadline>;
     fn redact(&self, message: &str) -> String;
     async fn drop_connection(&self);
 }
@@ -86,6 +88,10 @@ impl Tool for McpTool {
 
     fn requires_approval(&self) -> bool {
         self.info.requires_approval
+    }
+
+    fn approval_deadline(&self) -> Option<crate::domain::tool::ApprovalDeadline> {
+        self.server.upgrade()?.approval_deadline()
     }
 
     async fn call(&self, ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {

@@ -69,6 +69,10 @@ impl Tool for HttpTool {
         self.def.requires_approval
     }
 
+    fn approval_deadline(&self) -> Option<crate::domain::tool::ApprovalDeadline> {
+        crate::domain::tool::ApprovalDeadline::of(self.def.approval_timeout_secs, self.def.on_timeout)
+    }
+
     async fn call(&self, ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
         let request = match self.request(ctx.call_id, input) {
             Ok(request) => request,

@@ -72,6 +72,12 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// How long such a call waits for a person, by the tool's own setting (or its server's);
+    /// None: the agent's setting decides.
+    fn approval_deadline(&self) -> Option<crate::domain::tool::ApprovalDeadline> {
+        None
+    }
+
     async fn call(&self, ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome;
 }
 

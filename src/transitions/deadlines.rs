@@ -1,10 +1,105 @@
 //! Ticket deadlines: a ticket still open when its `deadline_at` passes fails with
-//! `deadline_exceeded`, whatever it is doing (queued, in progress or waiting).
+//! `deadline_exceeded`, whatever it is doing (queued, in progress or waiting). Approval
+//! deadlines: a call nobody answered by its `expires_at` is answered by the desk as its
+//! `on_timeout` says.
 
+use chrono::Utc;
 use sqlx::PgPool;
+use uuid::Uuid;
 
 use crate::db;
-use crate::domain::{EventData, NewEvent};
+use crate::domain::tool::OnTimeout;
+use crate::domain::{Decision, EventData, NewEvent, RequeueReason, Status, TicketError};
+
+/// The error kind of a ticket failed because nobody answered a call in time (`on_timeout: fail`).
+pub const APPROVAL_EXPIRED: &str = "approval_expired";
+
+/// Answers the calls whose approval deadline has passed (up to `limit` tickets), each ticket in
+/// its own row lock and the same transaction as its events: `tool.approval_expired`, then what
+/// the answer leads to (`ticket.requeued` once every call is answered, or `ticket.failed`). The
+/// deadline is in Postgres, so it holds across restarts; the check runs every second in every
+/// worker process, and row locks (SKIP LOCKED) keep two processes from answering one call.
+/// Returns how many tickets changed.
+pub async fn expire_approvals(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let due: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM tickets WHERE approval_deadline_at <= now() AND status IN ('todo', 'waiting')
+         ORDER BY approval_deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    let now = Utc::now();
+    for id in &due {
+        let Some(ticket) = db::tickets::find_by_id(&mut *tx, *id).await? else {
+            continue;
+        };
+        let mut approvals = ticket.approvals.clone();
+        let mut events = vec![];
+        let mut failure = None;
+        let expired = approvals
+            .iter_mut()
+            .filter(|a| a.decision.is_none() && a.expires_at.is_some_and(|at| at <= now));
+        for approval in expired {
+            let on_timeout = approval.on_timeout.unwrap_or_default();
+            events.push(NewEvent::new(
+                None,
+                EventData::ToolApprovalExpired {
+                    call_id: approval.call_id.clone(),
+                    tool_name: approval.tool_name.clone(),
+                    decision: on_timeout.as_str().into(),
+                },
+            ));
+            match on_timeout {
+                OnTimeout::Deny => {
+                    approval.decision = Some(Decision::Denied);
+                    approval.reason = Some("nobody approved this call in time".into());
+                }
+                OnTimeout::Approve => {
+                    approval.decision = Some(Decision::Approved);
+                    approval.reason = Some("approved by the desk: nobody answered in time".into());
+                }
+                OnTimeout::Fail => {
+                    failure.get_or_insert_with(|| {
+                        format!(
+                            "nobody answered the call {} of {} in time",
+                            approval.call_id, approval.tool_name
+                        )
+                    });
+                }
+            }
+        }
+        if let Some(message) = failure {
+            let error = TicketError {
+                kind: APPROVAL_EXPIRED.into(),
+                message,
+            };
+            db::tickets::set_approvals(&mut tx, *id, &[]).await?;
+            db::tickets::set_status(&mut tx, *id, Status::Failed).await?;
+            db::tickets::set_error(&mut tx, *id, &error).await?;
+            events.push(NewEvent::new(
+                ticket.agent.as_deref(),
+                EventData::TicketFailed { error },
+            ));
+        } else {
+            db::tickets::set_approvals(&mut tx, *id, &approvals).await?;
+            let all_answered = approvals.iter().all(|a| a.decision.is_some());
+            if all_answered && ticket.status == Status::Waiting {
+                db::tickets::set_status(&mut tx, *id, Status::Todo).await?;
+                events.push(NewEvent::new(
+                    None,
+                    EventData::TicketRequeued {
+                        reason: RequeueReason::Approval,
+                    },
+                ));
+                db::tickets::notify_work(&mut tx).await?;
+            }
+        }
+        db::events::append(&mut tx, *id, &events).await?;
+    }
+    tx.commit().await?;
+    Ok(due.len())
+}
 
 /// The error kind of a ticket whose deadline passed.
 pub const DEADLINE_EXCEEDED: &str = "deadline_exceeded";

@@ -494,6 +494,15 @@ async fn deadline_loop(shared: Arc<Shared>, stop: CancellationToken) {
             }
             Err(err) => tracing::debug!(error = %err, "deadline check could not run"),
         }
+        match crate::transitions::deadlines::expire_approvals(&shared.runtime.pool, 100).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(tickets = n, "answered calls whose approval deadline passed");
+                shared.runtime.hub.wake();
+                shared.wake.notify_one();
+            }
+            Err(err) => tracing::debug!(error = %err, "approval deadline check could not run"),
+        }
     }
 }
 

@@ -1158,6 +1158,13 @@ export interface components {
              * @description The most this agent's requests may cost per UTC day, in US dollars; null is no limit.
              */
             budget_usd_per_day: number | null;
+            /**
+             * Format: int32
+             * @description How long a call of its tools waits for approval when the tool (or its MCP server) says
+             *     nothing; null: for ever.
+             */
+            approval_timeout_secs: number | null;
+            on_timeout: null | components["schemas"]["OnTimeout"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1605,6 +1612,18 @@ export interface components {
             /** @enum {string} */
             kind: "tool.approval_requested";
         } | {
+            /**
+             * @description Nobody answered a call within its `approval_timeout_secs`: the desk answered it as
+             *     `on_timeout` says (`deny`, `approve`; `fail` fails the ticket with `approval_expired`).
+             */
+            data: {
+                call_id: string;
+                tool_name: string;
+                decision: string;
+            };
+            /** @enum {string} */
+            kind: "tool.approval_expired";
+        } | {
             /** @description The call runs with the ticket's next claim. */
             data: {
                 tool_name: string;
@@ -1829,6 +1848,12 @@ export interface components {
             timeout_ms: number;
             /** @description A call waits for a person's approval (`POST /v1/tickets/{ticket}/approvals/{call_id}`). */
             requires_approval: boolean;
+            /**
+             * Format: int32
+             * @description How long a call waits for approval before the desk answers `on_timeout`; null: for ever.
+             */
+            approval_timeout_secs: number | null;
+            on_timeout: null | components["schemas"]["OnTimeout"];
             /** Format: date-time */
             created_at?: string | null;
             /** Format: date-time */
@@ -1907,6 +1932,13 @@ export interface components {
             /** Format: int64 */
             timeout_ms: number;
             requires_approval: components["schemas"]["RequiresApproval"];
+            /**
+             * Format: int32
+             * @description Seconds a call of its tools waits for approval before the desk answers `on_timeout`;
+             *     null: the agent's setting.
+             */
+            approval_timeout_secs?: number | null;
+            on_timeout?: null | components["schemas"]["OnTimeout"];
             /** @description `api` (defined through the API) or `config` (from `AGENTDESK_MCP_CONFIG`, read-only). */
             source: string;
             /** @description The tools as last listed (empty before the first listing). */
@@ -1955,6 +1987,11 @@ export interface components {
             /** Format: double */
             cost_usd: number;
         };
+        /**
+         * @description What the desk answers for a call nobody approved or denied in time.
+         * @enum {string}
+         */
+        OnTimeout: "deny" | "approve" | "fail";
         /**
          * @description What a schedule does when a fire time comes while its previous ticket is unfinished.
          * @enum {string}
@@ -2229,6 +2266,13 @@ export interface components {
              *     the day rolls over.
              */
             budget_usd_per_day?: number | null;
+            /**
+             * Format: int32
+             * @description Seconds a call of its tools waits for approval when the tool (or its MCP server) sets
+             *     none (1 to 31536000); null: for ever.
+             */
+            approval_timeout_secs?: number | null;
+            on_timeout?: null | components["schemas"]["OnTimeout"];
         };
         PutMcpServer: {
             /**
@@ -2245,6 +2289,13 @@ export interface components {
              */
             timeout_ms?: number | null;
             requires_approval?: boolean | string[];
+            /**
+             * Format: int32
+             * @description Seconds a call of its tools waits for approval before the desk answers `on_timeout` (1 to
+             *     31536000; beats the agent's setting); null: the agent's.
+             */
+            approval_timeout_secs?: number | null;
+            on_timeout?: null | components["schemas"]["OnTimeout"];
         };
         PutPrice: {
             /**
@@ -2340,6 +2391,13 @@ export interface components {
             timeout_ms?: number | null;
             /** @description A call waits for a person's approval before it runs. */
             requires_approval?: boolean;
+            /**
+             * Format: int32
+             * @description Seconds a call waits for approval before the desk answers `on_timeout` (1 to 31536000);
+             *     null: for ever, or the agent's setting.
+             */
+            approval_timeout_secs?: number | null;
+            on_timeout?: null | components["schemas"]["OnTimeout"];
         };
         /** @description A project's limits per UTC day (and month for money); null is none. */
         Quotas: {

@@ -31,6 +31,8 @@ McpSessionProtocolVersion = Literal["2024-11-05", "2025-03-26", "2025-06-18", "2
 
 McpStreamAccept = Literal["text/event-stream"]
 
+OnTimeout = Literal["deny", "approve", "fail"]
+
 Overlap = Literal["skip", "allow", "cancel_previous"]
 
 PriceSource = Literal["desk", "built_in"]
@@ -45,7 +47,7 @@ TokenScope = Literal["read", "write", "approve", "admin"]
 
 WaitingFor = Literal["human", "approval", "budget", "price"]
 
-EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "budget.exhausted", "budget.threshold", "budget.unpriced", "schedule.skipped", "project.quota_reached", "text.delta", "thinking.delta", "tool_call.delta"]
+EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approval_expired", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "budget.exhausted", "budget.threshold", "budget.unpriced", "schedule.skipped", "project.quota_reached", "text.delta", "thinking.delta", "tool_call.delta"]
 """Every event kind the document names (a desk may send newer ones)."""
 
 EVENT_KINDS = (
@@ -67,6 +69,7 @@ EVENT_KINDS = (
     "tool.finished",
     "tool.failed",
     "tool.approval_requested",
+    "tool.approval_expired",
     "tool.approved",
     "tool.denied",
     "schema.retried",
@@ -279,6 +282,8 @@ class Agent:
     max_request_retries: int
     request_retry_delay_ms: int
     budget_usd_per_day: Optional[float]
+    approval_timeout_secs: Optional[int]
+    on_timeout: Optional[OnTimeout]
     created_at: str
     updated_at: str
     provider: Optional[str] = None
@@ -307,6 +312,8 @@ class Agent:
             max_request_retries=d['max_request_retries'],
             request_retry_delay_ms=d['request_retry_delay_ms'],
             budget_usd_per_day=d['budget_usd_per_day'],
+            approval_timeout_secs=d['approval_timeout_secs'],
+            on_timeout=d['on_timeout'],
             created_at=d['created_at'],
             updated_at=d['updated_at'],
             provider=d.get('provider'),
@@ -736,6 +743,8 @@ class HttpToolDef:
     headers: Dict[str, str]
     timeout_ms: int
     requires_approval: bool
+    approval_timeout_secs: Optional[int]
+    on_timeout: Optional[OnTimeout]
     created_at: Optional[str] = None
     updated_at: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -752,6 +761,8 @@ class HttpToolDef:
             headers=d['headers'],
             timeout_ms=d['timeout_ms'],
             requires_approval=d['requires_approval'],
+            approval_timeout_secs=d['approval_timeout_secs'],
+            on_timeout=d['on_timeout'],
             created_at=d.get('created_at'),
             updated_at=d.get('updated_at'),
             raw=d,
@@ -828,6 +839,8 @@ class McpServerView:
     url: Optional[str] = None
     command: Optional[str] = None
     args: Optional[List[str]] = None
+    approval_timeout_secs: Optional[int] = None
+    on_timeout: Optional[OnTimeout] = None
     listed_at: Optional[str] = None
     created_at: Optional[str] = None
     updated_at: Optional[str] = None
@@ -847,6 +860,8 @@ class McpServerView:
             url=d.get('url'),
             command=d.get('command'),
             args=d.get('args'),
+            approval_timeout_secs=d.get('approval_timeout_secs'),
+            on_timeout=d.get('on_timeout'),
             listed_at=d.get('listed_at'),
             created_at=d.get('created_at'),
             updated_at=d.get('updated_at'),
@@ -1261,6 +1276,8 @@ class PutAgent:
     tool_choice: Optional[str] = None
     max_concurrent: Optional[int] = None
     budget_usd_per_day: Optional[float] = None
+    approval_timeout_secs: Optional[int] = None
+    on_timeout: Optional[OnTimeout] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -1285,6 +1302,8 @@ class PutAgent:
             tool_choice=d.get('tool_choice'),
             max_concurrent=d.get('max_concurrent'),
             budget_usd_per_day=d.get('budget_usd_per_day'),
+            approval_timeout_secs=d.get('approval_timeout_secs'),
+            on_timeout=d.get('on_timeout'),
             raw=d,
         )
 
@@ -1295,6 +1314,8 @@ class PutMcpServer:
     headers: Optional[Dict[str, str]] = None
     timeout_ms: Optional[int] = None
     requires_approval: Any = None
+    approval_timeout_secs: Optional[int] = None
+    on_timeout: Optional[OnTimeout] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -1305,6 +1326,8 @@ class PutMcpServer:
             headers=d.get('headers'),
             timeout_ms=d.get('timeout_ms'),
             requires_approval=d.get('requires_approval'),
+            approval_timeout_secs=d.get('approval_timeout_secs'),
+            on_timeout=d.get('on_timeout'),
             raw=d,
         )
 
@@ -1364,6 +1387,8 @@ class PutTool:
     headers: Optional[Dict[str, str]] = None
     timeout_ms: Optional[int] = None
     requires_approval: Optional[bool] = None
+    approval_timeout_secs: Optional[int] = None
+    on_timeout: Optional[OnTimeout] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -1377,6 +1402,8 @@ class PutTool:
             headers=d.get('headers'),
             timeout_ms=d.get('timeout_ms'),
             requires_approval=d.get('requires_approval'),
+            approval_timeout_secs=d.get('approval_timeout_secs'),
+            on_timeout=d.get('on_timeout'),
             raw=d,
         )
 
