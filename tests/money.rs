@@ -464,3 +464,39 @@ async fn a_ticket_waiting_for_a_reply_waits_for_a_human() {
     assert_eq!(waiting["waiting_for"], "human", "{waiting}");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_failed_request_that_used_tokens_costs_money_in_the_metric_too() {
+    let (app, llm) = start().await;
+    app.put("/v1/agents/default", json!({"model": "metered-failures"}))
+        .await;
+    app.put("/v1/prices/metered-failures", json!({"input": 1000, "output": 1000}))
+        .await;
+    // An empty reply that reported its tokens, then an answer.
+    llm.push(Reply::text(" ").usage(500, 0));
+    llm.push(Reply::tool_call("close_ticket", json!({"result": "ok"})));
+    let ticket = app.create_ticket(json!({"task": "retry me"})).await;
+    let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+    let total = dollars(&done["usage"]["cost_usd"]);
+    let finished = event_data(&app, done["id"].as_str().unwrap(), "request.finished").await;
+    let answered = dollars(&finished[0]["cost_usd"]);
+    assert!(total > answered, "the failed request's tokens cost too: {done}");
+    let metrics = app
+        .request(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let metered: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("agentdesk_cost_usd_total{") && l.contains("model=\"metered-failures\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        (metered - total).abs() < 1e-9,
+        "metric {metered} against the ticket's {total}"
+    );
+    app.shutdown().await;
+}

@@ -124,7 +124,17 @@ impl Step<'_> {
                 chat.fail(err.kind.as_str(), &llm::excerpt(&err.message, 300));
             }
             drop(chat);
-            // A request that failed was still sent: it counts.
+            // A request that failed was still sent: it counts, in the metrics too.
+            if let Some(cost) = used.cost_usd().filter(|c| *c > crate::domain::Usd::ZERO) {
+                let dollars: f64 = cost.to_string().parse().unwrap_or(0.0);
+                metric::cost(
+                    self.ticket.project.0,
+                    &self.agent.name,
+                    provider_label,
+                    &self.agent.model,
+                    dollars,
+                );
+            }
             spent = spent.plus(&used);
             self.count_failed_request(used);
             if err.kind == LlmErrorKind::ContextWindowExceeded {
