@@ -62,6 +62,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403",
 include-name = "PUT /v1/agents/{name}"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
 
+# A rollback names a version the agent has; a batch of approvals gives exactly one of
+# `decisions`, `approve_all` and `deny_all`, naming calls that wait.
+[[operations]]
+include-name = ["POST /v1/agents/{name}/rollback", "POST /v1/tickets/{ticket}/approvals"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
+
 # `cron` must be a cron expression, `timezone` an IANA zone, `end_at` after `start_at`.
 [[operations]]
 include-name = ["POST /v1/schedules", "PATCH /v1/schedules/{schedule}"]

@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::pagination::{Cursor, NamePageQuery, Page};
+use super::pagination::{Cursor, NamePageQuery, NumberPageQuery, Page};
 use super::AppState;
 use crate::db;
 use crate::domain::agent::{default_model, is_valid_agent_name};
@@ -332,21 +332,22 @@ pub async fn list_agents(
 /// An agent's versions, newest first
 ///
 /// Every change of an agent's settings made a new version; each is kept whole.
-#[utoipa::path(get, path = "/agents/{name}/versions", tag = "agents", params(("name" = String, Path), NamePageQuery),
+#[utoipa::path(get, path = "/agents/{name}/versions", tag = "agents", params(("name" = String, Path), NumberPageQuery),
     responses((status = 200, body = AgentList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn list_agent_versions(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
-    ApiQuery(q): ApiQuery<NamePageQuery>,
+    ApiQuery(q): ApiQuery<NumberPageQuery>,
 ) -> ApiResult<Json<AgentList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let before = match page.cursor {
         None => None,
+        // Versions below it; a number past any version is the whole list.
         Some(c) => Some(
             c.as_number()
-                .and_then(|n| i32::try_from(n).ok())
-                .ok_or_else(Page::bad_cursor)?,
+                .ok_or_else(Page::bad_cursor)?
+                .clamp(0, i64::from(i32::MAX)) as i32,
         ),
     };
     let project = caller.project_id();
