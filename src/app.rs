@@ -100,6 +100,10 @@ impl App {
             // Nobody here watches deltas: send them to the API processes.
             tasks.push(hub.forward_deltas(shutdown.clone()));
         }
+        // The links of calls that wait for approval are signed with the desk's own key.
+        let link_key = db::links::signing_key(&pool)
+            .await
+            .context("cannot read the links key")?;
 
         let (addr, health_addr) = if mode.runs_api() {
             let state = AppState::new(ApiServices {
@@ -114,6 +118,7 @@ impl App {
                 route_check: Default::default(),
                 prices: prices.clone(),
                 projects: projects.clone(),
+                links: crate::domain::link::Links::new(link_key.clone(), &links_base(&config, config.addr)),
                 shutdown: shutdown.clone(),
             });
             let (server, addr) = serve_api(state, config.addr, shutdown.clone())?;
@@ -145,8 +150,12 @@ impl App {
                 config.clone(),
                 providers.clone(),
                 catalog.clone(),
-                prices.clone(),
-                projects.clone(),
+                crate::worker::Books {
+                    prices: prices.clone(),
+                    projects: projects.clone(),
+                    // Absolute from AGENTDESK_PUBLIC_URL, else from where this process's API listens.
+                    links: crate::domain::link::Links::new(link_key, &links_base(&config, addr.unwrap_or(config.addr))),
+                },
             ))
         } else {
             None
@@ -263,6 +272,21 @@ async fn start_tools(
     })
     .with_lender(Arc::new(mcp.clone()));
     Ok((mcp, catalog))
+}
+
+/// Where links point: `AGENTDESK_PUBLIC_URL`, else the address the API listens on (loopback for
+/// an address that listens on all).
+fn links_base(config: &Config, addr: SocketAddr) -> String {
+    if let Some(public) = &config.public_url {
+        return public.trim_end_matches('/').to_owned();
+    }
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
+        ip if ip.is_unspecified() => "[::1]".to_owned(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        ip => ip.to_string(),
+    };
+    format!("http://{host}:{}", addr.port())
 }
 
 /// The HTTP API on `addr`, and where it listens.

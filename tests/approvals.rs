@@ -115,8 +115,13 @@ async fn an_approved_call_runs_on_the_next_claim_and_the_other_calls_ran_at_once
     assert!(position(&kinds, "tool.approval_requested") < position(&kinds, "tool.finished"));
     assert_eq!(kinds.last().unwrap(), "ticket.waiting");
     let requested = event_data(&app, &id, "tool.approval_requested").await;
+    let mut requested = requested[0].clone();
+    for link in ["approve_url", "deny_url"] {
+        let url = requested.as_object_mut().unwrap().remove(link);
+        assert!(url.is_some_and(|u| u.as_str().is_some_and(|u| u.contains("/links/approvals/"))));
+    }
     assert_eq!(
-        requested[0],
+        requested,
         json!({"tool_name": "deploy", "call_id": call_id, "input": {"env": "prod"}})
     );
     // Lists show what waits too.
@@ -412,4 +417,63 @@ async fn a_call_nobody_answers_in_time_is_answered_as_on_timeout_says() {
     let bad = json!({"url": server.url("/x"), "on_timeout": "maybe"});
     let (code, _) = app.put("/v1/tools/bad", bad).await;
     assert!(code.is_client_error());
+}
+
+#[tokio::test]
+async fn signed_links_answer_a_call_once_without_a_token() {
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&llm, |c| {
+        c.allow_private_urls = true;
+        c.api_tokens = vec!["desk-token".into()];
+    })
+    .await;
+    let server = ToolServer::start().await;
+    setup(&app, &server).await;
+    let (key, id, call_id) = waiting_on(&app, &llm, Reply::tool_call("deploy", json!({"env": "prod"}))).await;
+    let (_, waiting) = app.get(&format!("/v1/tickets/{key}")).await;
+    let pending = &waiting["pending_approvals"][0];
+    let approve_url = pending["approve_url"].as_str().expect("approve_url").to_owned();
+    let deny_url = pending["deny_url"].as_str().expect("deny_url").to_owned();
+    assert!(
+        approve_url.starts_with(&format!("{}/links/approvals/", app.url)),
+        "{approve_url}"
+    );
+    assert_ne!(approve_url, deny_url);
+    let requested = event_data(&app, &id, "tool.approval_requested").await;
+    assert_eq!(requested[0]["approve_url"], approve_url.as_str());
+    assert_eq!(requested[0]["deny_url"], deny_url.as_str());
+
+    // No token: the page shows the call and the task.
+    let plain = reqwest::Client::new();
+    let page = plain.get(&approve_url).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("deploy") && html.contains("deploy it") && html.contains("<form"),
+        "{html}"
+    );
+    // A changed token is no link.
+    let forged = format!("{}x", &approve_url[..approve_url.len() - 1]);
+    assert_eq!(plain.get(&forged).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+
+    // The form's post answers it, once.
+    llm.push(close());
+    let answered = plain
+        .post(&approve_url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("reason=looks+fine")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
+    wait_status(&app, &key, "done").await;
+    assert_eq!(paths(&server), ["/deploy/prod"]);
+    let approved = event_data(&app, &id, "tool.approved").await;
+    assert_eq!(approved[0]["call_id"], call_id.as_str());
+    assert_eq!(approved[0]["reason"], "looks fine");
+    for url in [&approve_url, &deny_url] {
+        assert_eq!(plain.get(url).send().await.unwrap().status(), StatusCode::GONE);
+        let again = plain.post(url).json(&json!({})).send().await.unwrap();
+        assert_eq!(again.status(), StatusCode::GONE);
+    }
 }

@@ -32,7 +32,16 @@ impl Step<'_> {
         calls: Vec<PreparedCall>,
         tool_usage: TicketUsage,
     ) -> Flow<()> {
-        record.request_approvals(&calls);
+        // Each call's links, which answer it without a token (signed with the desk's key).
+        let links: Vec<(String, String, String)> = calls
+            .iter()
+            .filter(|c| c.requires_approval())
+            .map(|c| {
+                let (approve, deny) = self.rt.links.for_call(self.ticket.id, &c.id);
+                (c.id.clone(), approve, deny)
+            })
+            .collect();
+        record.request_approvals(&calls, &links);
         // Each call's deadline: the tool's (or its MCP server's), else the agent's; kept with the
         // call in Postgres, so it holds across restarts.
         let agent_deadline = ApprovalDeadline::of(self.agent.approval_timeout_secs, self.agent.on_timeout);
@@ -55,6 +64,8 @@ impl Step<'_> {
                     reason: None,
                     expires_at: deadline.map(|d| now + chrono::Duration::seconds(i64::from(d.secs))),
                     on_timeout: deadline.map(|d| d.on_timeout),
+                    approve_url: links.iter().find(|l| l.0 == c.id).map(|l| l.1.clone()),
+                    deny_url: links.iter().find(|l| l.0 == c.id).map(|l| l.2.clone()),
                 }
             })
             .collect();

@@ -56,6 +56,8 @@ pub struct Runtime {
     pub prices: db::prices::PriceBook,
     /// The projects' quotas requests are checked against.
     pub projects: db::projects::ProjectBook,
+    /// Signs the links of calls that wait for approval.
+    pub links: crate::domain::link::Links,
 }
 
 /// How the outside world stops a running ticket.

@@ -83,15 +83,18 @@ impl ResponseRecord {
         }
     }
 
-    /// Calls that wait for approval log `tool.approval_requested` where the others log
-    /// `tool.started`.
-    pub fn request_approvals(&mut self, calls: &[PreparedCall]) {
+    /// Calls that wait for approval log `tool.approval_requested` (with their links, by call id)
+    /// where the others log `tool.started`.
+    pub fn request_approvals(&mut self, calls: &[PreparedCall], links: &[(String, String, String)]) {
         for (event, call) in self.tool_started.iter_mut().zip(calls) {
             if call.requires_approval() {
+                let urls = links.iter().find(|(id, _, _)| *id == call.id);
                 let requested = EventData::ToolApprovalRequested {
                     tool_name: call.name.clone(),
                     call_id: call.id.clone(),
                     input: call.shown_input.clone(),
+                    approve_url: urls.map(|(_, approve, _)| approve.clone()),
+                    deny_url: urls.map(|(_, _, deny)| deny.clone()),
                 };
                 *event = NewEvent::new(event.agent.as_deref(), requested);
             }

@@ -11,6 +11,7 @@ pub mod events;
 pub mod fence;
 pub mod group;
 pub mod http_tools;
+pub mod links;
 pub mod mcp_servers;
 pub mod outputs;
 pub mod planner_stats;

@@ -125,6 +125,11 @@ event_kinds! {
         call_id: String,
         #[schema(value_type = Value)]
         input: Value,
+        /// The signed links that answer it without an API token.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approve_url: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deny_url: Option<String>,
     },
     /// Nobody answered a call within its `approval_timeout_secs`: the desk answered it as
     /// `on_timeout` says (`deny`, `approve`; `fail` fails the ticket with `approval_expired`).
@@ -520,6 +525,8 @@ mod tests {
                 tool_name: s(),
                 call_id: s(),
                 input: json!({}),
+                approve_url: Some(s()),
+                deny_url: Some(s()),
             },
             EventData::ToolApprovalExpired {
                 call_id: s(),

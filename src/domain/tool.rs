@@ -165,6 +165,11 @@ pub struct Approval {
     pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_timeout: Option<OnTimeout>,
+    /// The signed links that answer it without a token (`domain::link`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approve_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny_url: Option<String>,
 }
 
 /// A call that waits for a person, as a ticket shows it.
@@ -174,6 +179,14 @@ pub struct PendingApproval {
     pub tool_name: String,
     #[schema(value_type = Object)]
     pub input: Value,
+    /// Opens a page that approves it, without an API token; works once, while it waits.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub approve_url: Option<String>,
+    /// The same, denying it.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub deny_url: Option<String>,
 }
 
 impl From<&Approval> for PendingApproval {
@@ -182,6 +195,8 @@ impl From<&Approval> for PendingApproval {
             call_id: a.call_id.clone(),
             tool_name: a.tool_name.clone(),
             input: a.input.clone(),
+            approve_url: a.approve_url.clone(),
+            deny_url: a.deny_url.clone(),
         }
     }
 }

@@ -37,6 +37,8 @@ pub async fn refuse_cross_site(State(state): State<AppState>, request: Request, 
 
 fn check(config: &Config, request: &Request) -> Result<(), ApiError> {
     let headers = request.headers();
+    // A signed link is its own authority, and its page posts a form; the Host rule still holds.
+    let link = request.uri().path().starts_with(crate::domain::link::LINK_PATH);
     if config.api_tokens.is_empty() {
         let host = request_host(request);
         if let Some(host) = host {
@@ -48,7 +50,7 @@ fn check(config: &Config, request: &Request) -> Result<(), ApiError> {
                 )));
             }
         }
-        let reads_only = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+        let reads_only = link || matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
         let protocol_endpoint = request.uri().path() == "/mcp";
         if !reads_only || protocol_endpoint {
             if let Some(origin) = headers.get(header::ORIGIN) {
@@ -67,7 +69,7 @@ fn check(config: &Config, request: &Request) -> Result<(), ApiError> {
             }
         }
     }
-    if carries_body(request.method()) {
+    if carries_body(request.method()) && !link {
         check_content_type(headers)?;
     }
     Ok(())

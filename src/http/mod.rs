@@ -13,6 +13,7 @@ pub mod events;
 pub mod extract;
 pub mod formats;
 pub mod health;
+pub mod links;
 pub mod mcp_servers;
 pub mod metrics;
 pub mod openapi;
@@ -93,6 +94,8 @@ pub struct ApiServices {
     /// The projects' quotas as this process's workers check them (reloaded at once after a change
     /// here).
     pub projects: crate::db::projects::ProjectBook,
+    /// Checks the signed links of calls that wait for approval (`/links/approvals/…`).
+    pub links: crate::domain::link::Links,
     /// Cancelled on shutdown: ends SSE streams so graceful shutdown does not hang on them.
     pub shutdown: CancellationToken,
 }
@@ -195,6 +198,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi_json))
         .merge(docs::routes())
         .merge(board::routes())
+        .merge(links::routes())
         .merge(agent_protocols::mcp::routes(state.clone()))
         .merge(agent_protocols::a2a::routes())
         .fallback(not_found)
@@ -212,7 +216,18 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(limit_headers))
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal.into_response()))
-        .layer(TraceLayer::new_for_http())
+        // A link's path holds its token: it is logged without it.
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &axum::extract::Request| {
+                let path = request.uri().path();
+                let path = if path.starts_with(crate::domain::link::LINK_PATH) {
+                    "/links/approvals/…"
+                } else {
+                    path
+                };
+                tracing::debug_span!("request", method = %request.method(), path = %path)
+            }),
+        )
         .with_state(state)
 }
 

@@ -57,6 +57,14 @@ struct Shared {
     tasks: TaskTracker,
 }
 
+/// What the workers read without a round trip: the prices, the projects' quotas, and the key
+/// and base of the links they sign.
+pub struct Books {
+    pub prices: crate::db::prices::PriceBook,
+    pub projects: crate::db::projects::ProjectBook,
+    pub links: crate::domain::link::Links,
+}
+
 pub struct WorkerPool {
     shared: Arc<Shared>,
     background: Vec<tokio::task::JoinHandle<()>>,
@@ -71,8 +79,7 @@ impl WorkerPool {
         config: Arc<Config>,
         providers: Arc<Providers>,
         catalog: crate::tools::catalog::ToolCatalog,
-        prices: crate::db::prices::PriceBook,
-        projects: crate::db::projects::ProjectBook,
+        books: Books,
     ) -> WorkerPool {
         let worker_id = format!(
             "{}-{}-{}",
@@ -90,8 +97,9 @@ impl WorkerPool {
             providers,
             catalog,
             stream_idle: config.stream_idle,
-            prices,
-            projects,
+            prices: books.prices,
+            projects: books.projects,
+            links: books.links,
         };
         let shared = Arc::new(Shared {
             config,

@@ -1608,6 +1608,9 @@ export interface components {
                 tool_name: string;
                 call_id: string;
                 input: unknown;
+                /** @description The signed links that answer it without an API token. */
+                approve_url?: string | null;
+                deny_url?: string | null;
             };
             /** @enum {string} */
             kind: "tool.approval_requested";
@@ -2077,6 +2080,10 @@ export interface components {
             call_id: string;
             tool_name: string;
             input: Record<string, never>;
+            /** @description Opens a page that approves it, without an API token; works once, while it waits. */
+            approve_url: string | null;
+            /** @description The same, denying it. */
+            deny_url: string | null;
         };
         /** @description What a project used in one period. */
         PeriodUsage: {

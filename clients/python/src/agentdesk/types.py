@@ -1033,6 +1033,8 @@ class PendingApproval:
     call_id: str
     tool_name: str
     input: Dict[str, Any]
+    approve_url: Optional[str]
+    deny_url: Optional[str]
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -1042,6 +1044,8 @@ class PendingApproval:
             call_id=d['call_id'],
             tool_name=d['tool_name'],
             input=d['input'],
+            approve_url=d['approve_url'],
+            deny_url=d['deny_url'],
             raw=d,
         )
 
