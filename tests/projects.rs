@@ -295,6 +295,8 @@ fn body_for(method: &Method, path: &str) -> Option<Value> {
     let body = match (method.as_str(), path) {
         ("POST", p) if p.ends_with("/comments") => json!({"text": "from another project"}),
         ("POST", p) if p.contains("/approvals/") => json!({"approve": true}),
+        ("POST", p) if p.ends_with("/approvals") => json!({"approve_all": true}),
+        ("POST", p) if p.ends_with("/rollback") => json!({"version": 1}),
         ("POST", p) if p.ends_with("/tokens") => json!({"name": "x", "scopes": ["read"]}),
         ("PATCH", "/v1/tickets/{ticket}") => json!({"priority": 5}),
         ("PATCH", "/v1/schedules/{schedule}") => json!({"enabled": false}),
@@ -347,6 +349,7 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
                 .replace("{id}", webhook["id"].as_str().unwrap())
                 .replace("{project}", "alpha")
                 .replace("{call_id}", "call_1")
+                .replace("{version}", "1")
                 .replace("{model}", "m");
             for method in operations.as_object().unwrap().keys() {
                 let method: Method = method.to_uppercase().parse().unwrap();
