@@ -187,6 +187,7 @@ def ticket_json(key: str = "TICKET-1", status: str = "todo") -> Dict[str, Any]:
         },
         "budget_usd": None,
         "waiting_for": None,
+        "agent_version": None,
         "created_at": "2026-01-01T00:00:00Z",
         "updated_at": "2026-01-01T00:00:00Z",
         "pending_approvals": [],

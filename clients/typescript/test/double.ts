@@ -37,6 +37,7 @@ export function ticketJson(key = "TICKET-1", status = "todo"): Record<string, un
     usage: { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_creation_tokens: 0, requests: 0, tool_calls: 0, cost_usd: 0, unpriced: false },
     budget_usd: null,
     waiting_for: null,
+    agent_version: null,
     created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z", pending_approvals: [],
   };
 }
