@@ -60,13 +60,7 @@ impl Step<'_> {
         let Some(settings) = self.rt.projects.find(&self.rt.pool, project).await? else {
             return Ok(vec![]);
         };
-        let q = &settings.quotas;
-        let quotas = [
-            (Quota::TokensPerDay, q.tokens_per_day.map(db::budgets::count)),
-            (Quota::CostPerDay, q.cost_usd_per_day),
-            (Quota::CostPerMonth, q.cost_usd_per_month),
-        ];
-        Ok(quotas
+        Ok(Quota::limits(&settings.quotas)
             .into_iter()
             .filter_map(|(quota, limit)| Some(Budget::project(project, &settings.name, quota, limit?)))
             .collect())
@@ -176,6 +170,21 @@ impl Step<'_> {
             return Ok(vec![]);
         };
         Ok(db::budgets::settle(&self.rt.pool, self.ticket.id, &reservation, used, self.name()).await?)
+    }
+
+    /// Adds a priced request's cost to `agentdesk_cost_usd_total` (nothing for an unpriced or a
+    /// free one): an answered request's, a failed one's that reported tokens, a summariser's.
+    /// Returns the cost in dollars, for the request's span.
+    pub(super) fn record_cost(&self, provider: &str, usage: &TicketUsage) -> Option<f64> {
+        let dollars: f64 = usage.cost_usd()?.to_string().parse().ok()?;
+        crate::telemetry::metric::cost(
+            self.ticket.project.0,
+            &self.agent.name,
+            provider,
+            &self.agent.model,
+            dollars,
+        );
+        Some(dollars)
     }
 
     /// Logs `budget.threshold` events now (when there are any: no write otherwise).

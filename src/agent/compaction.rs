@@ -116,10 +116,7 @@ impl Step<'_> {
             Ok(r) => self.priced(&charge, request::ticket_usage(&r.usage, 1, !r.usage_reported), true),
             Err(_) => request::ticket_usage(&Default::default(), 1, false),
         };
-        if let Some(cost) = usage.cost_usd().filter(|c| *c > crate::domain::Usd::ZERO) {
-            let dollars: f64 = cost.to_string().parse().unwrap_or(0.0);
-            crate::telemetry::metric::cost(self.ticket.project.0, name, &provider_label, &self.agent.model, dollars);
-        }
+        self.record_cost(&provider_label, &usage);
         let thresholds = self.settle(&mut charge, &usage).await?;
         self.append_thresholds(thresholds).await?;
         let outcome = match result {

@@ -125,16 +125,7 @@ impl Step<'_> {
             }
             drop(chat);
             // A request that failed was still sent: it counts, in the metrics too.
-            if let Some(cost) = used.cost_usd().filter(|c| *c > crate::domain::Usd::ZERO) {
-                let dollars: f64 = cost.to_string().parse().unwrap_or(0.0);
-                metric::cost(
-                    self.ticket.project.0,
-                    &self.agent.name,
-                    provider_label,
-                    &self.agent.model,
-                    dollars,
-                );
-            }
+            self.record_cost(provider_label, &used);
             spent = spent.plus(&used);
             self.count_failed_request(used);
             if err.kind == LlmErrorKind::ContextWindowExceeded {
@@ -207,10 +198,7 @@ impl Step<'_> {
         let model = &self.agent.model;
         let project = self.ticket.project.0;
         metric::model_request(project, (provider, model), "ok", sent.elapsed(), first_output);
-        let cost_usd: Option<f64> = priced.cost_usd().and_then(|c| c.to_string().parse().ok());
-        if let Some(cost) = cost_usd {
-            metric::cost(project, &self.agent.name, provider, model, cost);
-        }
+        let cost_usd = self.record_cost(provider, priced);
         let usage = &response.usage;
         metric::tokens(
             project,

@@ -49,6 +49,16 @@ impl Quota {
         }
     }
 
+    /// A project's quotas that are kept as budgets, with their limits (a token count as the
+    /// budget columns hold it); None where the project sets none.
+    pub fn limits(quotas: &crate::domain::project::Quotas) -> [(Quota, Option<Usd>); 3] {
+        [
+            (Quota::TokensPerDay, quotas.tokens_per_day.map(count)),
+            (Quota::CostPerDay, quotas.cost_usd_per_day),
+            (Quota::CostPerMonth, quotas.cost_usd_per_month),
+        ]
+    }
+
     fn unit(self) -> Unit {
         match self {
             Quota::TokensPerDay => Unit::Tokens,

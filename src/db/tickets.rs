@@ -343,17 +343,16 @@ pub async fn count_by_status(pool: &PgPool) -> Result<Vec<(ProjectId, &'static s
         sqlx::query_as("SELECT project_id, status, count(*) FROM tickets GROUP BY project_id, status")
             .fetch_all(pool)
             .await?;
+    let found: std::collections::HashMap<(ProjectId, &str), i64> =
+        rows.iter().map(|(p, s, n)| ((*p, s.as_str()), *n)).collect();
     let mut projects: Vec<ProjectId> = rows.iter().map(|(p, _, _)| *p).collect();
     projects.push(ProjectId::DEFAULT);
     projects.sort();
     projects.dedup();
-    let mut counts = vec![];
+    let mut counts = Vec::with_capacity(projects.len() * Status::ALL.len());
     for project in projects {
         for status in Status::ALL {
-            let count = rows
-                .iter()
-                .find(|(p, s, _)| *p == project && s == status.as_str())
-                .map_or(0, |(_, _, n)| *n);
+            let count = found.get(&(project, status.as_str())).copied().unwrap_or(0);
             counts.push((project, status.as_str(), count));
         }
     }

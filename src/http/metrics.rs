@@ -51,15 +51,11 @@ async fn scrape(pool: &PgPool) -> ApiResult<Response> {
         "Tickets by project and status, read from the database when scraped",
     );
     // By the bounded `project` label: the projects past its limit are summed into `_other`.
-    let mut by_label: Vec<(String, &'static str, i64)> = vec![];
+    let mut by_label: std::collections::BTreeMap<(String, &'static str), i64> = Default::default();
     for (project, status, n) in counts {
-        let label = metric::project_label(project.0);
-        match by_label.iter_mut().find(|(l, s, _)| *l == label && *s == status) {
-            Some(entry) => entry.2 += n,
-            None => by_label.push((label, status, n)),
-        }
+        *by_label.entry((metric::project_label(project.0), status)).or_default() += n;
     }
-    let counts = by_label.iter().map(|(p, s, n)| (p.as_str(), *s, *n));
+    let counts = by_label.iter().map(|((p, s), n)| (p.as_str(), *s, *n));
     metric::write_project_gauge(&mut text, tickets, "status", counts);
     let schedules = (
         metric::SCHEDULES,

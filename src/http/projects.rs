@@ -223,12 +223,7 @@ pub async fn patch_project(
     if updated.quotas != project.quotas {
         // New limits for the quotas' counters; the pause is lifted and the tickets the quotas
         // stopped are tried again (one still over its quota pauses the project again).
-        let q = &updated.quotas;
-        let limits = [
-            (Quota::TokensPerDay, q.tokens_per_day.map(db::budgets::count)),
-            (Quota::CostPerDay, q.cost_usd_per_day),
-            (Quota::CostPerMonth, q.cost_usd_per_month),
-        ];
+        let limits = Quota::limits(&updated.quotas);
         let mut tx = state.pool.begin().await?;
         let resumed = db::budgets::set_project_quotas(&mut tx, project.id, &limits).await?;
         tx.commit().await?;

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::db;
 use crate::domain::tool::OnTimeout;
-use crate::domain::{Decision, EventData, NewEvent, RequeueReason, Status, TicketError};
+use crate::domain::{Decision, EventData, NewEvent, Status, TicketError};
 
 /// The error kind of a ticket failed because nobody answered a call in time (`on_timeout: fail`).
 pub const APPROVAL_EXPIRED: &str = "approval_expired";
@@ -82,18 +82,7 @@ pub async fn expire_approvals(pool: &PgPool, limit: i64) -> Result<usize, sqlx::
                 EventData::TicketFailed { error },
             ));
         } else {
-            db::tickets::set_approvals(&mut tx, *id, &approvals).await?;
-            let all_answered = approvals.iter().all(|a| a.decision.is_some());
-            if all_answered && ticket.status == Status::Waiting {
-                db::tickets::set_status(&mut tx, *id, Status::Todo).await?;
-                events.push(NewEvent::new(
-                    None,
-                    EventData::TicketRequeued {
-                        reason: RequeueReason::Approval,
-                    },
-                ));
-                db::tickets::notify_work(&mut tx).await?;
-            }
+            super::store_answers(&mut tx, &ticket, &approvals, &mut events).await?;
         }
         db::events::append(&mut tx, *id, &events).await?;
     }

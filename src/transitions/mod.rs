@@ -442,24 +442,39 @@ pub async fn answer_approvals(
         };
         events.push(NewEvent::new(None, event));
     }
-    db::tickets::set_approvals(&mut tx, ticket.id, &approvals).await?;
-    let all_answered = approvals.iter().all(|a| a.decision.is_some());
-    let ticket = if all_answered && ticket.status == Status::Waiting {
-        let requeued = db::tickets::set_status(&mut tx, ticket.id, Status::Todo).await?;
-        events.push(NewEvent::new(
-            None,
-            EventData::TicketRequeued {
-                reason: RequeueReason::Approval,
-            },
-        ));
-        db::tickets::notify_work(&mut tx).await?;
-        requeued
-    } else {
-        db::tickets::find_by_id(&mut *tx, ticket.id)
+    let ticket = match store_answers(&mut tx, &ticket, &approvals, &mut events).await? {
+        Some(requeued) => requeued,
+        None => db::tickets::find_by_id(&mut *tx, ticket.id)
             .await?
-            .ok_or_else(|| DeskError::NotFound(reference.to_owned()))?
+            .ok_or_else(|| DeskError::NotFound(reference.to_owned()))?,
     };
     db::events::append(&mut tx, ticket.id, &events).await?;
     tx.commit().await?;
     Ok(ticket)
+}
+
+/// Stores a ticket's calls with their answers, under its row lock; once every call is answered,
+/// a `waiting` ticket goes back to `todo` (`ticket.requeued` with reason `approval`, added to
+/// `events`) and the ticket as requeued is returned. Shared by people's answers and the desk's
+/// answers at a deadline (`deadlines::expire_approvals`).
+pub(crate) async fn store_answers(
+    conn: &mut PgConnection,
+    ticket: &Ticket,
+    approvals: &[crate::domain::Approval],
+    events: &mut Vec<NewEvent>,
+) -> Result<Option<Ticket>, sqlx::Error> {
+    db::tickets::set_approvals(conn, ticket.id, approvals).await?;
+    let all_answered = approvals.iter().all(|a| a.decision.is_some());
+    if !(all_answered && ticket.status == Status::Waiting) {
+        return Ok(None);
+    }
+    let requeued = db::tickets::set_status(conn, ticket.id, Status::Todo).await?;
+    events.push(NewEvent::new(
+        None,
+        EventData::TicketRequeued {
+            reason: RequeueReason::Approval,
+        },
+    ));
+    db::tickets::notify_work(conn).await?;
+    Ok(Some(requeued))
 }
