@@ -238,6 +238,8 @@ async fn ensure_default_agent(pool: &PgPool, config: &Config, providers: &Provid
         updated_at: now,
         approval_timeout_secs: None,
         on_timeout: None,
+        question_timeout_secs: None,
+        on_question_timeout: None,
         version: 1,
     };
     if db::agents::insert_if_none_exist(pool, &agent).await? {

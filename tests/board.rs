@@ -736,3 +736,106 @@ async fn the_api_reference_page_references_nothing_outside_the_desk() {
     }
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium and chromium-driver: cargo test --test board -- --ignored"]
+async fn a_person_answers_the_question_on_the_board_and_approves_by_link_without_a_token() {
+    require_browser();
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&llm, |c| {
+        c.allow_private_urls = true;
+        c.api_tokens = vec!["board-secret".into()];
+    })
+    .await;
+    let server = support::tool_server::ToolServer::start().await;
+    let deploy = json!({"url": server.url("/deploy/{env}"), "requires_approval": true, "approval_timeout_secs": 3600,
+                        "input_schema": {"type": "object", "properties": {"env": {"type": "string"}}}});
+    assert!(app.put("/v1/tools/deploy", deploy).await.0.is_success());
+    let agent = json!({"provider": "openai", "model": "m", "tools": ["close_ticket", "deploy", "ask_human"],
+                       "question_timeout_secs": 3600});
+    assert!(app.put("/v1/agents/default", agent).await.0.is_success());
+    llm.push(Reply::tool_calls(vec![
+        ("deploy", json!({"env": "prod"})),
+        (
+            "ask_human",
+            json!({"question": "Which region first?", "choices": ["eu", "us"]}),
+        ),
+    ]));
+    llm.push(Reply::tool_call("close_ticket", json!({"result": "deployed"})));
+    let ticket = app.create_ticket(json!({"task": "Deploy the release"})).await;
+    let key = ticket["key"].as_str().unwrap().to_owned();
+    let waiting = wait_status(&app, &key, "waiting").await;
+    let approve_url = waiting["pending_approvals"][0]["approve_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The board shows the question and the call, each with its deadline; the question is answered there.
+    let browser = Browser::start(1200, 900).await.expect("start Chromium");
+    browser.goto(&format!("{}/", app.url)).await.unwrap();
+    wait(
+        &browser,
+        "the token prompt",
+        "return document.getElementById('token-dialog').open",
+    )
+    .await;
+    browser.type_into("#token-input", "board-secret").await.unwrap();
+    browser.click("#token-form button[type=submit]").await.unwrap();
+    show(&browser, &format!("#/tickets/{key}")).await;
+    wait(
+        &browser,
+        "the pending question",
+        "const q = document.getElementById('pending-question'); \
+         return !!q && q.textContent.includes('Which region first?') && !!q.querySelector('.deadline')",
+    )
+    .await;
+    wait(
+        &browser,
+        "the call waiting for approval with its deadline",
+        "const a = document.querySelector('.approval'); return !!a && a.textContent.includes('deploy') && !!a.querySelector('.deadline')",
+    )
+    .await;
+    browser
+        .screenshot(&screenshot_path("question-and-approval.png"))
+        .await
+        .unwrap();
+    browser
+        .execute(
+            "[...document.querySelectorAll('#pending-question button')].find(b => b.textContent === 'eu').click()",
+            vec![],
+        )
+        .await
+        .unwrap();
+    wait(
+        &browser,
+        "the question answered",
+        "return !document.getElementById('pending-question')",
+    )
+    .await;
+    assert_no_page_errors(&browser).await;
+
+    // The approve link, opened with no token at all: a page, and a button that approves.
+    browser.goto(&approve_url).await.unwrap();
+    wait(
+        &browser,
+        "the approval page",
+        "return document.body.textContent.includes('Deploy the release')",
+    )
+    .await;
+    browser.click("form button[type=submit]").await.unwrap();
+    wait(
+        &browser,
+        "the answer page",
+        "return document.body.textContent.includes('was approved')",
+    )
+    .await;
+    browser
+        .screenshot(&screenshot_path("approved-by-link.png"))
+        .await
+        .unwrap();
+    wait_status(&app, &key, "done").await;
+    assert_eq!(server.requests().len(), 1, "the approved call ran once");
+    let answered = support::event_data(&app, ticket["id"].as_str().unwrap(), "question.answered").await;
+    assert_eq!(answered[0]["answer"], "eu");
+    browser.close().await;
+}

@@ -296,6 +296,7 @@ fn body_for(method: &Method, path: &str) -> Option<Value> {
         ("POST", p) if p.ends_with("/comments") => json!({"text": "from another project"}),
         ("POST", p) if p.contains("/approvals/") => json!({"approve": true}),
         ("POST", p) if p.ends_with("/approvals") => json!({"approve_all": true}),
+        ("POST", p) if p.contains("/questions/") => json!({"answer": "from another project"}),
         ("POST", p) if p.ends_with("/rollback") => json!({"version": 1}),
         ("POST", p) if p.ends_with("/tokens") => json!({"name": "x", "scopes": ["read"]}),
         ("PATCH", "/v1/tickets/{ticket}") => json!({"priority": 5}),

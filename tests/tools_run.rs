@@ -44,6 +44,8 @@ async fn pool() -> PgPool {
         updated_at: now,
         approval_timeout_secs: None,
         on_timeout: None,
+        question_timeout_secs: None,
+        on_question_timeout: None,
         version: 1,
     };
     db::agents::upsert(&pool, ProjectId::DEFAULT, &agent)

@@ -16,6 +16,7 @@ pub mod compaction;
 mod model_call;
 pub mod outputs;
 mod persist;
+mod replay;
 mod request;
 mod results;
 mod state;

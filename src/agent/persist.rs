@@ -33,6 +33,8 @@ pub(super) struct ResponseRecord {
     thresholds: Vec<NewEvent>,
     /// `tool.started` of each call, logged after it.
     tool_started: Vec<NewEvent>,
+    /// Events about the calls, logged after their `tool.started` (`tool.replay_mismatch`).
+    pub notes: Vec<NewEvent>,
 }
 
 impl ResponseRecord {
@@ -80,14 +82,22 @@ impl ResponseRecord {
             finished: NewEvent::new(Some(name), finished),
             thresholds: charged.events,
             tool_started,
+            notes: vec![],
         }
     }
 
     /// Calls that wait for approval log `tool.approval_requested` (with their links, by call id)
-    /// where the others log `tool.started`.
-    pub fn request_approvals(&mut self, calls: &[PreparedCall], links: &[(String, String, String)]) {
+    /// and the question logs `question.asked` where the others log `tool.started`.
+    pub fn request_answers(
+        &mut self,
+        calls: &[PreparedCall],
+        links: &[(String, String, String)],
+        asked: Option<(&str, EventData)>,
+    ) {
         for (event, call) in self.tool_started.iter_mut().zip(calls) {
-            if call.requires_approval() {
+            if let Some((_, data)) = asked.as_ref().filter(|(id, _)| *id == call.id) {
+                *event = NewEvent::new(event.agent.as_deref(), data.clone());
+            } else if call.requires_approval() {
                 let urls = links.iter().find(|(id, _, _)| *id == call.id);
                 let requested = EventData::ToolApprovalRequested {
                     tool_name: call.name.clone(),
@@ -126,6 +136,7 @@ impl ResponseRecord {
         events.extend(self.thresholds);
         events.push(created);
         events.extend(self.tool_started);
+        events.extend(self.notes);
         events
     }
 }

@@ -49,6 +49,18 @@ pub(super) async fn run(
         }
         _ => db::agents::get(&rt.pool, ticket.project, agent_name).await?,
     };
+    // A replay runs with the provider and model it was given instead of its agent's.
+    let definition = definition.map(|mut agent| {
+        if let Some(replay) = &ticket.replay {
+            if let Some(model) = &replay.model {
+                agent.model = model.clone();
+            }
+            if let Some(provider) = &replay.provider {
+                agent.provider = Some(provider.clone());
+            }
+        }
+        agent
+    });
     let Some(agent) = definition else {
         let message = format!("agent {agent_name:?} no longer exists");
         let usage = TicketUsage::default();
@@ -278,7 +290,9 @@ impl Step<'_> {
     /// A text reply settles the step; tool calls run, and their results are stored.
     async fn act_on(&self, response: ModelResponse) -> Flow<()> {
         let calls = tool_calls::prepare(&self.agent, &self.tools, &response);
+        let (calls, mismatches) = self.answer_from_recording(calls).await?;
         let mut record = ResponseRecord::of(&self.agent, &response, &calls, self.take_charged());
+        record.notes = mismatches;
         record.usage = self.with_failed_requests(record.usage);
         if calls.is_empty() && response.stop_reason == StopReason::MaxTokens {
             return self.continue_truncated_reply(record).await;
@@ -291,9 +305,19 @@ impl Step<'_> {
             tool_calls: calls.len() as i64,
             ..TicketUsage::default()
         };
-        if calls.iter().any(PreparedCall::requires_approval) {
-            return self.hold_for_approval(record, calls, tool_usage).await;
+        if calls.iter().any(|c| c.requires_approval() || c.asks_human()) {
+            return self.hold_for_people(record, calls, tool_usage).await;
         }
+        self.run_calls(record, calls, tool_usage).await
+    }
+
+    /// Runs a response's calls (none waits for a person) and stores it with their results.
+    pub(super) async fn run_calls(
+        &self,
+        record: ResponseRecord,
+        calls: Vec<PreparedCall>,
+        tool_usage: TicketUsage,
+    ) -> Flow<()> {
         if calls.iter().all(PreparedCall::writes_nothing) {
             // Nothing these calls do writes (finishers apply at commit): run them first, then
             // store the response, the results and the outcome in one transaction. A crash before

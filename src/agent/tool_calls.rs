@@ -32,6 +32,16 @@ impl PreparedCall {
     pub fn requires_approval(&self) -> bool {
         self.input.as_ref().is_ok_and(|p| p.tool.requires_approval())
     }
+
+    /// A call of the built-in `ask_human`: a question that waits for a person's answer.
+    pub fn asks_human(&self) -> bool {
+        self.input.as_ref().is_ok_and(|p| p.tool.name() == tools::ASK_HUMAN)
+    }
+
+    /// Waits for a person: its approval, or its answer.
+    pub fn waits(&self) -> bool {
+        self.requires_approval() || self.asks_human()
+    }
 }
 
 pub(super) fn prepare(agent: &Agent, tools: &ToolRegistry, response: &ModelResponse) -> Vec<PreparedCall> {

@@ -130,6 +130,35 @@ pub enum TicketCommand {
     /// Put a failed or cancelled ticket back to todo
     #[command(after_help = EXIT_CODES_HELP)]
     Retry { key: String },
+    /// Approve a tool call that waits for approval (without CALL_ID: every pending one)
+    #[command(after_help = EXIT_CODES_HELP)]
+    Approve {
+        key: String,
+        /// The call's id, as `ticket show` lists it
+        call_id: Option<String>,
+        /// Shown in the `tool.approved` event
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Deny a tool call that waits for approval (without CALL_ID: every pending one)
+    #[command(after_help = EXIT_CODES_HELP)]
+    Deny {
+        key: String,
+        call_id: Option<String>,
+        /// Given to the model with the denial
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Answer the question the ticket's agent asked (its `pending_question`)
+    #[command(after_help = EXIT_CODES_HELP)]
+    Answer {
+        key: String,
+        /// The answer: a choice or text, or JSON with --json
+        answer: String,
+        /// Read ANSWER as JSON (for a question whose schema wants an object, a number, …)
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug)]

@@ -1,4 +1,5 @@
-//! `agentdesk ticket create|list|show|comment|cancel|retry` (and `watch`, in `watch.rs`).
+//! `agentdesk ticket create|list|show|comment|cancel|retry|approve|deny|answer` (and `watch`, in
+//! `watch.rs`).
 
 use std::path::Path;
 
@@ -55,7 +56,61 @@ pub async fn run(client: &Client, command: TicketCommand) -> Result<u8, CliError
         }
         TicketCommand::Cancel { key } => transition(client, &key, "cancel").await,
         TicketCommand::Retry { key } => transition(client, &key, "retry").await,
+        TicketCommand::Approve { key, call_id, reason } => decide(client, &key, call_id, true, reason).await,
+        TicketCommand::Deny { key, call_id, reason } => decide(client, &key, call_id, false, reason).await,
+        TicketCommand::Answer { key, answer, json } => {
+            let answer: Value = if json {
+                serde_json::from_str(&answer)
+                    .map_err(|e| CliError::Usage(format!("--json: the answer is not JSON ({e})")))?
+            } else {
+                Value::String(answer)
+            };
+            let ticket = client.get(&format!("/v1/tickets/{}", encode(&key))).await?;
+            let Some(id) = ticket["pending_question"]["id"].as_str() else {
+                return Err(CliError::Usage(format!(
+                    "{key} waits for no answer to a question (it is {})",
+                    short(&ticket["status"], 20)
+                )));
+            };
+            let path = format!("/v1/tickets/{}/questions/{}", encode(&key), encode(id));
+            let ticket = client.post(&path, &json!({ "answer": answer })).await?;
+            print_status(&ticket, &key);
+            Ok(exit::OK)
+        }
     }
+}
+
+/// Approves or denies one waiting call, or every pending one.
+async fn decide(
+    client: &Client,
+    key: &str,
+    call_id: Option<String>,
+    approve: bool,
+    reason: Option<String>,
+) -> Result<u8, CliError> {
+    let ticket = match call_id {
+        Some(call) => {
+            let path = format!("/v1/tickets/{}/approvals/{}", encode(key), encode(&call));
+            client
+                .post(&path, &json!({ "approve": approve, "reason": reason }))
+                .await?
+        }
+        None => {
+            let all = if approve { "approve_all" } else { "deny_all" };
+            let path = format!("/v1/tickets/{}/approvals", encode(key));
+            client.post(&path, &json!({ all: true, "reason": reason })).await?
+        }
+    };
+    print_status(&ticket, key);
+    Ok(exit::OK)
+}
+
+fn print_status(ticket: &Value, key: &str) {
+    println!(
+        "{} is {}",
+        ticket["key"].as_str().unwrap_or(key),
+        short(&ticket["status"], 20)
+    );
 }
 
 fn read_schema(file: &Path) -> Result<Value, CliError> {
@@ -73,11 +128,7 @@ async fn transition(client: &Client, key: &str, action: &str) -> Result<u8, CliE
     let ticket = client
         .post(&format!("/v1/tickets/{}/{action}", encode(key)), &json!({}))
         .await?;
-    println!(
-        "{} is {}",
-        ticket["key"].as_str().unwrap_or(key),
-        short(&ticket["status"], 20)
-    );
+    print_status(&ticket, key);
     Ok(exit::OK)
 }
 
@@ -212,6 +263,28 @@ fn render_ticket(t: &Value, comments: &[Value]) -> String {
     field("cost", format!("{cost}{budget}"));
     if let Some(why) = t["waiting_for"].as_str() {
         field("waits for", why.to_owned());
+    }
+    let question = &t["pending_question"];
+    if question.is_object() {
+        field("question", short(&question["question"], 500));
+        if let Some(choices) = question["choices"].as_array() {
+            let choices: Vec<String> = choices.iter().map(|c| short(c, 80)).collect();
+            field("choices", choices.join(" | "));
+        }
+        if question["expires_at"].is_string() {
+            field("answer by", short(&question["expires_at"], 40));
+        }
+    }
+    for call in t["pending_approvals"].as_array().into_iter().flatten() {
+        field(
+            "approve?",
+            format!(
+                "{} {} (call {})",
+                short(&call["tool_name"], 64),
+                short(&call["input"], 200),
+                short(&call["call_id"], 64)
+            ),
+        );
     }
     field("created", short(&t["created_at"], 40));
     field("updated", short(&t["updated_at"], 40));

@@ -275,7 +275,7 @@ impl Printer {
             "ticket.done" => "1;32",
             "ticket.failed" | "request.failed" | "tool.failed" | "compaction.failed" | "policy.violated" => "1;31",
             "ticket.cancelled" | "request.retried" | "schema.retried" => "33",
-            "ticket.waiting" | "tool.approval_requested" => "1;35",
+            "ticket.waiting" | "tool.approval_requested" | "question.asked" => "1;35",
             _ => "36",
         };
         let seq = event["seq"].as_i64().map(|s| format!("{s:>3} ")).unwrap_or_default();
@@ -353,6 +353,8 @@ pub fn describe(kind: &str, data: &Value, streamed: &mut bool) -> Option<String>
         ),
         "tool.started" | "tool.approval_requested" => format!("{} {}", s(&data["tool_name"]), s(&data["input"])),
         "tool.finished" => format!("{} → {}", s(&data["tool_name"]), s(&data["output"])),
+        "question.asked" => s(&data["question"]),
+        "question.answered" => format!("{} (by {})", s(&data["answer"]), s(&data["by"])),
         "tool.failed" => format!("{} {}", s(&data["tool_name"]), error(data)),
         "schema.retried" => format!(
             "attempt {}/{} {}",

@@ -7,7 +7,8 @@ use crate::domain::{Agent, ProjectId};
 const AGENT_COLUMNS: &str = "name, role, provider, model, labels, tools, context_window, max_turns, \
      max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries, request_retry_delay_ms, \
      temperature, max_tokens, thinking_budget, tool_choice, max_concurrent, created_at, updated_at, \
-     budget_usd_per_day::text AS budget_usd_per_day, version, approval_timeout_secs, on_timeout";
+     budget_usd_per_day::text AS budget_usd_per_day, version, approval_timeout_secs, on_timeout, \
+     question_timeout_secs, on_question_timeout";
 
 #[derive(sqlx::FromRow)]
 struct AgentRow {
@@ -35,6 +36,8 @@ struct AgentRow {
     version: i32,
     approval_timeout_secs: Option<i32>,
     on_timeout: Option<String>,
+    question_timeout_secs: Option<i32>,
+    on_question_timeout: Option<String>,
 }
 
 impl From<AgentRow> for Agent {
@@ -61,6 +64,11 @@ impl From<AgentRow> for Agent {
             budget_usd_per_day: crate::domain::money::from_db(r.budget_usd_per_day),
             approval_timeout_secs: r.approval_timeout_secs,
             on_timeout: r.on_timeout.as_deref().and_then(crate::domain::tool::OnTimeout::parse),
+            question_timeout_secs: r.question_timeout_secs,
+            on_question_timeout: r
+                .on_question_timeout
+                .as_deref()
+                .and_then(crate::domain::question::QuestionTimeout::parse),
             created_at: r.created_at,
             updated_at: r.updated_at,
             version: r.version,
@@ -69,7 +77,7 @@ impl From<AgentRow> for Agent {
 }
 
 /// The settings a version holds: a PUT that changes none of them makes no new version.
-const SETTINGS: [&str; 20] = [
+const SETTINGS: [&str; 22] = [
     "role",
     "provider",
     "model",
@@ -90,6 +98,8 @@ const SETTINGS: [&str; 20] = [
     "budget_usd_per_day",
     "approval_timeout_secs",
     "on_timeout",
+    "question_timeout_secs",
+    "on_question_timeout",
 ];
 
 /// SQL: whether an upsert's new settings differ from the stored ones.
@@ -106,9 +116,10 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, project: ProjectId, a: &Agent) 
         "INSERT INTO agents (name, role, provider, model, labels, tools, context_window, max_turns,
             max_input_tokens, max_output_tokens, max_schema_retries, max_request_retries,
             request_retry_delay_ms, temperature, max_tokens, thinking_budget, tool_choice, max_concurrent,
-            budget_usd_per_day, project_id, approval_timeout_secs, on_timeout)
+            budget_usd_per_day, project_id, approval_timeout_secs, on_timeout, question_timeout_secs,
+            on_question_timeout)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19::numeric, $20,
-                 $21, $22)
+                 $21, $22, $23, $24)
          ON CONFLICT (project_id, name) DO UPDATE SET
             role = EXCLUDED.role, provider = EXCLUDED.provider, model = EXCLUDED.model,
             labels = EXCLUDED.labels, tools = EXCLUDED.tools, context_window = EXCLUDED.context_window,
@@ -119,7 +130,8 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, project: ProjectId, a: &Agent) 
             max_tokens = EXCLUDED.max_tokens, thinking_budget = EXCLUDED.thinking_budget,
             tool_choice = EXCLUDED.tool_choice, max_concurrent = EXCLUDED.max_concurrent,
             budget_usd_per_day = EXCLUDED.budget_usd_per_day, approval_timeout_secs = EXCLUDED.approval_timeout_secs,
-            on_timeout = EXCLUDED.on_timeout, updated_at = now(),
+            on_timeout = EXCLUDED.on_timeout, question_timeout_secs = EXCLUDED.question_timeout_secs,
+            on_question_timeout = EXCLUDED.on_question_timeout, updated_at = now(),
             -- A change is a new version (kept by the table's trigger); the same settings are not.
             version = agents.version + CASE WHEN {changed} THEN 1 ELSE 0 END
          RETURNING {AGENT_COLUMNS}, (xmax = 0) AS created",
@@ -148,6 +160,11 @@ pub async fn upsert<'e>(db: impl PgExecutor<'e>, project: ProjectId, a: &Agent) 
         .bind(project)
         .bind(a.approval_timeout_secs)
         .bind(a.on_timeout.map(crate::domain::tool::OnTimeout::as_str))
+        .bind(a.question_timeout_secs)
+        .bind(
+            a.on_question_timeout
+                .map(crate::domain::question::QuestionTimeout::as_str),
+        )
         .fetch_one(db)
         .await?;
     use sqlx::{FromRow, Row};

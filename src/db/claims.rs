@@ -209,11 +209,12 @@ impl ClaimStatement<'_> {
                 agent = c.agent_name,
                 -- A pinned ticket runs its version; any other the agent's latest.
                 agent_version = CASE WHEN t.version_pinned THEN t.agent_version ELSE c.agent_version END,
-                model = CASE WHEN t.version_pinned
+                -- A replay may run another model than its agent's.
+                model = coalesce(t.replay->>'model', CASE WHEN t.version_pinned
                              THEN coalesce((SELECT v.definition->>'model' FROM agent_versions v
                                             WHERE v.project_id = t.project_id AND v.name = c.agent_name
                                               AND v.version = t.agent_version), c.agent_model)
-                             ELSE c.agent_model END,
+                             ELSE c.agent_model END),
                 labels = CASE WHEN c.agent_name = ANY(t.labels) THEN t.labels ELSE array_append(t.labels, c.agent_name) END,
                 generation = t.generation + 1,
                 attempts = t.attempts + 1,

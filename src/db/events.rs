@@ -478,6 +478,37 @@ pub async fn call_was_answered(conn: &mut PgConnection, ticket_id: Uuid, call_id
     .await
 }
 
+/// The calls of a ticket that failed, with their kinds (`tool.failed`): (call id, kind).
+pub async fn failed_calls<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    ticket_id: Uuid,
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT data->>'call_id', data->>'kind' FROM events WHERE ticket_id = $1 AND kind = 'tool.failed'
+         AND data->>'call_id' IS NOT NULL AND data->>'kind' IS NOT NULL",
+    )
+    .bind(ticket_id)
+    .fetch_all(db)
+    .await
+}
+
+/// What became of a question of the ticket that no longer waits: `question.answered` or
+/// `question.expired`, or None when it never was asked.
+pub async fn question_outcome(
+    conn: &mut PgConnection,
+    ticket_id: Uuid,
+    id: Uuid,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT kind FROM events WHERE ticket_id = $1 AND kind IN ('question.asked', 'question.answered', 'question.expired')
+                AND data->>'id' = $2 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(ticket_id)
+    .bind(id.to_string())
+    .fetch_optional(conn)
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -11,7 +11,9 @@ use crate::domain::event::kind::TICKET_CREATED;
 use crate::domain::event::{CREATED_TICKET_FIELDS, CREATED_USAGE_FIELDS};
 use crate::domain::money::{self, Usd};
 use crate::domain::ticket::WaitingFor;
-use crate::domain::{Approval, PendingApproval, ProjectId, Status, Ticket, TicketError, TicketRef, TicketUsage};
+use crate::domain::{
+    Approval, PendingApproval, PendingQuestion, ProjectId, Status, Ticket, TicketError, TicketRef, TicketUsage,
+};
 
 /// Every column a `Ticket` is built from, with the parent's key joined in.
 pub const TICKET_COLUMNS: &str =
@@ -21,7 +23,7 @@ pub const TICKET_COLUMNS: &str =
      t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_creation_tokens, t.requests, t.tool_calls, \
      t.usage_estimated, t.created_at, t.updated_at, t.started_at, t.finished_at, t.approvals, \
      t.cost_usd::text AS cost_usd, t.unpriced, t.budget_usd::text AS budget_usd, t.waiting_for, \
-     t.agent_version, t.version_pinned";
+     t.agent_version, t.version_pinned, t.replay";
 
 #[derive(sqlx::FromRow)]
 pub struct TicketRow {
@@ -62,6 +64,7 @@ pub struct TicketRow {
     waiting_for: Option<String>,
     agent_version: Option<i32>,
     version_pinned: bool,
+    replay: Option<sqlx::types::Json<crate::domain::ticket::Replay>>,
 }
 
 impl From<TicketRow> for Ticket {
@@ -76,7 +79,7 @@ impl From<TicketRow> for Ticket {
         // What the desk stopped it for, else what a waiting ticket waits for by its state.
         let waiting_for = match status {
             Status::Waiting => Some(r.waiting_for.as_deref().and_then(WaitingFor::parse).unwrap_or(
-                if approvals.iter().any(|a| a.decision.is_none()) {
+                if approvals.iter().any(|a| a.is_pending() && !a.is_question()) {
                     WaitingFor::Approval
                 } else {
                     WaitingFor::Human
@@ -122,25 +125,39 @@ impl From<TicketRow> for Ticket {
             finished_at: r.finished_at,
             pending_approvals: approvals
                 .iter()
-                .filter(|a| a.decision.is_none())
+                .filter(|a| a.is_pending() && !a.is_question())
                 .map(PendingApproval::from)
                 .collect(),
+            pending_question: approvals.iter().filter(|a| a.is_pending()).find_map(|a| {
+                let q = a.question.as_ref()?;
+                Some(PendingQuestion {
+                    id: q.id,
+                    question: q.question.clone(),
+                    response_schema: q.response_schema.clone(),
+                    choices: q.choices.clone(),
+                    answer_url: q.answer_url.clone(),
+                    expires_at: a.expires_at,
+                })
+            }),
             approvals,
             budget_usd: money::from_db(r.budget_usd),
             waiting_for,
             agent_version: r.agent_version,
             version_pinned: r.version_pinned,
+            replay: r.replay.map(|j| j.0),
         }
     }
 }
 
 /// What a create may set besides a `NewTicket`'s fields (the API's creates).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Extras {
     /// The ticket's own money budget (`budget_usd`).
     pub budget_usd: Option<Usd>,
     /// The version of its agent it is pinned to (created with `agent` and `agent_version`).
     pub agent_version: Option<i32>,
+    /// What it replays (`POST /v1/tickets/{ticket}/replay`).
+    pub replay: Option<crate::domain::ticket::Replay>,
 }
 
 #[derive(Clone, Debug)]
@@ -198,6 +215,7 @@ fn created_member_sql(field: &str) -> JsonValue {
         "budget_usd" => JsonValue::Of("trim_scale(t.budget_usd)".into()),
         // A new ticket waits for no approval.
         "pending_approvals" => JsonValue::Text("'[]'".into()),
+        "pending_question" => JsonValue::Text("'null'".into()),
         column => JsonValue::Of(format!("t.{column}")),
     }
 }
@@ -239,9 +257,10 @@ pub async fn insert_with(conn: &mut PgConnection, new: NewTicket, extras: Extras
          t AS (
             INSERT INTO tickets (id, project_id, number, key, task, labels, priority, schema, parent_id, metadata,
                                  max_attempts, reporter, idempotency_key, idempotency_hash, last_event_seq,
-                                 trace_context, deadline_secs, deadline_at, budget_usd, agent_version, version_pinned)
+                                 trace_context, deadline_secs, deadline_at, budget_usd, agent_version, version_pinned,
+                                 replay)
             SELECT $1, $15, n.number, p.key_prefix || '-' || n.number, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1,
-                   $12, $13, now() + make_interval(secs => $13), $14::numeric, $16, $16 IS NOT NULL
+                   $12, $13, now() + make_interval(secs => $13), $14::numeric, $16, $16 IS NOT NULL, $17
             FROM n, projects p WHERE p.id = $15
             RETURNING *),
          e AS (
@@ -267,6 +286,7 @@ pub async fn insert_with(conn: &mut PgConnection, new: NewTicket, extras: Extras
         .bind(extras.budget_usd.map(|b| b.to_string()))
         .bind(new.project)
         .bind(extras.agent_version)
+        .bind(extras.replay.map(sqlx::types::Json))
         .fetch_one(conn)
         .await?;
     crate::telemetry::metric::events_written(&[TICKET_CREATED]);

@@ -48,6 +48,15 @@ pub struct Agent {
     #[serde(default)]
     #[schema(required = true)]
     pub on_timeout: Option<super::tool::OnTimeout>,
+    /// How long a question it asks (`ask_human`) waits for an answer; null: for ever.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31536000, required = true)]
+    pub question_timeout_secs: Option<i32>,
+    /// What the desk does at that deadline: `fail` (default; kind `question_expired`) or
+    /// `continue` (the model is told that nobody answered).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub on_question_timeout: Option<super::question::QuestionTimeout>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Its version: 1 when created, one more with each change of its settings (each kept, see

@@ -152,6 +152,41 @@ event_kinds! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// The agent asked a person a question (`ask_human`); the ticket waits (`waiting_for: "human"`)
+    /// until it is answered or expires.
+    QUESTION_ASKED = "question.asked" => QuestionAsked {
+        id: Uuid,
+        call_id: String,
+        question: String,
+        #[schema(value_type = Option<Object>)]
+        response_schema: Option<Value>,
+        choices: Option<Vec<String>>,
+        /// The signed link whose form answers it without an API token.
+        answer_url: Option<String>,
+        expires_at: Option<DateTime<Utc>>,
+    },
+    /// A person answered; the answer returns to the model as the call's result.
+    QUESTION_ANSWERED = "question.answered" => QuestionAnswered {
+        id: Uuid,
+        call_id: String,
+        #[schema(value_type = Value)]
+        answer: Value,
+        /// How it was answered: `api`, `link` or `comment`.
+        by: String,
+    },
+    /// Nobody answered by its deadline: `on_timeout` `fail` fails the ticket (`question_expired`),
+    /// `continue` tells the model that nobody answered.
+    QUESTION_EXPIRED = "question.expired" => QuestionExpired {
+        id: Uuid,
+        call_id: String,
+        on_timeout: String,
+    },
+    /// A replay with recorded tools made a call the original did not make: it returned "not in
+    /// the recording" to the model and ran nothing.
+    TOOL_REPLAY_MISMATCH = "tool.replay_mismatch" => ToolReplayMismatch {
+        call_id: String,
+        tool_name: String,
+    },
     SCHEMA_RETRIED = "schema.retried" => SchemaRetried {
         attempt: i32,
         max_attempts: i32,
@@ -254,6 +289,7 @@ pub const CREATED_TICKET_FIELDS: &[&str] = &[
     "started_at",
     "finished_at",
     "pending_approvals",
+    "pending_question",
     "budget_usd",
     "waiting_for",
     "agent_version",
@@ -340,7 +376,7 @@ pub enum RequeueReason {
     Comment,
     /// `POST /v1/tickets/{ticket}/retry`.
     Retry,
-    /// Every call that waited for approval was answered.
+    /// Every call that waited for a person was answered (approvals, and a question's answer).
     Approval,
     /// The budget (or the price) it waited for is there: raised, rolled over, or set.
     Budget,
@@ -542,6 +578,30 @@ mod tests {
                 tool_name: s(),
                 call_id: s(),
                 reason: Some(s()),
+            },
+            EventData::QuestionAsked {
+                id: Uuid::nil(),
+                call_id: s(),
+                question: s(),
+                response_schema: None,
+                choices: None,
+                answer_url: None,
+                expires_at: None,
+            },
+            EventData::QuestionAnswered {
+                id: Uuid::nil(),
+                call_id: s(),
+                answer: json!("yes"),
+                by: s(),
+            },
+            EventData::QuestionExpired {
+                id: Uuid::nil(),
+                call_id: s(),
+                on_timeout: s(),
+            },
+            EventData::ToolReplayMismatch {
+                call_id: s(),
+                tool_name: s(),
             },
             EventData::SchemaRetried {
                 attempt: 1,

@@ -182,6 +182,11 @@ pub struct Ticket {
     #[serde(default)]
     #[schema(required = true)]
     pub pending_approvals: Vec<PendingApproval>,
+    /// The question its agent asked with `ask_human` that waits for an answer
+    /// (`POST /v1/tickets/{ticket}/questions/{id}`, its `answer_url`, or a comment); null otherwise.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub pending_question: Option<super::PendingQuestion>,
     /// Every call of the last step that needed an answer, answered or not, until the next claim
     /// runs them (internal: not shown).
     #[serde(skip)]
@@ -205,6 +210,33 @@ pub struct Ticket {
     /// Whether a claim runs `agent_version` rather than the agent's latest version.
     #[serde(skip)]
     pub version_pinned: bool,
+    /// What this ticket replays, when it is a replay (internal: `metadata.replay_of` shows it).
+    #[serde(skip)]
+    pub replay: Option<Replay>,
+}
+
+/// How a replay runs: which ticket it replays, whether its tool calls are answered from that
+/// ticket's recording, and the provider and model it runs with instead of its agent's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Replay {
+    pub of: Uuid,
+    pub tools: ReplayTools,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// Where a replay's tool calls get their results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayTools {
+    /// From the original's calls: a call equal to one of them returns its recorded output and
+    /// runs nothing; any other returns "not in the recording".
+    #[default]
+    Recorded,
+    /// The tools run again, for real.
+    Live,
 }
 
 /// Why a ticket waits.

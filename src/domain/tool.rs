@@ -170,6 +170,25 @@ pub struct Approval {
     pub approve_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deny_url: Option<String>,
+    /// Set on an `ask_human` call: the question it waits on a person to answer (its decision is
+    /// `Approved` once answered, `Denied` when it expired and the model goes on without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<super::question::Question>,
+    /// The person's answer to the question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Value>,
+}
+
+impl Approval {
+    /// Still waits for a person.
+    pub fn is_pending(&self) -> bool {
+        self.decision.is_none()
+    }
+
+    /// An `ask_human` call rather than a call that waits for approval.
+    pub fn is_question(&self) -> bool {
+        self.question.is_some()
+    }
 }
 
 /// A call that waits for a person, as a ticket shows it.
@@ -187,6 +206,10 @@ pub struct PendingApproval {
     #[serde(default)]
     #[schema(required = true)]
     pub deny_url: Option<String>,
+    /// When the desk answers it by itself (its `on_timeout`); null: it waits for ever.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl From<&Approval> for PendingApproval {
@@ -197,6 +220,7 @@ impl From<&Approval> for PendingApproval {
             input: a.input.clone(),
             approve_url: a.approve_url.clone(),
             deny_url: a.deny_url.clone(),
+            expires_at: a.expires_at,
         }
     }
 }

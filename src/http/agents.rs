@@ -76,6 +76,14 @@ pub struct PutAgent {
     /// What the desk answers at that deadline: `deny` (default), `approve` or `fail`.
     #[serde(default)]
     pub on_timeout: Option<crate::domain::tool::OnTimeout>,
+    /// Seconds a question it asks (`ask_human`) waits for an answer (1 to 31536000); null: for ever.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 31536000)]
+    pub question_timeout_secs: Option<i32>,
+    /// What the desk does at that deadline: `fail` (default; kind `question_expired`) or
+    /// `continue` (the model is told that nobody answered).
+    #[serde(default)]
+    pub on_question_timeout: Option<crate::domain::question::QuestionTimeout>,
 }
 
 /// An amount of dollars: 0 to a billion (`money::MAX_USD`).
@@ -144,7 +152,7 @@ pub async fn put_agent(
                 return Err(ApiError::Validation(format!(
                     "unknown tool {unknown:?}: name built-in tools ({}), HTTP tools defined with PUT /v1/tools/{{name}}, \
                      or MCP tools",
-                    BUILTIN_TOOLS.join(", ")
+                    crate::tools::ALL_BUILTIN_TOOLS.join(", ")
                 )));
             }
             for name in &tools {
@@ -198,6 +206,13 @@ pub async fn put_agent(
         budget_usd_per_day: non_negative_usd("budget_usd_per_day", req.budget_usd_per_day)?,
         approval_timeout_secs: super::tools::approval_timeout(req.approval_timeout_secs)?,
         on_timeout: req.on_timeout,
+        question_timeout_secs: super::tools::approval_timeout(req.question_timeout_secs).map_err(|_| {
+            ApiError::Validation(format!(
+                "question_timeout_secs must be between 1 and {}",
+                crate::domain::tool::MAX_APPROVAL_TIMEOUT_SECS
+            ))
+        })?,
+        on_question_timeout: req.on_question_timeout,
         created_at: now,
         updated_at: now,
         version: 1,

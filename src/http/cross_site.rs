@@ -38,7 +38,7 @@ pub async fn refuse_cross_site(State(state): State<AppState>, request: Request, 
 fn check(config: &Config, request: &Request) -> Result<(), ApiError> {
     let headers = request.headers();
     // A signed link is its own authority, and its page posts a form; the Host rule still holds.
-    let link = request.uri().path().starts_with(crate::domain::link::LINK_PATH);
+    let link = crate::domain::link::is_link_path(request.uri().path());
     if config.api_tokens.is_empty() {
         let host = request_host(request);
         if let Some(host) = host {

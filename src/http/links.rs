@@ -1,9 +1,13 @@
-//! `/links/approvals/{token}`: the signed links of a call that waits for approval, for people who
-//! never open the desk (a chat message, an e-mail). `GET` shows a small page (the tool, its input,
-//! the ticket's task and one button, no script needed); `POST` answers, without an API token, with
-//! an optional `reason` (form or JSON). The token is the authority (`domain::link`); a link works
-//! once and only while its call waits, then answers 410 with what became of the call. Links are
-//! not in the OpenAPI document (they serve pages) and never appear in logs (see `http::router`).
+//! `/links/approvals/{token}` and `/links/questions/{token}`: the signed links of a call that waits
+//! for approval and of a question (`ask_human`), for people who never open the desk (a chat
+//! message, an e-mail). `GET` shows a small page (the tool and its input, or the question, the
+//! ticket's task, and a form; no script needed); `POST` answers, without an API token: an approval
+//! with an optional `reason`, a question with its answer (form or JSON). The token is the
+//! authority (`domain::link`); a link works once and only while its call waits, then answers 410
+//! with what became of the call. Links are not in the OpenAPI document (they serve pages) and
+//! never appear in logs (see `http::router`).
+
+mod question_page;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -15,18 +19,24 @@ use axum::{Json, Router};
 use super::error::{ApiError, ApiResult};
 use super::AppState;
 use crate::db;
-use crate::domain::link::ApprovalLink;
+use crate::domain::link::{CallLink, LinkAction};
 use crate::domain::{Approval, Decision, Ticket};
 use crate::transitions;
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route("/links/approvals/{token}", get(show).post(answer))
+    Router::new()
+        .route("/links/approvals/{token}", get(show).post(answer))
+        .route(
+            "/links/questions/{token}",
+            get(question_page::show).post(question_page::answer),
+        )
 }
 
-/// The ticket and call a link names, when its signature holds and the ticket exists.
-async fn open(state: &AppState, token: &str) -> ApiResult<(ApprovalLink, Ticket)> {
+/// The ticket and call a link names, when its signature holds, it does one of `actions`, and the
+/// ticket exists.
+async fn open(state: &AppState, token: &str, actions: &[LinkAction]) -> ApiResult<(CallLink, Ticket)> {
     let missing = || ApiError::NotFound("no such link".into());
-    let link = state.links.verify(token).ok_or_else(missing)?;
+    let link = state.links.verify(token, actions).ok_or_else(missing)?;
     let ticket = db::tickets::find_by_id(&state.pool, link.ticket_id)
         .await?
         .ok_or_else(missing)?;
@@ -34,7 +44,7 @@ async fn open(state: &AppState, token: &str) -> ApiResult<(ApprovalLink, Ticket)
 }
 
 /// The call, while it waits for an answer.
-fn waiting<'t>(ticket: &'t Ticket, link: &ApprovalLink) -> Option<&'t Approval> {
+fn waiting<'t>(ticket: &'t Ticket, link: &CallLink) -> Option<&'t Approval> {
     if ticket.status.is_terminal() {
         return None;
     }
@@ -44,12 +54,15 @@ fn waiting<'t>(ticket: &'t Ticket, link: &ApprovalLink) -> Option<&'t Approval> 
         .find(|a| a.call_id == link.call_id && a.decision.is_none())
 }
 
+const APPROVAL_LINKS: &[LinkAction] = &[LinkAction::Approve, LinkAction::Deny];
+
 async fn show(State(state): State<AppState>, Path(token): Path<String>) -> ApiResult<Response> {
-    let (link, ticket) = open(&state, &token).await?;
+    let (link, ticket) = open(&state, &token, APPROVAL_LINKS).await?;
     let Some(approval) = waiting(&ticket, &link) else {
         return gone(&state, &ticket, &link).await;
     };
-    let verb = if link.approve { "Approve" } else { "Deny" };
+    let approve = link.action == LinkAction::Approve;
+    let verb = if approve { "Approve" } else { "Deny" };
     let input = serde_json::to_string_pretty(&approval.input).unwrap_or_default();
     let body = format!(
         "<h1>{verb} a call of {tool}?</h1>\
@@ -73,14 +86,15 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let (link, ticket) = open(&state, &token).await?;
+    let (link, ticket) = open(&state, &token, APPROVAL_LINKS).await?;
     if waiting(&ticket, &link).is_none() {
         return gone(&state, &ticket, &link).await;
     }
     let reason = reason(&headers, &body)?;
+    let approve = link.action == LinkAction::Approve;
     let decision = transitions::Decision {
         call_id: link.call_id.clone(),
-        approve: link.approve,
+        approve,
         reason,
     };
     let answered = transitions::answer_approvals(
@@ -102,7 +116,7 @@ async fn answer(
     if wants_json(&headers) {
         return Ok(Json(ticket).into_response());
     }
-    let done = if link.approve { "approved" } else { "denied" };
+    let done = if approve { "approved" } else { "denied" };
     let body = format!(
         "<h1>The call was {done}</h1><p>Ticket <b>{}</b> goes on. You can close this page.</p>",
         escape(&ticket.key)
@@ -111,7 +125,7 @@ async fn answer(
 }
 
 /// 410: the link was used, or its call was answered otherwise, or its ticket ended.
-async fn gone(state: &AppState, ticket: &Ticket, link: &ApprovalLink) -> ApiResult<Response> {
+async fn gone(state: &AppState, ticket: &Ticket, link: &CallLink) -> ApiResult<Response> {
     let answered = ticket.approvals.iter().find(|a| a.call_id == link.call_id);
     let what = match answered.and_then(|a| a.decision) {
         Some(Decision::Approved) => "It was approved.".to_owned(),
@@ -139,11 +153,7 @@ fn reason(headers: &HeaderMap, body: &[u8]) -> ApiResult<Option<String>> {
     if body.is_empty() {
         return Ok(None);
     }
-    let form = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
-    let reason = if form {
+    let reason = if is_form(headers) {
         url::form_urlencoded::parse(body)
             .find(|(name, _)| name == "reason")
             .map(|(_, value)| value.into_owned())
@@ -161,6 +171,13 @@ fn reason(headers: &HeaderMap, body: &[u8]) -> ApiResult<Option<String>> {
         return Err(ApiError::Validation("reason must be at most 4000 bytes".into()));
     }
     Ok(reason)
+}
+
+fn is_form(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"))
 }
 
 fn wants_json(headers: &HeaderMap) -> bool {
@@ -181,9 +198,15 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
         escape(title)
     );
     // The page holds the link's token in its URL: it is not kept or passed on.
+    // No script, no frames (a page that approves must not be clickjacked), forms post here only.
     let headers = [
         (header::CACHE_CONTROL, "no-store"),
         (header::REFERRER_POLICY, "no-referrer"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
     ];
     (status, headers, Html(html)).into_response()
 }

@@ -21,6 +21,8 @@ pub mod pagination;
 pub mod prices;
 pub mod projects;
 pub mod providers;
+pub mod questions;
+pub mod replays;
 pub mod routable;
 pub mod schedules;
 pub mod tickets;
@@ -113,6 +115,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tickets::get_output))
         .routes(routes!(approvals::answer_approval))
         .routes(routes!(approvals::answer_approvals))
+        .routes(routes!(questions::answer_question))
+        .routes(routes!(replays::replay_ticket))
         .routes(routes!(events::global_events))
         .routes(routes!(agents::list_agents))
         .routes(routes!(agents::get_agent, agents::put_agent, agents::delete_agent))
@@ -219,12 +223,7 @@ pub fn router(state: AppState) -> Router {
         // A link's path holds its token: it is logged without it.
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &axum::extract::Request| {
-                let path = request.uri().path();
-                let path = if path.starts_with(crate::domain::link::LINK_PATH) {
-                    "/links/approvals/…"
-                } else {
-                    path
-                };
+                let path = crate::domain::link::redacted(request.uri().path());
                 tracing::debug_span!("request", method = %request.method(), path = %path)
             }),
         )

@@ -233,6 +233,7 @@ pub async fn create(
     let extras = db::tickets::Extras {
         budget_usd: budget,
         agent_version: pinned,
+        replay: None,
     };
     let created = transitions::create_with(&state.pool, new, req.parent.as_deref(), extras).await?;
     if let Created::New(_) = created {
@@ -244,7 +245,7 @@ pub async fn create(
 
 /// A create's `agent` and `agent_version`: the agent must exist in the project, and the version
 /// (which needs the agent) too. The version to pin, if any.
-async fn named_agent(
+pub(super) async fn named_agent(
     state: &AppState,
     project: &Project,
     agent: Option<&str>,

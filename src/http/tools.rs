@@ -20,7 +20,7 @@ use crate::domain::tool::{
 };
 use crate::domain::tool::{OnTimeout, MAX_APPROVAL_TIMEOUT_SECS};
 use crate::domain::{HttpMethod, HttpToolDef};
-use crate::tools::BUILTIN_TOOLS;
+use crate::tools::ALL_BUILTIN_TOOLS;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -92,7 +92,7 @@ fn validate(name: &str, req: PutTool) -> ApiResult<HttpToolDef> {
             "invalid tool name {name:?}: use 1 to 64 letters, digits, '_' or '-'"
         )));
     }
-    if BUILTIN_TOOLS.contains(&name) {
+    if ALL_BUILTIN_TOOLS.contains(&name) {
         return Err(invalid(format!("{name:?} is a built-in tool's name")));
     }
     if name.contains("__") {

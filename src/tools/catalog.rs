@@ -15,7 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::PgPool;
 
-use super::builtin::BUILTIN_TOOLS;
+use super::builtin::ALL_BUILTIN_TOOLS;
 use super::http::HttpToolClient;
 use super::{Tool, ToolRegistry};
 use crate::db;
@@ -33,7 +33,7 @@ pub enum NameForm {
 }
 
 pub fn name_form(name: &str) -> NameForm {
-    if BUILTIN_TOOLS.contains(&name) {
+    if ALL_BUILTIN_TOOLS.contains(&name) {
         NameForm::Builtin
     } else if name.starts_with("mcp:") || name.contains("__") {
         NameForm::Mcp

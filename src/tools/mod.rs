@@ -13,6 +13,7 @@ pub mod args;
 pub mod builtin;
 #[cfg(test)]
 mod builtin_contract;
+pub mod canned;
 pub mod catalog;
 pub mod coerce;
 pub mod finish;
@@ -34,7 +35,9 @@ use tokio_util::sync::CancellationToken;
 use crate::db::claims::Fence;
 use crate::domain::Ticket;
 
-pub use builtin::{BUILTIN_TOOLS, CLOSE_TICKET, HANDOVER_TICKET, MANAGE_TICKETS, READ_TICKETS};
+pub use builtin::{
+    ALL_BUILTIN_TOOLS, ASK_HUMAN, BUILTIN_TOOLS, CLOSE_TICKET, HANDOVER_TICKET, MANAGE_TICKETS, READ_TICKETS,
+};
 pub use coerce::coerce_to_schema;
 pub use finish::{apply_finisher, closed_output, Finisher};
 pub use placeholders::substitute_parent;
@@ -140,6 +143,8 @@ pub enum ToolErrorKind {
     /// A remote tool failed: its server said so (`isError`, a JSON-RPC error), or could not be
     /// reached, or the connection was lost during the call.
     Remote,
+    /// A replay with recorded tools made a call the original did not make.
+    ReplayMismatch,
 }
 
 impl ToolErrorKind {
@@ -157,7 +162,29 @@ impl ToolErrorKind {
             ToolErrorKind::ForbiddenAddress => "forbidden_address",
             ToolErrorKind::Denied => "denied",
             ToolErrorKind::Remote => "remote",
+            ToolErrorKind::ReplayMismatch => "replay_mismatch",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<ToolErrorKind> {
+        use ToolErrorKind::*;
+        [
+            InvalidInput,
+            ResultInvalid,
+            NotFound,
+            Conflict,
+            UnknownTool,
+            Internal,
+            HttpStatus,
+            Timeout,
+            ConnectionFailed,
+            ForbiddenAddress,
+            Denied,
+            Remote,
+            ReplayMismatch,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
     }
 }
 

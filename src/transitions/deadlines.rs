@@ -1,18 +1,22 @@
 //! Ticket deadlines: a ticket still open when its `deadline_at` passes fails with
 //! `deadline_exceeded`, whatever it is doing (queued, in progress or waiting). Approval
 //! deadlines: a call nobody answered by its `expires_at` is answered by the desk as its
-//! `on_timeout` says.
+//! `on_timeout` says; a question nobody answered fails the ticket or lets the model go on.
 
 use chrono::Utc;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::db;
+use crate::domain::question::QuestionTimeout;
 use crate::domain::tool::OnTimeout;
 use crate::domain::{Decision, EventData, NewEvent, Status, TicketError};
 
 /// The error kind of a ticket failed because nobody answered a call in time (`on_timeout: fail`).
 pub const APPROVAL_EXPIRED: &str = "approval_expired";
+/// The error kind of a ticket failed because nobody answered its question in time
+/// (`on_question_timeout: fail`).
+pub const QUESTION_EXPIRED: &str = "question_expired";
 
 /// Answers the calls whose approval deadline has passed (up to `limit` tickets), each ticket in
 /// its own row lock and the same transaction as its events: `tool.approval_expired`, then what
@@ -41,6 +45,31 @@ pub async fn expire_approvals(pool: &PgPool, limit: i64) -> Result<usize, sqlx::
             .iter_mut()
             .filter(|a| a.decision.is_none() && a.expires_at.is_some_and(|at| at <= now));
         for approval in expired {
+            if let Some(question) = &approval.question {
+                let on_timeout = question.on_timeout.unwrap_or_default();
+                events.push(NewEvent::new(
+                    None,
+                    EventData::QuestionExpired {
+                        id: question.id,
+                        call_id: approval.call_id.clone(),
+                        on_timeout: on_timeout.as_str().into(),
+                    },
+                ));
+                match on_timeout {
+                    QuestionTimeout::Continue => {
+                        // Answered by nobody: the model is told so (`agent::approvals`).
+                        approval.decision = Some(Decision::Denied);
+                        approval.reason = Some("nobody answered the question in time".into());
+                    }
+                    QuestionTimeout::Fail => {
+                        failure.get_or_insert_with(|| {
+                            let message = format!("nobody answered the question {:?} in time", question.question);
+                            (QUESTION_EXPIRED, message)
+                        });
+                    }
+                }
+                continue;
+            }
             let on_timeout = approval.on_timeout.unwrap_or_default();
             events.push(NewEvent::new(
                 None,
@@ -61,17 +90,18 @@ pub async fn expire_approvals(pool: &PgPool, limit: i64) -> Result<usize, sqlx::
                 }
                 OnTimeout::Fail => {
                     failure.get_or_insert_with(|| {
-                        format!(
+                        let message = format!(
                             "nobody answered the call {} of {} in time",
                             approval.call_id, approval.tool_name
-                        )
+                        );
+                        (APPROVAL_EXPIRED, message)
                     });
                 }
             }
         }
-        if let Some(message) = failure {
+        if let Some((kind, message)) = failure {
             let error = TicketError {
-                kind: APPROVAL_EXPIRED.into(),
+                kind: kind.into(),
                 message,
             };
             db::tickets::set_approvals(&mut tx, *id, &[]).await?;

@@ -5,6 +5,7 @@
 pub mod claims;
 pub mod deadlines;
 pub mod intake;
+pub mod questions;
 pub mod schedules;
 
 use serde_json::Value;
@@ -173,6 +174,10 @@ pub async fn add_comment(
 ) -> Result<(Comment, Ticket), DeskError> {
     let mut tx = pool.begin().await?;
     let ticket = lock(&mut tx, project, reference).await?;
+    let answers = match ticket.status {
+        Status::Waiting => questions::comment_answer(&ticket, &text),
+        _ => None,
+    };
     let comment = db::comments::insert(&mut tx, ticket.id, author, None, &[ContentBlock::text(text)]).await?;
     let mut events = vec![NewEvent::new(
         None,
@@ -180,6 +185,16 @@ pub async fn add_comment(
             comment: comment.clone(),
         },
     )];
+    // A comment the waiting question accepts is its answer (logged after the comment).
+    let ticket = match answers {
+        Some((id, answer)) => {
+            db::events::append(&mut tx, ticket.id, &std::mem::take(&mut events)).await?;
+            questions::answer_in(&mut tx, ticket.clone(), id, answer, questions::AnsweredBy::Comment)
+                .await?
+                .unwrap_or(ticket)
+        }
+        None => ticket,
+    };
     let ticket = if ticket.status == Status::Waiting || ticket.status.is_terminal() {
         let ticket = db::tickets::set_status(&mut tx, ticket.id, Status::Todo).await?;
         events.push(NewEvent::new(
@@ -193,7 +208,9 @@ pub async fn add_comment(
     } else {
         ticket
     };
-    let requeued = events.len() > 1;
+    let requeued = events
+        .iter()
+        .any(|e| e.kind == crate::domain::event::kind::TICKET_REQUEUED);
     db::events::append(&mut tx, ticket.id, &events).await?;
     tx.commit().await?;
     if requeued {

@@ -191,4 +191,5 @@ def ticket_json(key: str = "TICKET-1", status: str = "todo") -> Dict[str, Any]:
         "created_at": "2026-01-01T00:00:00Z",
         "updated_at": "2026-01-01T00:00:00Z",
         "pending_approvals": [],
+        "pending_question": None,
     }

@@ -835,6 +835,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tickets/{ticket}/questions/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Answer a question an agent asked
+         * @description The answer is checked against the question's `choices` or `response_schema` (422 naming the
+         *     failing path, and nothing changes); then `question.answered` is emitted and the ticket goes
+         *     back to `todo` (unless calls still wait for approval), and its agent gets the answer.
+         */
+        post: operations["answer_question"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tickets/{ticket}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replay a ticket
+         * @description Creates a new ticket with the original's task, schema and labels and `metadata.replay_of` =
+         *     the original's key, run by the named agent and version (default: the original's agent at its
+         *     latest version), with `provider`/`model` overriding the agent's. With `tools: "recorded"` (the
+         *     default) nothing outside the desk is called and no approval is asked. The original never changes.
+         */
+        post: operations["replay_ticket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tickets/{ticket}/retry": {
         parameters: {
             query?: never;
@@ -1164,6 +1209,12 @@ export interface components {
              */
             approval_timeout_secs: number | null;
             on_timeout: null | components["schemas"]["OnTimeout"];
+            /**
+             * Format: int32
+             * @description How long a question it asks (`ask_human`) waits for an answer; null: for ever.
+             */
+            question_timeout_secs: number | null;
+            on_question_timeout: null | components["schemas"]["QuestionTimeout"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1198,6 +1249,13 @@ export interface components {
             deny_all?: boolean | null;
             /** @description With `deny_all` or `approve_all`: the reason given for each. */
             reason?: string | null;
+        };
+        AnswerQuestion: {
+            /**
+             * @description The answer: one of the question's `choices`, or JSON its `response_schema` accepts (any
+             *     JSON but null when it has neither). It returns to the model as the `ask_human` call's result.
+             */
+            answer: unknown;
         };
         ApprovalDecision: {
             call_id: string;
@@ -1644,6 +1702,61 @@ export interface components {
             /** @enum {string} */
             kind: "tool.denied";
         } | {
+            /**
+             * @description The agent asked a person a question (`ask_human`); the ticket waits (`waiting_for: "human"`)
+             *     until it is answered or expires.
+             */
+            data: {
+                /** Format: uuid */
+                id: string;
+                call_id: string;
+                question: string;
+                response_schema?: Record<string, never> | null;
+                choices?: string[] | null;
+                /** @description The signed link whose form answers it without an API token. */
+                answer_url?: string | null;
+                /** Format: date-time */
+                expires_at?: string | null;
+            };
+            /** @enum {string} */
+            kind: "question.asked";
+        } | {
+            /** @description A person answered; the answer returns to the model as the call's result. */
+            data: {
+                /** Format: uuid */
+                id: string;
+                call_id: string;
+                answer: unknown;
+                /** @description How it was answered: `api`, `link` or `comment`. */
+                by: string;
+            };
+            /** @enum {string} */
+            kind: "question.answered";
+        } | {
+            /**
+             * @description Nobody answered by its deadline: `on_timeout` `fail` fails the ticket (`question_expired`),
+             *     `continue` tells the model that nobody answered.
+             */
+            data: {
+                /** Format: uuid */
+                id: string;
+                call_id: string;
+                on_timeout: string;
+            };
+            /** @enum {string} */
+            kind: "question.expired";
+        } | {
+            /**
+             * @description A replay with recorded tools made a call the original did not make: it returned "not in
+             *     the recording" to the model and ran nothing.
+             */
+            data: {
+                call_id: string;
+                tool_name: string;
+            };
+            /** @enum {string} */
+            kind: "tool.replay_mismatch";
+        } | {
             data: {
                 /** Format: int32 */
                 attempt: number;
@@ -2083,6 +2196,31 @@ export interface components {
             approve_url: string | null;
             /** @description The same, denying it. */
             deny_url: string | null;
+            /**
+             * Format: date-time
+             * @description When the desk answers it by itself (its `on_timeout`); null: it waits for ever.
+             */
+            expires_at: string | null;
+        };
+        /** @description A question that waits for an answer, as a ticket shows it (`pending_question`). */
+        PendingQuestion: {
+            /**
+             * Format: uuid
+             * @description Answer it with `POST /v1/tickets/{ticket}/questions/{id}`.
+             */
+            id: string;
+            question: string;
+            /** @description The JSON Schema an answer must match; null: any answer. */
+            response_schema: Record<string, never> | null;
+            /** @description The answers to choose from; null: any answer (that matches the schema). */
+            choices: string[] | null;
+            /** @description Opens a page with a form that answers it, without an API token; works once, while it waits. */
+            answer_url: string | null;
+            /**
+             * Format: date-time
+             * @description When the desk stops waiting (the agent's `on_question_timeout` decides what then); null: never.
+             */
+            expires_at: string | null;
         };
         /** @description What a project used in one period. */
         PeriodUsage: {
@@ -2279,6 +2417,12 @@ export interface components {
              */
             approval_timeout_secs?: number | null;
             on_timeout?: null | components["schemas"]["OnTimeout"];
+            /**
+             * Format: int32
+             * @description Seconds a question it asks (`ask_human`) waits for an answer (1 to 31536000); null: for ever.
+             */
+            question_timeout_secs?: number | null;
+            on_question_timeout?: null | components["schemas"]["QuestionTimeout"];
         };
         PutMcpServer: {
             /**
@@ -2405,6 +2549,11 @@ export interface components {
             approval_timeout_secs?: number | null;
             on_timeout?: null | components["schemas"]["OnTimeout"];
         };
+        /**
+         * @description What the desk does when nobody answers a question by its deadline.
+         * @enum {string}
+         */
+        QuestionTimeout: "fail" | "continue";
         /** @description A project's limits per UTC day (and month for money); null is none. */
         Quotas: {
             /** Format: int64 */
@@ -2423,6 +2572,25 @@ export interface components {
             /** Format: int32 */
             burst: number;
         };
+        ReplayTicket: {
+            /** @description The agent that runs the replay; default: the original's. */
+            agent?: string | null;
+            /**
+             * Format: int32
+             * @description Its version (pinned); default: the agent's latest.
+             */
+            agent_version?: number | null;
+            /** @description A provider (`openai`, `anthropic` or a named one) instead of the agent's, for this ticket. */
+            provider?: string | null;
+            /** @description A model instead of the agent's, for this ticket. */
+            model?: string | null;
+            tools?: null | components["schemas"]["ReplayTools"];
+        };
+        /**
+         * @description Where a replay's tool calls get their results.
+         * @enum {string}
+         */
+        ReplayTools: "recorded" | "live";
         /**
          * @description Why a ticket went back to `todo`.
          * @enum {string}
@@ -2588,6 +2756,7 @@ export interface components {
              *     (`POST /v1/tickets/{ticket}/approvals/{call_id}`); the ticket is `waiting` until all are answered.
              */
             pending_approvals: components["schemas"]["PendingApproval"][];
+            pending_question: null | components["schemas"]["PendingQuestion"];
             /**
              * Format: double
              * @description The most this ticket's requests may cost, in US dollars; null: no limit of its own.
@@ -7439,6 +7608,231 @@ export interface operations {
                 };
             };
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    answer_question: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Ticket id or key */
+                ticket: string;
+                /** @description The question's id, as in `pending_question` */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AnswerQuestion"];
+            };
+        };
+        responses: {
+            /** @description The ticket after the answer */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Ticket"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A read-only token (read:…) may only GET */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such ticket, or no such question */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Already answered or expired, or the ticket is finished */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The answer does not fit the question */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    replay_ticket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Ticket id or key */
+                ticket: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReplayTicket"];
+            };
+        };
+        responses: {
+            /** @description The replay, a new ticket */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Ticket"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A read-only token (read:…) may only GET */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such ticket */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No agent to run it, or an unknown agent, version or provider */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

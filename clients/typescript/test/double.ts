@@ -38,7 +38,7 @@ export function ticketJson(key = "TICKET-1", status = "todo"): Record<string, un
     budget_usd: null,
     waiting_for: null,
     agent_version: null,
-    created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z", pending_approvals: [],
+    created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z", pending_approvals: [], pending_question: null,
   };
 }
 

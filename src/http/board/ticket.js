@@ -194,12 +194,16 @@ export function ticketPage(main, app, reference) {
     renderApprovals();
   }
 
+  // What waits for a person: the agent's question, and calls that wait for approval, each with
+  // its deadline.
   function renderApprovals() {
     const pending = ticket.pending_approvals || [];
-    if (!pending.length) return approvals.replaceChildren();
+    const question = ticket.pending_question;
+    if (!pending.length && !question) return approvals.replaceChildren();
     fill(
       approvals,
-      h('h2', {}, 'Waiting for approval'),
+      question ? questionView(question) : null,
+      pending.length ? h('h2', {}, 'Waiting for approval') : null,
       pending.map((p) => {
         const reason = h('input', { 'aria-label': `Reason for ${p.call_id}`, placeholder: 'reason (optional)' });
         const decide = async (approve) => {
@@ -217,10 +221,49 @@ export function ticketPage(main, app, reference) {
           'div',
           { class: 'approval', dataset: { callId: p.call_id } },
           h('p', {}, h('strong', {}, p.tool_name), ' ', h('code', {}, p.call_id)),
+          deadline(p.expires_at),
           h('pre', {}, asText(p.input)),
           h('div', { class: 'actions' }, reason, h('button', { type: 'button', onclick: () => decide(true) }, 'Approve'), h('button', { type: 'button', class: 'danger', onclick: () => decide(false) }, 'Deny'))
         );
       })
+    );
+  }
+
+  function deadline(at) {
+    return at ? h('p', { class: 'deadline', title: at }, `Answer by ${new Date(at).toLocaleString()}`) : null;
+  }
+
+  function questionView(q) {
+    const send = async (answer) => {
+      try {
+        await api('POST', `/v1/tickets/${ticket.id}/questions/${q.id}`, { answer });
+        toast('Answer sent');
+        refresh();
+      } catch (e) {
+        toast(e.message, 'error');
+      }
+    };
+    // A schema that wants anything but text is answered as JSON.
+    const asJson = q.response_schema && q.response_schema.type !== 'string';
+    const box = h('textarea', { 'aria-label': 'Your answer', rows: 3, placeholder: asJson ? 'the answer, as JSON' : 'your answer' });
+    const submit = () => {
+      if (!asJson) return send(box.value.trim());
+      try {
+        send(JSON.parse(box.value));
+      } catch (e) {
+        toast(`Not JSON: ${e.message}`, 'error');
+      }
+    };
+    return h(
+      'div',
+      { class: 'question', id: 'pending-question', dataset: { questionId: q.id } },
+      h('h2', {}, 'Question for you'),
+      h('p', { class: 'question-text' }, q.question),
+      deadline(q.expires_at),
+      q.response_schema ? h('details', {}, h('summary', {}, 'Answer schema'), h('pre', {}, asText(q.response_schema))) : null,
+      q.choices
+        ? h('div', { class: 'actions' }, q.choices.map((c) => h('button', { type: 'button', onclick: () => send(c) }, c)))
+        : h('div', { class: 'actions' }, box, h('button', { type: 'button', onclick: submit }, 'Answer'))
     );
   }
 

@@ -80,7 +80,7 @@ impl<T: BuiltinTool> Tool for Builtin<T> {
 /// problem, and the first parameter that fails is the one the model hears about. Anything else
 /// in the input (or an input that is not an object) is ignored, as the schema check before the
 /// call already reported it.
-fn parse_args<A: DeserializeOwned>(schema: &Value, input: &Value) -> Result<A, ToolFailure> {
+pub(super) fn parse_args<A: DeserializeOwned>(schema: &Value, input: &Value) -> Result<A, ToolFailure> {
     let given = input.as_object();
     let params: Map<String, Value> = schema["properties"]
         .as_object()

@@ -39,6 +39,10 @@ PriceSource = Literal["desk", "built_in"]
 
 ProviderKind = Literal["openai", "anthropic"]
 
+QuestionTimeout = Literal["fail", "continue"]
+
+ReplayTools = Literal["recorded", "live"]
+
 RequeueReason = Literal["lease_lost", "shutdown", "comment", "retry", "approval", "budget"]
 
 Status = Literal["todo", "in_progress", "waiting", "done", "failed", "cancelled"]
@@ -47,7 +51,7 @@ TokenScope = Literal["read", "write", "approve", "admin"]
 
 WaitingFor = Literal["human", "approval", "budget", "price"]
 
-EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approval_expired", "tool.approved", "tool.denied", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "budget.exhausted", "budget.threshold", "budget.unpriced", "schedule.skipped", "project.quota_reached", "text.delta", "thinking.delta", "tool_call.delta"]
+EventKind = Literal["ticket.created", "ticket.started", "ticket.done", "ticket.failed", "ticket.cancelled", "ticket.waiting", "ticket.requeued", "ticket.updated", "comment.created", "request.started", "request.finished", "request.retried", "request.failed", "request.queued", "tool.started", "tool.finished", "tool.failed", "tool.approval_requested", "tool.approval_expired", "tool.approved", "tool.denied", "question.asked", "question.answered", "question.expired", "tool.replay_mismatch", "schema.retried", "policy.violated", "compaction.started", "compaction.finished", "compaction.failed", "context.limit_exceeded", "budget.exhausted", "budget.threshold", "budget.unpriced", "schedule.skipped", "project.quota_reached", "text.delta", "thinking.delta", "tool_call.delta"]
 """Every event kind the document names (a desk may send newer ones)."""
 
 EVENT_KINDS = (
@@ -72,6 +76,10 @@ EVENT_KINDS = (
     "tool.approval_expired",
     "tool.approved",
     "tool.denied",
+    "question.asked",
+    "question.answered",
+    "question.expired",
+    "tool.replay_mismatch",
     "schema.retried",
     "policy.violated",
     "compaction.started",
@@ -284,6 +292,8 @@ class Agent:
     budget_usd_per_day: Optional[float]
     approval_timeout_secs: Optional[int]
     on_timeout: Optional[OnTimeout]
+    question_timeout_secs: Optional[int]
+    on_question_timeout: Optional[QuestionTimeout]
     created_at: str
     updated_at: str
     provider: Optional[str] = None
@@ -314,6 +324,8 @@ class Agent:
             budget_usd_per_day=d['budget_usd_per_day'],
             approval_timeout_secs=d['approval_timeout_secs'],
             on_timeout=d['on_timeout'],
+            question_timeout_secs=d['question_timeout_secs'],
+            on_question_timeout=d['on_question_timeout'],
             created_at=d['created_at'],
             updated_at=d['updated_at'],
             provider=d.get('provider'),
@@ -381,6 +393,20 @@ class AnswerApprovals:
             approve_all=d.get('approve_all'),
             deny_all=d.get('deny_all'),
             reason=d.get('reason'),
+            raw=d,
+        )
+
+
+@dataclass
+class AnswerQuestion:
+    answer: Any
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> AnswerQuestion:
+        return cls(
+            answer=d['answer'],
             raw=d,
         )
 
@@ -1035,6 +1061,7 @@ class PendingApproval:
     input: Dict[str, Any]
     approve_url: Optional[str]
     deny_url: Optional[str]
+    expires_at: Optional[str]
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -1046,6 +1073,33 @@ class PendingApproval:
             input=d['input'],
             approve_url=d['approve_url'],
             deny_url=d['deny_url'],
+            expires_at=d['expires_at'],
+            raw=d,
+        )
+
+
+@dataclass
+class PendingQuestion:
+    """A question that waits for an answer, as a ticket shows it (`pending_question`)."""
+
+    id: str
+    question: str
+    response_schema: Optional[Dict[str, Any]]
+    choices: Optional[List[str]]
+    answer_url: Optional[str]
+    expires_at: Optional[str]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> PendingQuestion:
+        return cls(
+            id=d['id'],
+            question=d['question'],
+            response_schema=d['response_schema'],
+            choices=d['choices'],
+            answer_url=d['answer_url'],
+            expires_at=d['expires_at'],
             raw=d,
         )
 
@@ -1282,6 +1336,8 @@ class PutAgent:
     budget_usd_per_day: Optional[float] = None
     approval_timeout_secs: Optional[int] = None
     on_timeout: Optional[OnTimeout] = None
+    question_timeout_secs: Optional[int] = None
+    on_question_timeout: Optional[QuestionTimeout] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received, fields this version does not know included."""
 
@@ -1308,6 +1364,8 @@ class PutAgent:
             budget_usd_per_day=d.get('budget_usd_per_day'),
             approval_timeout_secs=d.get('approval_timeout_secs'),
             on_timeout=d.get('on_timeout'),
+            question_timeout_secs=d.get('question_timeout_secs'),
+            on_question_timeout=d.get('on_question_timeout'),
             raw=d,
         )
 
@@ -1453,6 +1511,28 @@ class RateLimit:
 
 
 @dataclass
+class ReplayTicket:
+    agent: Optional[str] = None
+    agent_version: Optional[int] = None
+    provider: Optional[str] = None
+    model: Optional[str] = None
+    tools: Optional[ReplayTools] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ReplayTicket:
+        return cls(
+            agent=d.get('agent'),
+            agent_version=d.get('agent_version'),
+            provider=d.get('provider'),
+            model=d.get('model'),
+            tools=d.get('tools'),
+            raw=d,
+        )
+
+
+@dataclass
 class Rollback:
     version: int
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -1592,6 +1672,7 @@ class Ticket:
     created_at: str
     updated_at: str
     pending_approvals: List[PendingApproval]
+    pending_question: Optional[PendingQuestion]
     budget_usd: Optional[float]
     waiting_for: Optional[WaitingFor]
     agent_version: Optional[int]
@@ -1625,6 +1706,7 @@ class Ticket:
             created_at=d['created_at'],
             updated_at=d['updated_at'],
             pending_approvals=_list(PendingApproval.from_json, d['pending_approvals']),
+            pending_question=_opt(PendingQuestion.from_json, d['pending_question']),
             budget_usd=d['budget_usd'],
             waiting_for=d['waiting_for'],
             agent_version=d['agent_version'],

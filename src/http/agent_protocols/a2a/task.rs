@@ -67,7 +67,11 @@ fn status_message(ticket: &Ticket, last_words: Option<&str>) -> Option<Message> 
                 .collect();
             format!("Waiting for approval of: {}", calls.join(", "))
         }
-        Status::Waiting => last_words.unwrap_or("The agent is waiting for an answer.").to_owned(),
+        // The agent's question (`ask_human`), else its last words.
+        Status::Waiting => match &ticket.pending_question {
+            Some(q) => q.question.clone(),
+            None => last_words.unwrap_or("The agent is waiting for an answer.").to_owned(),
+        },
         Status::Failed => ticket
             .error
             .as_ref()
