@@ -224,6 +224,25 @@ async fn a_link_answers_a_schema_question_with_a_form_once_and_without_a_token()
         plain.get(&swapped).send().await.unwrap().status(),
         StatusCode::NOT_FOUND
     );
+
+    // A link whose ticket was deleted (as retention deletes) is gone.
+    llm.push(ask(json!({"question": "Deleted?"})));
+    let (key, id) = ticket(&app).await;
+    let waiting = waiting_question(&app, &key).await;
+    let answer_url = waiting["pending_question"]["answer_url"].as_str().unwrap().to_owned();
+    for table in ["events", "comments"] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE ticket_id = $1::uuid"))
+            .bind(&id)
+            .execute(&app.pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query("DELETE FROM tickets WHERE id = $1::uuid")
+        .bind(&id)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(plain.get(&answer_url).send().await.unwrap().status(), StatusCode::GONE);
 }
 
 #[tokio::test]

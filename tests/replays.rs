@@ -150,3 +150,41 @@ async fn a_replay_runs_the_version_named_and_refuses_what_does_not_exist() {
     let (code, _) = app.post("/v1/tickets/TICKET-999/replay", json!({})).await;
     assert_eq!(code, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_replay_gets_a_questions_recorded_answer_without_asking_anyone() {
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&llm, |_| {}).await;
+    let agent =
+        json!({"provider": "openai", "model": "m1", "labels": ["asker"], "tools": ["close_ticket", "ask_human"]});
+    assert!(app.put("/v1/agents/asker", agent).await.0.is_success());
+    let ask = || {
+        Reply::tool_call(
+            "ask_human",
+            json!({"question": "Which region?", "choices": ["eu", "us"]}),
+        )
+    };
+    llm.push(ask());
+    llm.push(Reply::tool_call("close_ticket", json!({"result": "ok"})));
+    let t = app.create_ticket(json!({"task": "deploy", "labels": ["asker"]})).await;
+    let key = t["key"].as_str().unwrap().to_owned();
+    let waiting = wait_status(&app, &key, "waiting").await;
+    let qid = waiting["pending_question"]["id"].as_str().unwrap().to_owned();
+    let (code, _) = app
+        .post(&format!("/v1/tickets/{key}/questions/{qid}"), json!({"answer": "eu"}))
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    wait_status(&app, &key, "done").await;
+
+    llm.push(ask());
+    llm.push(Reply::tool_call("close_ticket", json!({"result": "again"})));
+    let (_, replay) = app
+        .post(&format!("/v1/tickets/{key}/replay"), json!({"model": "m9"}))
+        .await;
+    let done = wait_status(&app, replay["key"].as_str().unwrap(), "done").await;
+    assert_eq!(done["result"], "again");
+    assert!(event_data(&app, replay["id"].as_str().unwrap(), "question.asked")
+        .await
+        .is_empty());
+    assert_eq!(results_for(&llm, "m9"), [json!("eu")], "the recorded answer");
+}

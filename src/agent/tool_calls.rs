@@ -35,7 +35,7 @@ impl PreparedCall {
 
     /// A call of the built-in `ask_human`: a question that waits for a person's answer.
     pub fn asks_human(&self) -> bool {
-        self.input.as_ref().is_ok_and(|p| p.tool.name() == tools::ASK_HUMAN)
+        self.input.as_ref().is_ok_and(|p| p.tool.asks_human())
     }
 
     /// Waits for a person: its approval, or its answer.

@@ -34,13 +34,21 @@ pub fn routes() -> Router<AppState> {
 
 /// The ticket and call a link names, when its signature holds, it does one of `actions`, and the
 /// ticket exists.
-async fn open(state: &AppState, token: &str, actions: &[LinkAction]) -> ApiResult<(CallLink, Ticket)> {
-    let missing = || ApiError::NotFound("no such link".into());
-    let link = state.links.verify(token, actions).ok_or_else(missing)?;
-    let ticket = db::tickets::find_by_id(&state.pool, link.ticket_id)
-        .await?
-        .ok_or_else(missing)?;
-    Ok((link, ticket))
+async fn open(
+    state: &AppState,
+    token: &str,
+    actions: &[LinkAction],
+) -> ApiResult<Result<(CallLink, Ticket), Response>> {
+    let link = state
+        .links
+        .verify(token, actions)
+        .ok_or_else(|| ApiError::NotFound("no such link".into()))?;
+    let Some(ticket) = db::tickets::find_by_id(&state.pool, link.ticket_id).await? else {
+        // A genuine link whose ticket was deleted: gone, not unknown.
+        let body = "<h1>This link no longer works</h1><p>The ticket it answered was deleted.</p>";
+        return Ok(Err(page(StatusCode::GONE, "Link used", body)));
+    };
+    Ok(Ok((link, ticket)))
 }
 
 /// The call, while it waits for an answer.
@@ -57,7 +65,10 @@ fn waiting<'t>(ticket: &'t Ticket, link: &CallLink) -> Option<&'t Approval> {
 const APPROVAL_LINKS: &[LinkAction] = &[LinkAction::Approve, LinkAction::Deny];
 
 async fn show(State(state): State<AppState>, Path(token): Path<String>) -> ApiResult<Response> {
-    let (link, ticket) = open(&state, &token, APPROVAL_LINKS).await?;
+    let (link, ticket) = match open(&state, &token, APPROVAL_LINKS).await? {
+        Ok(opened) => opened,
+        Err(gone) => return Ok(gone),
+    };
     let Some(approval) = waiting(&ticket, &link) else {
         return gone(&state, &ticket, &link).await;
     };
@@ -86,7 +97,10 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let (link, ticket) = open(&state, &token, APPROVAL_LINKS).await?;
+    let (link, ticket) = match open(&state, &token, APPROVAL_LINKS).await? {
+        Ok(opened) => opened,
+        Err(gone) => return Ok(gone),
+    };
     if waiting(&ticket, &link).is_none() {
         return gone(&state, &ticket, &link).await;
     }

@@ -75,6 +75,11 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// True for the built-in `ask_human`, whose call waits for a person's answer instead of running.
+    fn asks_human(&self) -> bool {
+        false
+    }
+
     /// How long such a call waits for a person, by the tool's own setting (or its server's);
     /// None: the agent's setting decides.
     fn approval_deadline(&self) -> Option<crate::domain::tool::ApprovalDeadline> {

@@ -34,7 +34,10 @@ fn waiting<'t>(ticket: &'t Ticket, link: &CallLink) -> Option<&'t Question> {
 }
 
 pub(super) async fn show(State(state): State<AppState>, Path(token): Path<String>) -> ApiResult<Response> {
-    let (link, ticket) = open(&state, &token, QUESTION_LINKS).await?;
+    let (link, ticket) = match open(&state, &token, QUESTION_LINKS).await? {
+        Ok(opened) => opened,
+        Err(gone) => return Ok(gone),
+    };
     let Some(question) = waiting(&ticket, &link) else {
         return Ok(gone(&ticket));
     };
@@ -47,7 +50,10 @@ pub(super) async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let (link, ticket) = open(&state, &token, QUESTION_LINKS).await?;
+    let (link, ticket) = match open(&state, &token, QUESTION_LINKS).await? {
+        Ok(opened) => opened,
+        Err(gone) => return Ok(gone),
+    };
     let Some(question) = waiting(&ticket, &link) else {
         return Ok(gone(&ticket));
     };

@@ -67,6 +67,10 @@ impl<T: BuiltinTool> Tool for Builtin<T> {
         T::WRITES_NOTHING
     }
 
+    fn asks_human(&self) -> bool {
+        T::NAME == super::ASK_HUMAN
+    }
+
     async fn call(&self, ctx: &ToolContext<'_>, input: &Value) -> ToolOutcome {
         match parse_args(&self.schema, input) {
             Ok(args) => T::run(ctx, args).await,
