@@ -709,3 +709,53 @@ async fn project_and_token_commands_and_the_project_option() {
     assert_ne!(deleted.code, 0, "a project with tickets stays: {deleted:?}");
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_approve_replay_and_agent_versions_commands() {
+    let (app, llm) = start().await;
+    let agent = json!({"provider": "openai", "model": "m1", "tools": ["close_ticket", "ask_human"]});
+    assert!(app.put("/v1/agents/default", agent).await.0.is_success());
+    llm.push(Reply::tool_call(
+        "ask_human",
+        json!({"question": "How many?", "response_schema": {"type": "integer"}}),
+    ));
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "done" })));
+    let key = app.create_ticket(json!({ "task": "count" })).await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_status(&app, &key, "waiting").await;
+    let show = cli(&app.url, &["ticket", "show", &key]).await;
+    assert!(show.stdout.contains("How many?"), "{show:?}");
+    let wrong = cli(&app.url, &["ticket", "answer", &key, "three"]).await;
+    assert_ne!(wrong.code, 0, "text is not an integer: {wrong:?}");
+    let answered = cli(&app.url, &["ticket", "answer", &key, "--json", "3"]).await;
+    assert_eq!(answered.code, 0, "{answered:?}");
+    wait_status(&app, &key, "done").await;
+
+    let none = cli(&app.url, &["ticket", "approve", &key]).await;
+    assert_ne!(none.code, 0, "nothing waits for approval: {none:?}");
+
+    let agent = json!({"provider": "openai", "model": "m2", "tools": ["close_ticket", "ask_human"]});
+    assert!(app.put("/v1/agents/default", agent).await.0.is_success());
+    let versions = cli(&app.url, &["agents", "versions", "default"]).await;
+    assert_eq!(versions.code, 0, "{versions:?}");
+    assert!(
+        versions.stdout.contains("m2") && versions.stdout.contains("m1"),
+        "{versions:?}"
+    );
+    let back = cli(&app.url, &["agents", "rollback", "default", "2"]).await;
+    assert_eq!(back.code, 0, "{back:?}");
+    assert_eq!(app.get("/v1/agents/default").await.1["model"], "m1");
+
+    llm.push(Reply::tool_call(
+        "ask_human",
+        json!({"question": "How many?", "response_schema": {"type": "integer"}}),
+    ));
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "replayed" })));
+    let replay = cli(&app.url, &["ticket", "replay", &key, "--model", "m3"]).await;
+    assert_eq!(replay.code, 0, "{replay:?}");
+    let done = wait_status(&app, replay.stdout.trim(), "done").await;
+    assert_eq!(done["metadata"]["replay_of"], key.as_str());
+    app.shutdown().await;
+}

@@ -149,6 +149,26 @@ pub enum TicketCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Run a ticket again as a new one (tool calls answered from its recording unless --live)
+    #[command(after_help = EXIT_CODES_HELP)]
+    Replay {
+        key: String,
+        /// The agent that runs it (default: the original's)
+        #[arg(long)]
+        agent: Option<String>,
+        /// The agent's version to pin (default: its latest)
+        #[arg(long = "agent-version")]
+        agent_version: Option<i32>,
+        /// A provider instead of the agent's
+        #[arg(long)]
+        provider: Option<String>,
+        /// A model instead of the agent's
+        #[arg(long)]
+        model: Option<String>,
+        /// Run the tools again instead of answering from the recording
+        #[arg(long)]
+        live: bool,
+    },
     /// Answer the question the ticket's agent asked (its `pending_question`)
     #[command(after_help = EXIT_CODES_HELP)]
     Answer {
@@ -178,6 +198,10 @@ pub enum AgentsCommand {
         /// `.yaml`/`.yml` or `.json`; otherwise JSON is tried, then YAML
         file: PathBuf,
     },
+    /// List an agent's versions, newest first
+    Versions { name: String },
+    /// Make a new version of an agent holding an earlier version's settings
+    Rollback { name: String, version: i32 },
 }
 
 #[derive(Args, Debug)]
@@ -352,6 +376,8 @@ pub fn run_agents(args: AgentsArgs) -> ExitCode {
     run(args.client, |client| async move {
         match args.command {
             AgentsCommand::Apply { file } => apply::run(&client, &file).await,
+            AgentsCommand::Versions { name } => tickets::agent_versions(&client, &name).await,
+            AgentsCommand::Rollback { name, version } => tickets::rollback(&client, &name, version).await,
         }
     })
 }

@@ -58,6 +58,23 @@ pub async fn run(client: &Client, command: TicketCommand) -> Result<u8, CliError
         TicketCommand::Retry { key } => transition(client, &key, "retry").await,
         TicketCommand::Approve { key, call_id, reason } => decide(client, &key, call_id, true, reason).await,
         TicketCommand::Deny { key, call_id, reason } => decide(client, &key, call_id, false, reason).await,
+        TicketCommand::Replay {
+            key,
+            agent,
+            agent_version,
+            provider,
+            model,
+            live,
+        } => {
+            let tools = if live { "live" } else { "recorded" };
+            let body = json!({"agent": agent, "agent_version": agent_version, "provider": provider,
+                              "model": model, "tools": tools});
+            let replay = client
+                .post(&format!("/v1/tickets/{}/replay", encode(&key)), &body)
+                .await?;
+            println!("{}", replay["key"].as_str().unwrap_or_default());
+            Ok(exit::OK)
+        }
         TicketCommand::Answer { key, answer, json } => {
             let answer: Value = if json {
                 serde_json::from_str(&answer)
@@ -78,6 +95,43 @@ pub async fn run(client: &Client, command: TicketCommand) -> Result<u8, CliError
             Ok(exit::OK)
         }
     }
+}
+
+/// `agentdesk agents versions NAME`: a line per version, newest first.
+pub async fn agent_versions(client: &Client, name: &str) -> Result<u8, CliError> {
+    let page = client
+        .get(&format!("/v1/agents/{}/versions?limit=200", encode(name)))
+        .await?;
+    let rows: Vec<[String; 4]> = page["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            [
+                short(&v["version"], 8),
+                short(&v["model"], 40),
+                short(&v["updated_at"], 32),
+                short(&v["role"], 60),
+            ]
+        })
+        .collect();
+    print!("{}", table(["VERSION", "MODEL", "MADE", "ROLE"], &rows));
+    Ok(exit::OK)
+}
+
+/// `agentdesk agents rollback NAME N`: a new version with version N's settings.
+pub async fn rollback(client: &Client, name: &str, version: i32) -> Result<u8, CliError> {
+    let agent = client
+        .post(
+            &format!("/v1/agents/{}/rollback", encode(name)),
+            &json!({ "version": version }),
+        )
+        .await?;
+    println!(
+        "{name} is at version {} (with version {version}'s settings)",
+        agent["version"]
+    );
+    Ok(exit::OK)
 }
 
 /// Approves or denies one waiting call, or every pending one.
