@@ -333,6 +333,10 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
     let (status, webhook) =
         send(alpha(Method::POST, "/v1/webhooks").json(&json!({"url": "https://example.com/secret-hook"}))).await;
     assert_eq!(status, StatusCode::CREATED, "{webhook}");
+    let (status, experiment) = send(alpha(Method::POST, "/v1/experiments").json(&json!({
+        "name": "secret experiment", "tickets": [key], "arms": [{"name": "a", "agent": "researcher"}]})))
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{experiment}");
     let secrets = [key.as_str(), id.as_str(), "secret", "researcher", "nightly"];
 
     // Every route of the document, with alpha's references in its parameters.
@@ -347,7 +351,14 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
                 .replace("{ticket}", references)
                 .replace("{name}", "researcher")
                 .replace("{schedule}", "nightly")
-                .replace("{id}", webhook["id"].as_str().unwrap())
+                .replace(
+                    "{id}",
+                    if template.starts_with("/v1/experiments") {
+                        experiment["id"].as_str().unwrap()
+                    } else {
+                        webhook["id"].as_str().unwrap()
+                    },
+                )
                 .replace("{project}", "alpha")
                 .replace("{call_id}", "call_1")
                 .replace("{version}", "1")
@@ -371,10 +382,15 @@ async fn a_token_of_another_project_sees_nothing_on_any_route() {
         }
     }
     assert!(walked > 30, "walked {walked} operations");
+    // An experiment cannot name another project's ticket.
+    let steal = json!({"name": "x", "tickets": [key], "arms": [{"name": "a", "agent": "researcher"}]});
+    let request = as_token(&app, &intruder, None, Method::POST, "/v1/experiments").json(&steal);
+    assert_eq!(send(request).await.0, StatusCode::NOT_FOUND);
 
     // Lists, stats and streams show the intruder none of alpha's.
     for list in [
         "/v1/tickets",
+        "/v1/experiments",
         "/v1/agents",
         "/v1/schedules",
         "/v1/webhooks",

@@ -8,6 +8,7 @@ pub mod comments;
 pub mod deadlines;
 pub mod desk_stats;
 pub mod events;
+pub mod experiments;
 pub mod fence;
 pub mod group;
 pub mod http_tools;

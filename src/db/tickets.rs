@@ -832,3 +832,28 @@ fn tickets_and_numbers(rows: &[sqlx::postgres::PgRow]) -> Result<(Vec<Ticket>, V
     }
     Ok((tickets, numbers))
 }
+
+/// The tickets an experiment's filter picks: the project's own (not replays), newest first.
+pub async fn for_experiment<'e>(
+    db: impl PgExecutor<'e>,
+    project: ProjectId,
+    label: Option<&str>,
+    status: Option<Status>,
+    since: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<Ticket>, sqlx::Error> {
+    let rows: Vec<TicketRow> = sqlx::query_as(&format!(
+        "SELECT {TICKET_COLUMNS} FROM tickets t
+         WHERE t.project_id = $1 AND t.replay IS NULL AND ($2::text IS NULL OR $2 = ANY(t.labels))
+           AND ($3::text IS NULL OR t.status = $3) AND ($4::timestamptz IS NULL OR t.created_at >= $4)
+         ORDER BY t.number DESC LIMIT $5"
+    ))
+    .bind(project)
+    .bind(label)
+    .bind(status.map(Status::as_str))
+    .bind(since)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(Ticket::from).collect())
+}

@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod comment;
 pub mod event;
+pub mod experiment;
 pub mod link;
 pub mod mcp_server;
 pub mod money;

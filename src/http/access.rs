@@ -130,7 +130,7 @@ pub fn need(method: &Method, path: &str) -> Need {
         ["projects", ..] | ["prices", ..] if !reads => Need::Desk,
         _ if reads => Need::Read,
         ["tickets", _, "approvals", ..] | ["tickets", _, "questions", ..] => Need::Approve,
-        ["tickets", ..] => Need::Write,
+        ["tickets", ..] | ["experiments", ..] => Need::Write,
         _ => Need::Admin,
     }
 }

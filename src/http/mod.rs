@@ -10,6 +10,7 @@ pub mod cross_site;
 pub mod docs;
 pub mod error;
 pub mod events;
+pub mod experiments;
 pub mod extract;
 pub mod formats;
 pub mod health;
@@ -117,6 +118,9 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(approvals::answer_approvals))
         .routes(routes!(questions::answer_question))
         .routes(routes!(replays::replay_ticket))
+        .routes(routes!(experiments::create_experiment, experiments::list_experiments))
+        .routes(routes!(experiments::get_experiment, experiments::delete_experiment))
+        .routes(routes!(experiments::cancel_experiment))
         .routes(routes!(events::global_events))
         .routes(routes!(agents::list_agents))
         .routes(routes!(agents::get_agent, agents::put_agent, agents::delete_agent))

@@ -45,6 +45,7 @@ use super::agent_protocols::document as protocols;
         (name = "health", description = "Liveness and readiness (no token)"),
         (name = "prices", description = "What models cost, in US dollars per million tokens: the desk's own prices and a built-in table"),
         (name = "stats", description = "Figures"),
+        (name = "experiments", description = "Tickets replayed by several arms (agents, versions, providers, models) and compared, optionally by a blind judge"),
     )
 )]
 pub struct ApiDoc;

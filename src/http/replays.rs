@@ -15,12 +15,13 @@ use super::extract::{ApiJson, ApiPath};
 use super::AppState;
 use crate::db;
 use crate::db::tickets::{Extras, NewTicket};
+use crate::domain::project::Project;
 use crate::domain::provider::BUILTIN_PROVIDERS;
 use crate::domain::ticket::{Replay, ReplayTools};
 use crate::domain::Ticket;
 use crate::transitions::{self, Created};
 
-#[derive(Default, Deserialize, ToSchema)]
+#[derive(Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayTicket {
     /// The agent that runs the replay; default: the original's.
@@ -66,13 +67,23 @@ pub async fn replay_ticket(
     Ok((StatusCode::CREATED, Json(ticket)))
 }
 
-/// Creates the replay of `original` (also an experiment's arm).
-pub async fn replay(
+/// Creates the replay of `original`.
+pub async fn replay(state: &AppState, project: &Project, original: &Ticket, req: ReplayTicket) -> ApiResult<Ticket> {
+    let (new, extras) = prepare(state, project, original, req).await?;
+    super::projects::admit_ticket(&state.pool, project).await?;
+    match transitions::create_with(&state.pool, new, None, extras).await? {
+        Created::New(ticket) | Created::Repeat(ticket) => Ok(ticket),
+    }
+}
+
+/// The replay of `original` as it is inserted, after checking what `req` names; nothing is
+/// written (an experiment prepares all its replays before it inserts any).
+pub async fn prepare(
     state: &AppState,
-    project: &crate::domain::project::Project,
+    project: &Project,
     original: &Ticket,
     req: ReplayTicket,
-) -> ApiResult<Ticket> {
+) -> ApiResult<(NewTicket, Extras)> {
     let agent = match req.agent.or_else(|| original.agent.clone()) {
         Some(agent) => agent,
         None => {
@@ -110,7 +121,6 @@ pub async fn replay(
         _ => Default::default(),
     };
     metadata.insert("replay_of".into(), Value::String(original.key.clone()));
-    super::projects::admit_ticket(&state.pool, project).await?;
     let new = NewTicket {
         project: project.id,
         task: original.task.clone(),
@@ -135,7 +145,5 @@ pub async fn replay(
             model: req.model,
         }),
     };
-    match transitions::create_with(&state.pool, new, None, extras).await? {
-        Created::New(ticket) | Created::Repeat(ticket) => Ok(ticket),
-    }
+    Ok((new, extras))
 }

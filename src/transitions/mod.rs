@@ -4,6 +4,7 @@
 
 pub mod claims;
 pub mod deadlines;
+pub mod experiments;
 pub mod intake;
 pub mod questions;
 pub mod schedules;

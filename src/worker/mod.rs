@@ -486,8 +486,9 @@ async fn reap_loop(shared: Arc<Shared>, stop: CancellationToken) {
 /// How often tickets past their deadline are looked for: a deadline is kept to about this.
 const DEADLINE_POLL: Duration = Duration::from_secs(1);
 
-/// Fails tickets whose deadline passed (one cheap indexed query a second: tickets without a
-/// deadline are not in the index it reads).
+/// Fails tickets whose deadline passed, answers approvals and questions whose deadline passed,
+/// and moves experiments on (cheap indexed queries a second: rows without a deadline, and
+/// experiments that ended, are not in the indexes they read).
 async fn deadline_loop(shared: Arc<Shared>, stop: CancellationToken) {
     loop {
         tokio::select! {
@@ -510,6 +511,15 @@ async fn deadline_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 shared.wake.notify_one();
             }
             Err(err) => tracing::debug!(error = %err, "approval deadline check could not run"),
+        }
+        match crate::transitions::experiments::advance(&shared.runtime.pool, 20).await {
+            Ok(0) => {}
+            Ok(_) => {
+                // A judge's ticket to claim, or an experiment's end to show.
+                shared.runtime.hub.wake();
+                shared.wake.notify_one();
+            }
+            Err(err) => tracing::debug!(error = %err, "experiments could not advance"),
         }
     }
 }

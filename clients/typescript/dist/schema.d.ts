@@ -322,6 +322,65 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/experiments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List experiments */
+        get: operations["list_experiments"];
+        put?: never;
+        /**
+         * Start an experiment
+         * @description Each ticket × arm becomes a replay (`metadata.replay_of`, `metadata.experiment`) that runs at
+         *     low priority through the ordinary queue, budgets and fair share; with a `judge`, once every
+         *     arm of a ticket has finished, the judge agent gets the task and the results in random order
+         *     without the arms' names and answers through a result schema. Nothing is created unless all is.
+         */
+        post: operations["create_experiment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/experiments/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Show an experiment: each arm's figures, and each ticket's results side by side */
+        get: operations["get_experiment"];
+        put?: never;
+        post?: never;
+        /** Delete an experiment (what still runs of it is cancelled; its tickets stay) */
+        delete: operations["delete_experiment"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/experiments/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel an experiment and its open replays and judges */
+        post: operations["cancel_experiment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/mcp-servers": {
         parameters: {
             query?: never;
@@ -1262,6 +1321,52 @@ export interface components {
             approve: boolean;
             reason?: string | null;
         };
+        /** @description One way of running the tickets. */
+        Arm: {
+            /** @description Unique in the experiment: the results are shown under it. */
+            name: string;
+            /** @description Default: each ticket's own agent. */
+            agent?: string | null;
+            /** Format: int32 */
+            agent_version?: number | null;
+            provider?: string | null;
+            model?: string | null;
+        };
+        /** @description An arm's settings and figures, read from its replays. */
+        ArmFigures: {
+            name: string;
+            agent?: string | null;
+            /** Format: int32 */
+            agent_version?: number | null;
+            provider?: string | null;
+            model?: string | null;
+            /** Format: int64 */
+            done: number;
+            /** Format: int64 */
+            failed: number;
+            /** Format: int64 */
+            waiting: number;
+            cost_usd: components["schemas"]["Usd"];
+            /** Format: int64 */
+            input_tokens: number;
+            /** Format: int64 */
+            output_tokens: number;
+            /** @description From claim to finish, over the finished replays; null before any. */
+            duration_ms: components["schemas"]["Percentiles"];
+            /**
+             * Format: double
+             * @description The share (0 to 1) of finished replays whose result matches the ticket's schema (a ticket
+             *     without one: any result); null before any finished.
+             */
+            schema_valid?: number | null;
+            judge?: null | components["schemas"]["JudgeFigures"];
+        };
+        ArmResult: {
+            /** @description The replay's key. */
+            key: string;
+            status: components["schemas"]["Status"];
+            result?: unknown;
+        };
         /**
          * @description Who wrote a comment. `system` comments are notes of the service itself (kept through compaction).
          * @enum {string}
@@ -1321,6 +1426,16 @@ export interface components {
             text: string;
             /** @description `user` (default) or `system`. */
             author?: string | null;
+        };
+        CreateExperiment: {
+            name: string;
+            /** @description The tickets to replay (ids or keys); or give `filter`. */
+            tickets?: string[] | null;
+            filter?: null | components["schemas"]["ExperimentFilter"];
+            /** @description 1 to 10 arms with distinct names. */
+            arms: components["schemas"]["Arm"][];
+            judge?: null | components["schemas"]["JudgeSpec"];
+            tools?: null | components["schemas"]["ReplayTools"];
         };
         CreateProject: {
             /** @description 1–32 of `[a-z0-9-]`, unique. */
@@ -1908,6 +2023,52 @@ export interface components {
             /** @enum {string} */
             kind: "tool_call.delta";
         };
+        /** @description An experiment as the API shows it. */
+        Experiment: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            status: components["schemas"]["ExperimentStatus"];
+            /** @description Every replay's and judge's cost so far, in US dollars. */
+            cost_usd: components["schemas"]["Usd"];
+            tools: components["schemas"]["ReplayTools"];
+            arms: components["schemas"]["ArmFigures"][];
+            judge?: null | components["schemas"]["JudgeSpec"];
+            /** @description Each original ticket, with each arm's replay of it. */
+            tickets: components["schemas"]["ExperimentTicket"][];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            finished_at?: string | null;
+        };
+        ExperimentFilter: {
+            /** @description Only tickets with this label. */
+            label?: string | null;
+            status?: null | components["schemas"]["Status"];
+            /**
+             * Format: date-time
+             * @description Only tickets created at or after this time.
+             */
+            since?: string | null;
+            /**
+             * Format: int64
+             * @description At most this many (1 to 100, default 20).
+             */
+            limit?: number | null;
+        };
+        ExperimentList: {
+            items: components["schemas"]["Experiment"][];
+        };
+        /** @enum {string} */
+        ExperimentStatus: "running" | "done" | "cancelled";
+        ExperimentTicket: {
+            /** @description The original's key. */
+            ticket: string;
+            /** @description By arm name. */
+            results: {
+                [key: string]: components["schemas"]["ArmResult"];
+            };
+        };
         Figures: {
             by_status: components["schemas"]["StatusCounts"];
             /** Format: int64 */
@@ -1988,6 +2149,28 @@ export interface components {
             id?: string | number | null;
             result?: unknown;
             error?: components["schemas"]["JsonRpcErrorObject"];
+        };
+        JudgeFigures: {
+            /** Format: int64 */
+            wins: number;
+            /** Format: int64 */
+            losses: number;
+            /** Format: int64 */
+            ties: number;
+            /**
+             * Format: double
+             * @description The mean of the judge's scores (0 to 10); null before any verdict.
+             */
+            mean_score?: number | null;
+        };
+        /**
+         * @description The judge: an agent that gets the task and the arms' results in random order, without the
+         *     arms' names, and answers through `judge_schema`.
+         */
+        JudgeSpec: {
+            agent: string;
+            /** @description What makes a result better; default: correct, complete and clear. */
+            criteria?: string | null;
         };
         /**
          * @description `Accept` of an MCP request: both kinds of answer.
@@ -2221,6 +2404,12 @@ export interface components {
              * @description When the desk stops waiting (the agent's `on_question_timeout` decides what then); null: never.
              */
             expires_at: string | null;
+        };
+        Percentiles: {
+            /** Format: int64 */
+            p50?: number | null;
+            /** Format: int64 */
+            p95?: number | null;
         };
         /** @description What a project used in one period. */
         PeriodUsage: {
@@ -4404,6 +4593,375 @@ export interface operations {
             };
             /** @description No valid bearer token */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_experiments: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentList"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_experiment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateExperiment"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Experiment"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A read-only token (read:…) may only GET */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A named ticket does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than 1 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is declared as something other than JSON (send Content-Type: application/json) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid arms, filter, agent, version or provider */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_experiment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The experiment's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Experiment"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_experiment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The experiment's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A read-only token (read:…) may only GET */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are larger than 32 KiB */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The database is unavailable, or the request ran out of time */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancel_experiment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The experiment's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Experiment"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A read-only token (read:…) may only GET */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The experiment is done */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -21,6 +21,8 @@ Author = Literal["user", "assistant", "system"]
 
 CatchUp = Literal["skip", "latest"]
 
+ExperimentStatus = Literal["running", "done", "cancelled"]
+
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 McpAccept = Literal["application/json, text/event-stream"]
@@ -430,6 +432,90 @@ class ApprovalDecision:
 
 
 @dataclass
+class Arm:
+    """One way of running the tickets."""
+
+    name: str
+    agent: Optional[str] = None
+    agent_version: Optional[int] = None
+    provider: Optional[str] = None
+    model: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Arm:
+        return cls(
+            name=d['name'],
+            agent=d.get('agent'),
+            agent_version=d.get('agent_version'),
+            provider=d.get('provider'),
+            model=d.get('model'),
+            raw=d,
+        )
+
+
+@dataclass
+class ArmFigures:
+    """An arm's settings and figures, read from its replays."""
+
+    name: str
+    done: int
+    failed: int
+    waiting: int
+    cost_usd: Any
+    input_tokens: int
+    output_tokens: int
+    duration_ms: Percentiles
+    agent: Optional[str] = None
+    agent_version: Optional[int] = None
+    provider: Optional[str] = None
+    model: Optional[str] = None
+    schema_valid: Optional[float] = None
+    judge: Optional[JudgeFigures] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ArmFigures:
+        return cls(
+            name=d['name'],
+            done=d['done'],
+            failed=d['failed'],
+            waiting=d['waiting'],
+            cost_usd=d['cost_usd'],
+            input_tokens=d['input_tokens'],
+            output_tokens=d['output_tokens'],
+            duration_ms=Percentiles.from_json(d['duration_ms']),
+            agent=d.get('agent'),
+            agent_version=d.get('agent_version'),
+            provider=d.get('provider'),
+            model=d.get('model'),
+            schema_valid=d.get('schema_valid'),
+            judge=_opt(JudgeFigures.from_json, d.get('judge')),
+            raw=d,
+        )
+
+
+@dataclass
+class ArmResult:
+    key: str
+    status: Status
+    result: Any = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ArmResult:
+        return cls(
+            key=d['key'],
+            status=d['status'],
+            result=d.get('result'),
+            raw=d,
+        )
+
+
+@dataclass
 class Comment:
     id: str
     ticket_id: str
@@ -483,6 +569,30 @@ class CreateComment:
         return cls(
             text=d['text'],
             author=d.get('author'),
+            raw=d,
+        )
+
+
+@dataclass
+class CreateExperiment:
+    name: str
+    arms: List[Arm]
+    tickets: Optional[List[str]] = None
+    filter: Optional[ExperimentFilter] = None
+    judge: Optional[JudgeSpec] = None
+    tools: Optional[ReplayTools] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> CreateExperiment:
+        return cls(
+            name=d['name'],
+            arms=_list(Arm.from_json, d['arms']),
+            tickets=d.get('tickets'),
+            filter=_opt(ExperimentFilter.from_json, d.get('filter')),
+            judge=_opt(JudgeSpec.from_json, d.get('judge')),
+            tools=d.get('tools'),
             raw=d,
         )
 
@@ -726,6 +836,90 @@ class ErrorDetail:
 
 
 @dataclass
+class Experiment:
+    """An experiment as the API shows it."""
+
+    id: str
+    name: str
+    status: ExperimentStatus
+    cost_usd: Any
+    tools: ReplayTools
+    arms: List[ArmFigures]
+    tickets: List[ExperimentTicket]
+    created_at: str
+    judge: Optional[JudgeSpec] = None
+    finished_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Experiment:
+        return cls(
+            id=d['id'],
+            name=d['name'],
+            status=d['status'],
+            cost_usd=d['cost_usd'],
+            tools=d['tools'],
+            arms=_list(ArmFigures.from_json, d['arms']),
+            tickets=_list(ExperimentTicket.from_json, d['tickets']),
+            created_at=d['created_at'],
+            judge=_opt(JudgeSpec.from_json, d.get('judge')),
+            finished_at=d.get('finished_at'),
+            raw=d,
+        )
+
+
+@dataclass
+class ExperimentFilter:
+    label: Optional[str] = None
+    status: Optional[Status] = None
+    since: Optional[str] = None
+    limit: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ExperimentFilter:
+        return cls(
+            label=d.get('label'),
+            status=d.get('status'),
+            since=d.get('since'),
+            limit=d.get('limit'),
+            raw=d,
+        )
+
+
+@dataclass
+class ExperimentList:
+    items: List[Experiment]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ExperimentList:
+        return cls(
+            items=_list(Experiment.from_json, d['items']),
+            raw=d,
+        )
+
+
+@dataclass
+class ExperimentTicket:
+    ticket: str
+    results: Dict[str, ArmResult]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> ExperimentTicket:
+        return cls(
+            ticket=d['ticket'],
+            results=d['results'],
+            raw=d,
+        )
+
+
+@dataclass
 class Figures:
     by_status: StatusCounts
     requests: int
@@ -831,6 +1025,45 @@ class JsonRpcResponse:
             id=d.get('id'),
             result=d.get('result'),
             error=_opt(JsonRpcErrorObject.from_json, d.get('error')),
+            raw=d,
+        )
+
+
+@dataclass
+class JudgeFigures:
+    wins: int
+    losses: int
+    ties: int
+    mean_score: Optional[float] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> JudgeFigures:
+        return cls(
+            wins=d['wins'],
+            losses=d['losses'],
+            ties=d['ties'],
+            mean_score=d.get('mean_score'),
+            raw=d,
+        )
+
+
+@dataclass
+class JudgeSpec:
+    """The judge: an agent that gets the task and the arms' results in random order, without the
+arms' names, and answers through `judge_schema`."""
+
+    agent: str
+    criteria: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> JudgeSpec:
+        return cls(
+            agent=d['agent'],
+            criteria=d.get('criteria'),
             raw=d,
         )
 
@@ -1100,6 +1333,22 @@ class PendingQuestion:
             choices=d['choices'],
             answer_url=d['answer_url'],
             expires_at=d['expires_at'],
+            raw=d,
+        )
+
+
+@dataclass
+class Percentiles:
+    p50: Optional[int] = None
+    p95: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON object as received, fields this version does not know included."""
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> Percentiles:
+        return cls(
+            p50=d.get('p50'),
+            p95=d.get('p95'),
             raw=d,
         )
 
