@@ -839,3 +839,55 @@ async fn a_person_answers_the_question_on_the_board_and_approves_by_link_without
     assert_eq!(answered[0]["answer"], "eu");
     browser.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium and chromium-driver: cargo test --test board -- --ignored"]
+async fn an_experiment_is_shown_side_by_side() {
+    require_browser();
+    let llm = FakeLlm::start().await;
+    llm.set_responder(|request: &Value| match request["model"].as_str() {
+        Some("m-new") => Reply::tool_call("close_ticket", json!({"result": "the new summary"})),
+        Some("judge") => Reply::tool_call(
+            "close_ticket",
+            json!({"result": {"winner": "tie", "scores": {"A": 7, "B": 7}}}),
+        ),
+        _ => Reply::tool_call("close_ticket", json!({"result": "the old summary"})),
+    });
+    let app = TestApp::spawn_with_llm(&llm, |_| {}).await;
+    for (name, model) in [("writer", "m-old"), ("judge", "judge")] {
+        let agent = json!({"provider": "openai", "model": model, "labels": [name], "tools": ["close_ticket"]});
+        assert!(app.put(&format!("/v1/agents/{name}"), agent).await.0.is_success());
+    }
+    let t = app
+        .create_ticket(json!({"task": "Summarise the outage", "labels": ["writer"]}))
+        .await;
+    let key = t["key"].as_str().unwrap().to_owned();
+    wait_status(&app, &key, "done").await;
+    let body = json!({"name": "old or new", "tickets": [key],
+                      "arms": [{"name": "old", "agent": "writer"}, {"name": "new", "agent": "writer", "model": "m-new"}],
+                      "judge": {"agent": "judge"}});
+    let (_, experiment) = app.post("/v1/experiments", body).await;
+    let id = experiment["id"].as_str().unwrap().to_owned();
+
+    let browser = Browser::start(1200, 800).await.expect("start Chromium");
+    browser.goto(&format!("{}/#/experiments", app.url)).await.unwrap();
+    wait(
+        &browser,
+        "the experiment in the list",
+        "return !!document.querySelector('[data-experiment]')",
+    )
+    .await;
+    show(&browser, &format!("#/experiments/{id}")).await;
+    wait(
+        &browser,
+        "the experiment done, each arm's figures and the results side by side",
+        "return document.getElementById('experiment-status')?.textContent === 'done' \
+         && document.querySelectorAll('#experiment-arms tbody tr').length === 2 \
+         && document.body.textContent.includes('the new summary') \
+         && document.body.textContent.includes('the old summary')",
+    )
+    .await;
+    browser.screenshot(&screenshot_path("experiment.png")).await.unwrap();
+    assert_no_page_errors(&browser).await;
+    browser.close().await;
+}

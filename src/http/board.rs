@@ -39,6 +39,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("board/schedules.js"),
     ),
+    (
+        "experiments.js",
+        "text/javascript; charset=utf-8",
+        include_str!("board/experiments.js"),
+    ),
     ("dom.js", "text/javascript; charset=utf-8", include_str!("board/dom.js")),
     ("style.css", "text/css; charset=utf-8", include_str!("board/style.css")),
     ("icon.svg", "image/svg+xml", include_str!("board/icon.svg")),

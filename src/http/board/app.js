@@ -1,4 +1,5 @@
-// The board's entry point: routes (#/, #/tickets/KEY, #/agents, #/schedules), the token prompt, the stats strip
+// The board's entry point: routes (#/, #/tickets/KEY, #/agents, #/schedules, #/experiments[/ID]), the token
+// prompt, the stats strip
 // and the live indicator.
 
 import { api, listAll, token, project, onUnauthorized, ApiError } from './api.js';
@@ -7,6 +8,7 @@ import { boardPage, COLUMNS } from './columns.js';
 import { ticketPage } from './ticket.js';
 import { agentsPage } from './agents.js';
 import { schedulesPage } from './schedules.js';
+import { experimentsPage, experimentPage } from './experiments.js';
 
 const main = document.getElementById('main');
 const statsEl = document.getElementById('stats');
@@ -58,6 +60,12 @@ function route() {
   if (ticket) {
     current = 'ticket';
     page = ticketPage(main, app, decodeURIComponent(ticket[1]));
+  } else if (hash.match(/^\/experiments\/([^/]+)$/)) {
+    current = 'experiments';
+    page = experimentPage(main, app, decodeURIComponent(hash.split('/')[2]));
+  } else if (hash === '/experiments') {
+    current = 'experiments';
+    page = experimentsPage(main, app);
   } else if (hash === '/schedules') {
     current = 'schedules';
     page = schedulesPage(main, app);
