@@ -91,6 +91,8 @@ enum ClientCommand {
     Project(cli::ProjectArgs),
     /// Client: create, list and revoke a project's tokens
     Token(cli::TokenArgs),
+    /// Client: replay tickets on several agents, versions or models and compare them
+    Experiment(cli::ExperimentArgs),
 }
 
 fn main() -> ExitCode {
@@ -104,6 +106,7 @@ fn main() -> ExitCode {
         Command::Client(ClientCommand::Schedule(args)) => return cli::run_schedule(args),
         Command::Client(ClientCommand::Project(args)) => return cli::run_project(args),
         Command::Client(ClientCommand::Token(args)) => return cli::run_token(args),
+        Command::Client(ClientCommand::Experiment(args)) => return cli::run_experiment(args),
     };
     let server = match &command {
         ServerCommand::Serve(args) | ServerCommand::Api(args) | ServerCommand::Worker(args) => Some(args),

@@ -759,3 +759,64 @@ async fn answer_approve_replay_and_agent_versions_commands() {
     assert_eq!(done["metadata"]["replay_of"], key.as_str());
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn experiment_create_and_show() {
+    let (app, llm) = start().await;
+    llm.set_responder(|request: &Value| {
+        let answer = if request["model"] == "m2" { "two" } else { "one" };
+        Reply::tool_call("close_ticket", json!({ "result": answer }))
+    });
+    let key = app.create_ticket(json!({ "task": "count" })).await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_status(&app, &key, "done").await;
+    let bad = cli(
+        &app.url,
+        &[
+            "experiment",
+            "create",
+            "--name",
+            "x",
+            "--ticket",
+            &key,
+            "--arm",
+            "agent=default",
+        ],
+    )
+    .await;
+    assert_eq!(bad.code, 64, "an arm needs a name: {bad:?}");
+    let created = cli(
+        &app.url,
+        &[
+            "experiment",
+            "create",
+            "--name",
+            "models",
+            "--ticket",
+            &key,
+            "--arm",
+            "name=first",
+            "--arm",
+            "name=second,agent=default,model=m2",
+        ],
+    )
+    .await;
+    assert_eq!(created.code, 0, "{created:?}");
+    let id = created.stdout.trim().to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while app.get(&format!("/v1/experiments/{id}")).await.1["status"] != "done" {
+        assert!(tokio::time::Instant::now() < deadline, "the experiment never finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let show = cli(&app.url, &["experiment", "show", &id]).await;
+    assert_eq!(show.code, 0, "{show:?}");
+    assert!(
+        show.stdout.contains("first") && show.stdout.contains("second"),
+        "{show:?}"
+    );
+    assert!(show.stdout.contains("second: TICKET-3 done two"), "{show:?}");
+    assert!(!show.stdout.contains("e-"), "no exponents in amounts: {show:?}");
+    app.shutdown().await;
+}

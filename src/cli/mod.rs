@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod client;
+mod experiments;
 pub mod projects;
 pub mod schedules;
 pub mod sse;
@@ -206,6 +207,67 @@ pub enum AgentsCommand {
 
 #[derive(Args, Debug)]
 #[command(after_help = EXIT_CODES_HELP)]
+pub struct ExperimentArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: ExperimentCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ExperimentCommand {
+    /// Replay tickets on each arm and compare them; prints the experiment's id
+    #[command(after_help = EXIT_CODES_HELP)]
+    Create {
+        /// What it compares
+        #[arg(long)]
+        name: String,
+        /// A ticket to replay (repeat for several); without any, the filter below picks them
+        #[arg(long = "ticket", value_name = "KEY")]
+        tickets: Vec<String>,
+        /// Filter: only tickets with this label
+        #[arg(long)]
+        label: Option<String>,
+        /// Filter: only tickets with this status
+        #[arg(long)]
+        status: Option<String>,
+        /// Filter: only tickets created at or after this time (RFC 3339)
+        #[arg(long)]
+        since: Option<String>,
+        /// Filter: at most this many, newest first (1 to 100)
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// An arm: `name=NAME[,agent=A][,version=N][,model=M][,provider=P]` (repeat for each)
+        #[arg(long = "arm", value_name = "SPEC", required = true)]
+        arms: Vec<String>,
+        /// The agent that judges the results, blind
+        #[arg(long)]
+        judge: Option<String>,
+        /// What the judge should prefer
+        #[arg(long)]
+        criteria: Option<String>,
+        /// Run the tools again instead of answering from the recordings
+        #[arg(long)]
+        live: bool,
+    },
+    /// Each arm's figures, then each ticket's results by arm
+    #[command(after_help = EXIT_CODES_HELP)]
+    Show {
+        id: String,
+        /// Print the API's JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// The experiments, newest first
+    #[command(after_help = EXIT_CODES_HELP)]
+    List,
+    /// Cancel an experiment and what of it still runs
+    #[command(after_help = EXIT_CODES_HELP)]
+    Cancel { id: String },
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = EXIT_CODES_HELP)]
 pub struct ScheduleArgs {
     #[command(flatten)]
     pub client: ClientArgs,
@@ -356,6 +418,12 @@ pub fn run_token(args: TokenArgs) -> ExitCode {
     let project = args.client.project.clone().unwrap_or_else(|| "default".to_owned());
     run(args.client, |client| async move {
         projects::run_token(&client, &project, args.command).await
+    })
+}
+
+pub fn run_experiment(args: ExperimentArgs) -> ExitCode {
+    run(args.client, |client| async move {
+        experiments::run(&client, args.command).await
     })
 }
 

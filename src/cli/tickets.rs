@@ -215,6 +215,18 @@ async fn list(client: &Client, status: Option<String>, label: Option<String>, li
     Ok(exit::OK)
 }
 
+/// An amount of dollars as people write it: `$0.0042`, never in exponent form.
+pub(super) fn dollars(amount: &Value) -> String {
+    match amount.as_f64() {
+        Some(n) => {
+            let text = format!("{n:.8}");
+            let text = text.trim_end_matches('0').trim_end_matches('.');
+            format!("${text}")
+        }
+        None => "–".to_owned(),
+    }
+}
+
 /// Columns padded to their widest cell; the last one is not padded.
 pub(super) fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(|h| h.chars().count());
@@ -306,13 +318,13 @@ fn render_ticket(t: &Value, comments: &[Value]) -> String {
     let cost = if usage["unpriced"] == true {
         "unknown (a model has no price)".to_owned()
     } else if usage["cost_usd"].is_number() {
-        format!("${}", usage["cost_usd"])
+        dollars(&usage["cost_usd"])
     } else {
         "–".to_owned()
     };
     let budget = t["budget_usd"]
         .as_f64()
-        .map(|_| format!(" of a ${} budget", t["budget_usd"]))
+        .map(|_| format!(" of a {} budget", dollars(&t["budget_usd"])))
         .unwrap_or_default();
     field("cost", format!("{cost}{budget}"));
     if let Some(why) = t["waiting_for"].as_str() {
