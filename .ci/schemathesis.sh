@@ -68,6 +68,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403",
 include-name = ["POST /v1/agents/{name}/rollback", "POST /v1/tickets/{ticket}/approvals"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
 
+# An answer must be one of the question's choices or match its schema; a replay or an
+# experiment names agents, versions, providers and tickets that exist, and an experiment's
+# filter must pick some ticket; a done experiment cannot be cancelled.
+[[operations]]
+include-name = ["POST /v1/tickets/{ticket}/questions/{id}", "POST /v1/tickets/{ticket}/replay", "POST /v1/experiments", "POST /v1/experiments/{id}/cancel"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
 # `cron` must be a cron expression, `timezone` an IANA zone, `end_at` after `start_at`.
 [[operations]]
 include-name = ["POST /v1/schedules", "PATCH /v1/schedules/{schedule}"]

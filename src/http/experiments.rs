@@ -74,7 +74,7 @@ pub async fn create_experiment(
 ) -> ApiResult<(StatusCode, Json<Experiment>)> {
     let project = &caller.project;
     let name = req.name.trim().to_owned();
-    if name.is_empty() || name.len() > 200 {
+    if name.is_empty() || name.chars().count() > 200 {
         return Err(ApiError::Validation("name must be 1 to 200 characters".into()));
     }
     check_arms(&req.arms)?;
@@ -86,8 +86,10 @@ pub async fn create_experiment(
                 judge.agent
             )));
         }
-        if judge.criteria.as_ref().is_some_and(|c| c.len() > 4000) {
-            return Err(ApiError::Validation("judge criteria must be at most 4000 bytes".into()));
+        if judge.criteria.as_ref().is_some_and(|c| c.chars().count() > 4000) {
+            return Err(ApiError::Validation(
+                "judge criteria must be at most 4000 characters".into(),
+            ));
         }
     }
     let tools = req.tools.unwrap_or_default();
@@ -151,7 +153,7 @@ fn check_arms(arms: &[Arm]) -> ApiResult<()> {
     }
     for (i, arm) in arms.iter().enumerate() {
         let name = arm.name.trim();
-        if name.is_empty() || name.len() > 64 {
+        if name.is_empty() || name.chars().count() > 64 {
             return Err(ApiError::Validation(format!(
                 "arms[{i}].name must be 1 to 64 characters"
             )));

@@ -103,7 +103,11 @@ pub async fn prepare(
             )));
         }
     }
-    if req.model.as_ref().is_some_and(|m| m.trim().is_empty() || m.len() > 200) {
+    if req
+        .model
+        .as_ref()
+        .is_some_and(|m| m.trim().is_empty() || m.chars().count() > 200)
+    {
         return Err(ApiError::Validation("model must be 1 to 200 characters".into()));
     }
     // Routed to its agent only: the original agent's name (a label its claim added) gives way.
