@@ -500,3 +500,57 @@ async fn a_failed_request_that_used_tokens_costs_money_in_the_metric_too() {
     );
     app.shutdown().await;
 }
+
+/// A daily budget (or a project's money quota) set during the day counts what the day spent
+/// before it was set.
+#[tokio::test]
+async fn a_budget_set_during_its_day_counts_the_days_earlier_spending() {
+    let (app, llm) = start().await;
+    app.put("/v1/agents/default", json!({"model": "house-model", "max_tokens": 100}))
+        .await;
+    app.put("/v1/prices/house-model", json!({"input": 1000, "output": 1000}))
+        .await;
+    llm.set_reply(Reply::tool_call("close_ticket", json!({"result": "ok"})));
+    let mut costs = vec![];
+    let mut run = async |task: &str| {
+        let ticket = app.create_ticket(json!({"task": task})).await;
+        let done = wait_status(&app, ticket["key"].as_str().unwrap(), "done").await;
+        costs.push(dollars(&done["usage"]["cost_usd"]));
+    };
+    run("before any budget").await;
+    app.put(
+        "/v1/agents/default",
+        json!({"model": "house-model", "max_tokens": 100, "budget_usd_per_day": 100}),
+    )
+    .await;
+    run("under the agent's budget").await;
+    let (code, project) = app
+        .patch("/v1/projects/default", json!({"quotas": {"cost_usd_per_day": 100}}))
+        .await;
+    assert_eq!(code, StatusCode::OK, "{project}");
+    run("under the project's quota too").await;
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let spent = |name: &'static str| {
+        let (pool, today) = (app.pool.clone(), today.clone());
+        async move {
+            let text: String = sqlx::query_scalar("SELECT spent::text FROM budgets WHERE name = $1 AND period = $2")
+                .bind(name)
+                .bind(today)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            text.parse::<f64>().unwrap()
+        }
+    };
+    let total: f64 = costs.iter().sum();
+    assert!(costs.iter().all(|c| *c > 0.0), "{costs:?}");
+    assert!(
+        (spent("default").await - total).abs() < 1e-9,
+        "the agent's day counts all three"
+    );
+    assert!(
+        (spent("1/cost_usd_per_day").await - total).abs() < 1e-9,
+        "so does the project's"
+    );
+    app.shutdown().await;
+}

@@ -68,10 +68,7 @@ impl Quota {
 
     /// The period it counts in now (`2026-01-31`, or `2026-01` for a month) and when that ends.
     fn period(self, now: DateTime<Utc>) -> (String, DateTime<Utc>) {
-        let midnight = Utc
-            .with_ymd_and_hms(now.year(), now.month(), now.day(), 0, 0, 0)
-            .single()
-            .unwrap_or(now);
+        let midnight = midnight(now);
         match self {
             Quota::CostPerMonth => {
                 let (y, m) = if now.month() == 12 {
@@ -85,6 +82,22 @@ impl Quota {
             _ => (now.format("%Y-%m-%d").to_string(), midnight + Duration::days(1)),
         }
     }
+}
+
+/// The requests a budget's period spent before its row was made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Since {
+    pub project: ProjectId,
+    /// Only this agent's requests.
+    pub agent: Option<String>,
+    pub start: DateTime<Utc>,
+}
+
+/// The start of the UTC day `now` is in.
+fn midnight(now: DateTime<Utc>) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(now.year(), now.month(), now.day(), 0, 0, 0)
+        .single()
+        .unwrap_or(now)
 }
 
 /// A budget that applies to a request.
@@ -102,6 +115,10 @@ pub struct Budget {
     pub limit: Usd,
     /// What it starts from when its row is made (a ticket's cost so far).
     pub spent_before: Usd,
+    /// A budget of a period set during that period counts what the period spent before it: the
+    /// project's requests (those of one agent) since the period began, read from the log when
+    /// the period's row is made.
+    pub counts_since: Option<Since>,
     pub unit: Unit,
     /// For a project's quota: which, its project, and when its period ends.
     pub quota: Option<(Quota, ProjectId, DateTime<Utc>)>,
@@ -116,6 +133,7 @@ impl Budget {
             name: key.to_owned(),
             limit,
             spent_before: cost_so_far,
+            counts_since: None,
             unit: Unit::Usd,
             quota: None,
         }
@@ -129,6 +147,11 @@ impl Budget {
             name: name.to_owned(),
             limit,
             spent_before: Usd::ZERO,
+            counts_since: Some(Since {
+                project,
+                agent: Some(name.to_owned()),
+                start: midnight(Utc::now()),
+            }),
             unit: Unit::Usd,
             quota: None,
         }
@@ -136,7 +159,15 @@ impl Budget {
 
     /// One of a project's quotas in its current period; a token quota's limit is a count.
     pub fn project(project: ProjectId, name: &str, quota: Quota, limit: Usd) -> Budget {
-        let (period, ends) = quota.period(Utc::now());
+        let now = Utc::now();
+        let (period, ends) = quota.period(now);
+        let start = match quota {
+            Quota::CostPerMonth => Utc
+                .with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0)
+                .single()
+                .unwrap_or(now),
+            _ => midnight(now),
+        };
         Budget {
             scope: "project",
             key: format!("{project}/{}", quota.as_str()),
@@ -144,6 +175,11 @@ impl Budget {
             name: name.to_owned(),
             limit,
             spent_before: Usd::ZERO,
+            counts_since: Some(Since {
+                project,
+                agent: None,
+                start,
+            }),
             unit: quota.unit(),
             quota: Some((quota, project, ends)),
         }
@@ -265,8 +301,18 @@ pub async fn reserve(
     Ok(Ok(Reservation { budgets: held, amount }))
 }
 
-/// The budget's row, made with its limit when this is the period's first request.
+/// The budget's row, made with its limit when this is the period's first request. A period's
+/// row starts from what the period spent before it (`Budget::counts_since`): a budget set at
+/// noon counts the morning's requests. Looked up first, so only the period's first request reads
+/// the log.
 async fn ensure_row(conn: &mut PgConnection, budget: &Budget) -> Result<i64, sqlx::Error> {
+    if let Some(id) = row_id(&mut *conn, budget).await? {
+        return Ok(id);
+    }
+    let spent = match &budget.counts_since {
+        Some(since) => budget.spent_before.plus(spent_since(conn, budget.unit, since).await?),
+        None => budget.spent_before,
+    };
     let made: Option<i64> = sqlx::query_scalar(
         "INSERT INTO budgets (scope, name, period, limit_usd, spent)
          VALUES ($1, $2, $3, $4::numeric, $5::numeric)
@@ -276,20 +322,47 @@ async fn ensure_row(conn: &mut PgConnection, budget: &Budget) -> Result<i64, sql
     .bind(&budget.key)
     .bind(&budget.period)
     .bind(budget.limit.to_string())
-    .bind(budget.spent_before.to_string())
+    .bind(spent.to_string())
     .fetch_optional(&mut *conn)
     .await?;
     match made {
         Some(id) => Ok(id),
-        None => {
-            sqlx::query_scalar("SELECT id FROM budgets WHERE scope = $1 AND name = $2 AND period = $3")
-                .bind(budget.scope)
-                .bind(&budget.key)
-                .bind(&budget.period)
-                .fetch_one(conn)
-                .await
-        }
+        // Made meanwhile by another process.
+        None => row_id(conn, budget).await?.ok_or(sqlx::Error::RowNotFound),
     }
+}
+
+async fn row_id(conn: &mut PgConnection, budget: &Budget) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT id FROM budgets WHERE scope = $1 AND name = $2 AND period = $3")
+        .bind(budget.scope)
+        .bind(&budget.key)
+        .bind(&budget.period)
+        .fetch_optional(conn)
+        .await
+}
+
+/// What the project's requests (or one agent's) spent since `since.start`, from their
+/// `request.finished` events: dollars, or input and output tokens. Reads the tickets changed
+/// since then and their events through the events' key.
+async fn spent_since(conn: &mut PgConnection, unit: Unit, since: &Since) -> Result<Usd, sqlx::Error> {
+    let amount = match unit {
+        Unit::Usd => "(e.data->>'cost_usd')::numeric",
+        Unit::Tokens => {
+            "coalesce((e.data->'usage'->>'input_tokens')::numeric, 0) + coalesce((e.data->'usage'->>'output_tokens')::numeric, 0)"
+        }
+    };
+    let spent: String = sqlx::query_scalar(&format!(
+        "SELECT coalesce(sum({amount}), 0)::text FROM events e
+         WHERE e.ticket_id IN (SELECT t.id FROM tickets t WHERE t.project_id = $1 AND t.updated_at >= $2
+                               AND ($3::text IS NULL OR t.agent = $3))
+           AND e.kind = 'request.finished' AND e.at >= $2 AND ($3::text IS NULL OR e.agent = $3)"
+    ))
+    .bind(since.project)
+    .bind(since.start)
+    .bind(since.agent.as_deref())
+    .fetch_one(conn)
+    .await?;
+    Ok(Usd::parse(&spent).unwrap_or_default())
 }
 
 /// A budget row's limit and what it has spent and reserved together.
