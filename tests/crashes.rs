@@ -244,6 +244,59 @@ async fn approvals_pending_at_a_kill_are_kept_and_the_approved_call_runs_once() 
 }
 
 #[tokio::test]
+async fn deadlines_of_approvals_and_questions_fire_after_a_kill_once() {
+    let desk = Desk::new().await;
+    let server = ToolServer::start().await;
+    let deploy = call_then_close("deploy");
+    desk.llm.set_responder(move |request| {
+        if request["model"] == "m-ask" {
+            Reply::tool_call("ask_human", json!({"question": "Anyone there?"}))
+        } else {
+            deploy(request)
+        }
+    });
+    let first = desk.start("target/crash-deadlines-first.log").await;
+    let def = json!({"url": server.url("/deploy"), "method": "POST", "requires_approval": true,
+                     "approval_timeout_secs": 3, "on_timeout": "approve", "input_schema": {"type": "object"}});
+    let (status, body) = desk.send(reqwest::Method::PUT, "/v1/tools/deploy", def).await;
+    assert!(status.is_success(), "{body}");
+    let agents = [
+        (
+            "tooler",
+            json!({"provider": "openai", "model": "m", "labels": ["tooler"], "tools": ["close_ticket", "deploy"]}),
+        ),
+        (
+            "asker",
+            json!({"provider": "openai", "model": "m-ask", "labels": ["asker"], "tools": ["ask_human"],
+                         "question_timeout_secs": 3, "on_question_timeout": "fail"}),
+        ),
+    ];
+    for (name, agent) in agents {
+        let (status, body) = desk
+            .send(reqwest::Method::PUT, &format!("/v1/agents/{name}"), agent)
+            .await;
+        assert!(status.is_success(), "{body}");
+    }
+    let approval = desk.ticket(&["tooler"]).await;
+    let question = desk.ticket(&["asker"]).await;
+    desk.wait_status(&approval, "waiting").await;
+    desk.wait_status(&question, "waiting").await;
+    // Killed before either deadline: the next process fires them.
+    kill(first);
+
+    let second = desk.start("target/crash-deadlines-second.log").await;
+    desk.wait_status(&approval, "done").await;
+    let failed = desk.wait_status(&question, "failed").await;
+    kill(second);
+    assert_eq!(failed["error"]["kind"], "question_expired", "{failed}");
+    assert_eq!(server.requests().len(), 1, "approved at its deadline, it ran once");
+    desk.ended_once(&approval).await;
+    let expired = |kinds: Vec<String>, kind: &str| kinds.iter().filter(|k| k.as_str() == kind).count();
+    assert_eq!(expired(desk.kinds(&approval).await, "tool.approval_expired"), 1);
+    assert_eq!(expired(desk.kinds(&question).await, "question.expired"), 1);
+}
+
+#[tokio::test]
 async fn an_approved_call_running_at_a_kill_is_not_run_again() {
     let desk = Desk::new().await;
     let server = ToolServer::start().await;
