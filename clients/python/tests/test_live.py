@@ -7,13 +7,14 @@ import asyncio
 import json
 import os
 import threading
+import time
 import urllib.request
 import uuid
 from typing import Dict, List, Set, Tuple
 
 import pytest
 
-from agentdesk import AgentDesk, ApiError, AsyncAgentDesk, Event
+from agentdesk import AgentDesk, AgentDeskError, ApiError, AsyncAgentDesk, Event
 
 URL = os.environ.get("AGENTDESK_URL")
 CUT_URL = os.environ.get("AGENTDESK_CUT_URL")
@@ -115,6 +116,27 @@ def test_the_firehose_resumes_after_cuts(desk: AgentDesk) -> None:
         mine = [s for k, s in seen if k == key]
         assert mine == sorted(mine) and len(mine) >= 3, (key, mine)
     assert cuts("/v1/events", LABEL) >= 2
+
+
+def test_a_replay_an_experiment_and_answers_where_nothing_waits(desk: AgentDesk) -> None:
+    t = desk.tickets.create(task="say ok", labels=[LABEL])
+    list(desk.tickets.stream(t.key))
+    replay = desk.tickets.replay(t.key, model="fake")
+    assert replay.metadata["replay_of"] == t.key
+    assert list(desk.tickets.stream(replay.key))[-1].kind == "ticket.done"
+    x = desk.experiments.create("two arms", [{"name": "a"}, {"name": "b", "model": "fake"}], tickets=[t.key])
+    deadline = time.monotonic() + 30
+    while (shown := desk.experiments.get(x["id"]))["status"] != "done":
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.1)
+    assert [(a["name"], a["done"]) for a in shown["arms"]] == [("a", 1), ("b", 1)]
+    assert x["id"] in [e["id"] for e in desk.experiments.list()]
+    desk.experiments.delete(x["id"])
+    with pytest.raises(AgentDeskError, match="waits for no answer"):
+        desk.tickets.answer(t.key, "x")
+    with pytest.raises(ApiError) as caught:
+        desk.tickets.approve(t.key)
+    assert caught.value.status == 409
 
 
 def test_async_client_against_the_desk() -> None:

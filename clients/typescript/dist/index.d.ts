@@ -6,6 +6,9 @@ export type Ticket = components["schemas"]["Ticket"];
 export type Comment = components["schemas"]["Comment"];
 export type CreateTicket = components["schemas"]["CreateTicket"];
 export type Status = components["schemas"]["Status"];
+export type Experiment = components["schemas"]["Experiment"];
+export type CreateExperiment = components["schemas"]["CreateExperiment"];
+export type ReplayTicket = components["schemas"]["ReplayTicket"];
 /** Every error the client throws. */
 export declare class AgentDeskError extends Error {
     constructor(message: string, options?: {
@@ -65,6 +68,7 @@ export declare class AgentDesk {
     readonly baseUrl: string;
     readonly tickets: Tickets;
     readonly events: Events;
+    readonly experiments: Experiments;
     private readonly opts;
     private readonly fetchImpl;
     constructor(options?: AgentDeskOptions);
@@ -101,6 +105,23 @@ export declare class Tickets {
     }): AsyncGenerator<Comment>;
     cancel(ticket: string): Promise<Ticket>;
     retry(ticket: string): Promise<Ticket>;
+    /** Approves a call that waits for approval, or (without `callId`) every pending one. */
+    approve(ticket: string, options?: {
+        callId?: string;
+        reason?: string;
+    }): Promise<Ticket>;
+    /** Denies a call (the model gets `reason`), or (without `callId`) every pending one. */
+    deny(ticket: string, options?: {
+        callId?: string;
+        reason?: string;
+    }): Promise<Ticket>;
+    private decide;
+    /** Answers the question the ticket's agent asked (its `pending_question` unless `questionId` names it). */
+    answer(ticket: string, answer: unknown, options?: {
+        questionId?: string;
+    }): Promise<Ticket>;
+    /** Runs the ticket again as a new one; `tools: "recorded"` (the default) answers its calls from the original's. */
+    replay(ticket: string, options?: ReplayTicket): Promise<Ticket>;
     /**
      * The ticket's events from the first (or after seq `after`), then live; reconnects after a cut,
      * yields every persisted event once in seq order, and ends after the final one.
@@ -108,6 +129,16 @@ export declare class Tickets {
     stream(ticket: string, options?: {
         after?: number;
     }): AsyncGenerator<Event>;
+}
+/** Tickets replayed by several arms and compared (`/v1/experiments`). */
+export declare class Experiments {
+    private readonly desk;
+    constructor(desk: AgentDesk);
+    create(body: CreateExperiment): Promise<Experiment>;
+    get(experiment: string): Promise<Experiment>;
+    list(): Promise<Experiment[]>;
+    cancel(experiment: string): Promise<Experiment>;
+    delete(experiment: string): Promise<void>;
 }
 export interface FirehoseOptions {
     kind?: string | string[];

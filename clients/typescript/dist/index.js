@@ -72,11 +72,15 @@ function uuid() {
 function ticketPath(ticket) {
     return `/v1/tickets/${encodeURIComponent(ticket)}`;
 }
+function experimentPath(experiment) {
+    return `/v1/experiments/${encodeURIComponent(experiment)}`;
+}
 export class AgentDesk {
     options;
     baseUrl;
     tickets;
     events;
+    experiments;
     opts;
     fetchImpl;
     constructor(options = {}) {
@@ -93,6 +97,7 @@ export class AgentDesk {
             streamIdleMs: options.streamIdleMs ?? 60_000,
         };
         this.tickets = new Tickets(this);
+        this.experiments = new Experiments(this);
         this.events = new Events(this);
     }
     headers(extra) {
@@ -267,12 +272,65 @@ export class Tickets {
     retry(ticket) {
         return this.desk.request("POST", `${ticketPath(ticket)}/retry`);
     }
+    /** Approves a call that waits for approval, or (without `callId`) every pending one. */
+    approve(ticket, options = {}) {
+        return this.decide(ticket, true, options);
+    }
+    /** Denies a call (the model gets `reason`), or (without `callId`) every pending one. */
+    deny(ticket, options = {}) {
+        return this.decide(ticket, false, options);
+    }
+    decide(ticket, approve, { callId, reason }) {
+        if (callId !== undefined) {
+            const path = `${ticketPath(ticket)}/approvals/${encodeURIComponent(callId)}`;
+            return this.desk.request("POST", path, { body: { approve, ...(reason === undefined ? {} : { reason }) } });
+        }
+        const body = { [approve ? "approve_all" : "deny_all"]: true, ...(reason === undefined ? {} : { reason }) };
+        return this.desk.request("POST", `${ticketPath(ticket)}/approvals`, { body });
+    }
+    /** Answers the question the ticket's agent asked (its `pending_question` unless `questionId` names it). */
+    async answer(ticket, answer, options = {}) {
+        let id = options.questionId;
+        if (id === undefined) {
+            const current = await this.get(ticket);
+            if (!current.pending_question)
+                throw new AgentDeskError(`${current.key} waits for no answer to a question`);
+            id = current.pending_question.id;
+        }
+        return this.desk.request("POST", `${ticketPath(ticket)}/questions/${encodeURIComponent(id)}`, { body: { answer } });
+    }
+    /** Runs the ticket again as a new one; `tools: "recorded"` (the default) answers its calls from the original's. */
+    replay(ticket, options = {}) {
+        return this.desk.request("POST", `${ticketPath(ticket)}/replay`, { body: options });
+    }
     /**
      * The ticket's events from the first (or after seq `after`), then live; reconnects after a cut,
      * yields every persisted event once in seq order, and ends after the final one.
      */
     stream(ticket, options = {}) {
         return this.desk.sse(`${ticketPath(ticket)}/events`, {}, new TicketStreamState(options.after));
+    }
+}
+/** Tickets replayed by several arms and compared (`/v1/experiments`). */
+export class Experiments {
+    desk;
+    constructor(desk) {
+        this.desk = desk;
+    }
+    create(body) {
+        return this.desk.request("POST", "/v1/experiments", { body });
+    }
+    get(experiment) {
+        return this.desk.request("GET", experimentPath(experiment));
+    }
+    async list() {
+        return (await this.desk.request("GET", "/v1/experiments")).items;
+    }
+    cancel(experiment) {
+        return this.desk.request("POST", `${experimentPath(experiment)}/cancel`);
+    }
+    async delete(experiment) {
+        await this.desk.request("DELETE", experimentPath(experiment));
     }
 }
 export class Events {

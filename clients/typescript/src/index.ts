@@ -9,6 +9,9 @@ export type Ticket = components["schemas"]["Ticket"];
 export type Comment = components["schemas"]["Comment"];
 export type CreateTicket = components["schemas"]["CreateTicket"];
 export type Status = components["schemas"]["Status"];
+export type Experiment = components["schemas"]["Experiment"];
+export type CreateExperiment = components["schemas"]["CreateExperiment"];
+export type ReplayTicket = components["schemas"]["ReplayTicket"];
 
 /** Every error the client throws. */
 export class AgentDeskError extends Error {
@@ -123,10 +126,15 @@ function ticketPath(ticket: string): string {
   return `/v1/tickets/${encodeURIComponent(ticket)}`;
 }
 
+function experimentPath(experiment: string): string {
+  return `/v1/experiments/${encodeURIComponent(experiment)}`;
+}
+
 export class AgentDesk {
   readonly baseUrl: string;
   readonly tickets: Tickets;
   readonly events: Events;
+  readonly experiments: Experiments;
   private readonly opts: Required<Omit<AgentDeskOptions, "baseUrl" | "token" | "project" | "fetch">>;
   private readonly fetchImpl: typeof fetch;
 
@@ -143,6 +151,7 @@ export class AgentDesk {
       streamIdleMs: options.streamIdleMs ?? 60_000,
     };
     this.tickets = new Tickets(this);
+    this.experiments = new Experiments(this);
     this.events = new Events(this);
   }
 
@@ -314,12 +323,72 @@ export class Tickets {
     return this.desk.request<Ticket>("POST", `${ticketPath(ticket)}/retry`);
   }
 
+  /** Approves a call that waits for approval, or (without `callId`) every pending one. */
+  approve(ticket: string, options: { callId?: string; reason?: string } = {}): Promise<Ticket> {
+    return this.decide(ticket, true, options);
+  }
+
+  /** Denies a call (the model gets `reason`), or (without `callId`) every pending one. */
+  deny(ticket: string, options: { callId?: string; reason?: string } = {}): Promise<Ticket> {
+    return this.decide(ticket, false, options);
+  }
+
+  private decide(ticket: string, approve: boolean, { callId, reason }: { callId?: string; reason?: string }): Promise<Ticket> {
+    if (callId !== undefined) {
+      const path = `${ticketPath(ticket)}/approvals/${encodeURIComponent(callId)}`;
+      return this.desk.request<Ticket>("POST", path, { body: { approve, ...(reason === undefined ? {} : { reason }) } });
+    }
+    const body = { [approve ? "approve_all" : "deny_all"]: true, ...(reason === undefined ? {} : { reason }) };
+    return this.desk.request<Ticket>("POST", `${ticketPath(ticket)}/approvals`, { body });
+  }
+
+  /** Answers the question the ticket's agent asked (its `pending_question` unless `questionId` names it). */
+  async answer(ticket: string, answer: unknown, options: { questionId?: string } = {}): Promise<Ticket> {
+    let id = options.questionId;
+    if (id === undefined) {
+      const current = await this.get(ticket);
+      if (!current.pending_question) throw new AgentDeskError(`${current.key} waits for no answer to a question`);
+      id = current.pending_question.id;
+    }
+    return this.desk.request<Ticket>("POST", `${ticketPath(ticket)}/questions/${encodeURIComponent(id)}`, { body: { answer } });
+  }
+
+  /** Runs the ticket again as a new one; `tools: "recorded"` (the default) answers its calls from the original's. */
+  replay(ticket: string, options: ReplayTicket = {}): Promise<Ticket> {
+    return this.desk.request<Ticket>("POST", `${ticketPath(ticket)}/replay`, { body: options });
+  }
+
   /**
    * The ticket's events from the first (or after seq `after`), then live; reconnects after a cut,
    * yields every persisted event once in seq order, and ends after the final one.
    */
   stream(ticket: string, options: { after?: number } = {}): AsyncGenerator<Event> {
     return this.desk.sse(`${ticketPath(ticket)}/events`, {}, new TicketStreamState(options.after));
+  }
+}
+
+/** Tickets replayed by several arms and compared (`/v1/experiments`). */
+export class Experiments {
+  constructor(private readonly desk: AgentDesk) {}
+
+  create(body: CreateExperiment): Promise<Experiment> {
+    return this.desk.request<Experiment>("POST", "/v1/experiments", { body });
+  }
+
+  get(experiment: string): Promise<Experiment> {
+    return this.desk.request<Experiment>("GET", experimentPath(experiment));
+  }
+
+  async list(): Promise<Experiment[]> {
+    return (await this.desk.request<{ items: Experiment[] }>("GET", "/v1/experiments")).items;
+  }
+
+  cancel(experiment: string): Promise<Experiment> {
+    return this.desk.request<Experiment>("POST", `${experimentPath(experiment)}/cancel`);
+  }
+
+  async delete(experiment: string): Promise<void> {
+    await this.desk.request<unknown>("DELETE", experimentPath(experiment));
   }
 }
 

@@ -137,3 +137,28 @@ test("a project token acts in its project, limits are retried and quotas raised"
   const refused = await other.tickets.get(t.key).catch((e: unknown) => e);
   assert.ok(refused instanceof ApiError && refused.status === 403 && refused.code === "forbidden");
 });
+
+test("a replay, an experiment, and answers where nothing waits", { skip }, async () => {
+  const t = await desk.tickets.create({ task: "say ok", labels: [LABEL] });
+  for await (const _ of desk.tickets.stream(t.key));
+  const replay = await desk.tickets.replay(t.key, { model: "fake" });
+  assert.equal((replay.metadata as Record<string, unknown>)["replay_of"], t.key);
+  let last = "";
+  for await (const ev of desk.tickets.stream(replay.key)) last = ev.kind;
+  assert.equal(last, "ticket.done");
+  const x = await desk.experiments.create({ name: "two arms", tickets: [t.key], arms: [{ name: "a" }, { name: "b", model: "fake" }] });
+  const deadline = Date.now() + 30_000;
+  let shown = await desk.experiments.get(x.id);
+  while (shown.status !== "done") {
+    assert.ok(Date.now() < deadline, JSON.stringify(shown));
+    await new Promise((r) => setTimeout(r, 100));
+    shown = await desk.experiments.get(x.id);
+  }
+  assert.deepEqual(shown.arms.map((a) => [a.name, a.done]), [["a", 1], ["b", 1]]);
+  assert.ok((await desk.experiments.list()).some((e) => e.id === x.id));
+  await desk.experiments.delete(x.id);
+  const none = await desk.tickets.answer(t.key, "x").catch((e: unknown) => e);
+  assert.ok(none instanceof Error && none.message.includes("waits for no answer"), String(none));
+  const nothing = await desk.tickets.approve(t.key).catch((e: unknown) => e);
+  assert.ok(nothing instanceof ApiError && nothing.status === 409, String(nothing));
+});

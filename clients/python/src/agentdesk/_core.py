@@ -8,7 +8,8 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from urllib.parse import quote
 
 import httpx
 
@@ -308,6 +309,33 @@ def create_body(
             body[k] = v
     body.update(extra)
     return body
+
+
+def present(**fields: Any) -> Dict[str, Any]:
+    """The fields that were given (not None), as a request body."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def decision_request(ticket_path: str, approve: bool, call_id: Optional[str], reason: Optional[str]) -> Tuple[str, Dict[str, Any]]:
+    """One call's answer, or (without `call_id`) every pending call's: the path and the body."""
+    if call_id is not None:
+        return ticket_path + "/approvals/" + quote(call_id, safe=""), present(approve=approve, reason=reason)
+    return ticket_path + "/approvals", present(**{"approve_all" if approve else "deny_all": True}, reason=reason)
+
+
+def json_object(value: Any) -> Dict[str, Any]:
+    """An answer that must be a JSON object (an experiment)."""
+    if not isinstance(value, dict):
+        raise AgentDeskError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def question_id(ticket: Mapping[str, Any]) -> str:
+    """The id of the ticket's waiting question; AgentDeskError when none waits."""
+    pending = ticket.get("pending_question")
+    if not pending:
+        raise AgentDeskError(f"{ticket.get('key')} waits for no answer to a question")
+    return str(pending["id"])
 
 
 def new_idempotency_key() -> str:

@@ -18,6 +18,10 @@ from ._core import (
     SseParser,
     TicketStreamState,
     create_body,
+    decision_request,
+    json_object,
+    present,
+    question_id as pending_question_id,
     new_idempotency_key,
     params,
 )
@@ -46,6 +50,7 @@ class AgentDesk:
         self._owns_http = http_client is None
         self.tickets = Tickets(self)
         self.events = Events(self)
+        self.experiments = Experiments(self)
 
     def close(self) -> None:
         if self._owns_http:
@@ -198,10 +203,74 @@ class Tickets:
     def retry(self, ticket: str) -> Ticket:
         return Ticket.from_json(self._desk.request("POST", _ticket_path(ticket) + "/retry"))
 
+    def approve(self, ticket: str, call_id: Optional[str] = None, reason: Optional[str] = None) -> Ticket:
+        """Approves a call that waits for approval, or (without `call_id`) every pending one."""
+        path, body = decision_request(_ticket_path(ticket), True, call_id, reason)
+        return Ticket.from_json(self._desk.request("POST", path, json=body))
+
+    def deny(self, ticket: str, call_id: Optional[str] = None, reason: Optional[str] = None) -> Ticket:
+        """Denies a call (the model gets `reason`), or (without `call_id`) every pending one."""
+        path, body = decision_request(_ticket_path(ticket), False, call_id, reason)
+        return Ticket.from_json(self._desk.request("POST", path, json=body))
+
+    def answer(self, ticket: str, answer: Any, question_id: Optional[str] = None) -> Ticket:
+        """Answers the question the ticket's agent asked (its `pending_question` unless
+        `question_id` names it)."""
+        qid = question_id or pending_question_id(self._desk.request("GET", _ticket_path(ticket)))
+        path = _ticket_path(ticket) + "/questions/" + quote(qid, safe="")
+        return Ticket.from_json(self._desk.request("POST", path, json={"answer": answer}))
+
+    def replay(
+        self,
+        ticket: str,
+        *,
+        agent: Optional[str] = None,
+        agent_version: Optional[int] = None,
+        provider: Optional[str] = None,
+        model: Optional[str] = None,
+        tools: Optional[str] = None,
+    ) -> Ticket:
+        """Runs the ticket again as a new one; `tools="recorded"` (the default) answers its calls
+        from the original's."""
+        body = present(agent=agent, agent_version=agent_version, provider=provider, model=model, tools=tools)
+        return Ticket.from_json(self._desk.request("POST", _ticket_path(ticket) + "/replay", json=body))
+
     def stream(self, ticket: str, after: Optional[int] = None) -> Iterator[Event]:
         """The ticket's events from the first (or after seq `after`), then live; reconnects after
         a cut, yields every persisted event once in seq order, and ends after the final one."""
         return self._desk._sse(_ticket_path(ticket) + "/events", {}, TicketStreamState(after))
+
+
+class Experiments:
+    """Tickets replayed by several arms and compared (`/v1/experiments`); experiments as JSON."""
+
+    def __init__(self, desk: AgentDesk) -> None:
+        self._desk = desk
+
+    def create(
+        self,
+        name: str,
+        arms: List[Dict[str, Any]],
+        *,
+        tickets: Optional[List[str]] = None,
+        filter: Optional[Dict[str, Any]] = None,
+        judge: Optional[Dict[str, Any]] = None,
+        tools: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        body = present(name=name, arms=arms, tickets=tickets, filter=filter, judge=judge, tools=tools)
+        return json_object(self._desk.request("POST", "/v1/experiments", json=body))
+
+    def get(self, experiment: str) -> Dict[str, Any]:
+        return json_object(self._desk.request("GET", _experiment_path(experiment)))
+
+    def list(self) -> List[Dict[str, Any]]:
+        return [json_object(x) for x in (self._desk.request("GET", "/v1/experiments"))["items"]]
+
+    def cancel(self, experiment: str) -> Dict[str, Any]:
+        return json_object(self._desk.request("POST", _experiment_path(experiment) + "/cancel"))
+
+    def delete(self, experiment: str) -> None:
+        self._desk.request("DELETE", _experiment_path(experiment))
 
 
 class Events:
@@ -224,4 +293,10 @@ class Events:
 
 def _ticket_path(ticket: str) -> str:
     return "/v1/tickets/" + quote(ticket, safe="")
+
+
+def _experiment_path(experiment: str) -> str:
+    return "/v1/experiments/" + quote(experiment, safe="")
+
+
 
