@@ -394,6 +394,17 @@ async fn a_call_nobody_answers_in_time_is_answered_as_on_timeout_says() {
     assert_eq!(expired.len(), 1);
     assert_eq!(expired[0]["decision"], "approve");
     assert_eq!(expired[0]["tool_name"], "deploy");
+    // A person's answer that lost to the deadline is told what won.
+    let call_id = expired[0]["call_id"].as_str().unwrap();
+    let (code, late) = app
+        .post(
+            &format!("/v1/tickets/{key}/approvals/{call_id}"),
+            json!({"approve": false}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CONFLICT, "{late}");
+    let message = late["error"]["message"].as_str().unwrap();
+    assert!(message.contains("approved by the desk at its deadline"), "{message}");
 
     // A tool without a deadline of its own: the agent's applies, and `fail` fails the ticket.
     let plain = json!({"url": server.url("/deploy/{env}"), "requires_approval": true,

@@ -296,6 +296,14 @@ async fn a_question_nobody_answers_expires_as_the_agent_says_across_a_restart() 
     wait_status(&app, &key, "done").await;
     let expired = event_data(&app, &id, "question.expired").await;
     assert_eq!(expired[0]["on_timeout"], "continue");
+    // An answer that came too late is told the question expired.
+    let late = format!("/v1/tickets/{key}/questions/{}", expired[0]["id"].as_str().unwrap());
+    let (code, error) = app.post(&late, json!({"answer": "here"})).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{error}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("expired"),
+        "{error}"
+    );
     assert!(answer_sent_to_model(&llm).unwrap().contains("Nobody answered"));
 
     // `fail`, with the process gone while the question waits: the next one fails the ticket.

@@ -465,16 +465,26 @@ pub async fn head(conn: &mut PgConnection) -> Result<GlobalCursor, sqlx::Error> 
         .unwrap_or_default())
 }
 
-/// Whether a person answered (approved or denied) this tool call of the ticket; read only when
-/// an answer names a call that no longer waits.
-pub async fn call_was_answered(conn: &mut PgConnection, ticket_id: Uuid, call_id: &str) -> Result<bool, sqlx::Error> {
+/// How this tool call of the ticket was answered, from the log: `approved` or `denied` (by a
+/// person, or by the desk at its deadline); None when it never was. Read only when an answer
+/// names a call that no longer waits.
+pub async fn call_answer(
+    conn: &mut PgConnection,
+    ticket_id: Uuid,
+    call_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM events WHERE ticket_id = $1 AND kind IN ('tool.approved', 'tool.denied')
-                        AND data->>'call_id' = $2)",
+        "SELECT CASE kind WHEN 'tool.approved' THEN 'approved' WHEN 'tool.denied' THEN 'denied'
+                          ELSE CASE data->>'decision' WHEN 'approve' THEN 'approved by the desk at its deadline'
+                                                      WHEN 'deny' THEN 'denied by the desk at its deadline'
+                                                      ELSE 'failed at its deadline' END END
+         FROM events WHERE ticket_id = $1 AND kind IN ('tool.approved', 'tool.denied', 'tool.approval_expired')
+                     AND data->>'call_id' = $2
+         ORDER BY seq DESC LIMIT 1",
     )
     .bind(ticket_id)
     .bind(call_id)
-    .fetch_one(conn)
+    .fetch_optional(conn)
     .await
 }
 

@@ -147,10 +147,9 @@ async fn gone(state: &AppState, ticket: &Ticket, link: &CallLink) -> ApiResult<R
         None if ticket.status.is_terminal() => format!("Its ticket is {}.", ticket.status.as_str()),
         None => {
             let mut conn = state.pool.acquire().await?;
-            if db::events::call_was_answered(&mut conn, ticket.id, &link.call_id).await? {
-                "It was answered already.".to_owned()
-            } else {
-                "It no longer waits for an answer.".to_owned()
+            match db::events::call_answer(&mut conn, ticket.id, &link.call_id).await? {
+                Some(outcome) => format!("It was {outcome}."),
+                None => "It no longer waits for an answer.".to_owned(),
             }
         }
     };

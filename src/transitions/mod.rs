@@ -420,9 +420,9 @@ pub async fn answer_approvals(
     {
         let Some(approval) = approvals.iter_mut().find(|a| a.call_id == call_id) else {
             // Answered calls leave `approvals` once they ran; their answer stays in the log.
-            if db::events::call_was_answered(&mut tx, ticket.id, &call_id).await? {
+            if let Some(outcome) = db::events::call_answer(&mut tx, ticket.id, &call_id).await? {
                 return Err(DeskError::Conflict(format!(
-                    "the call {call_id:?} of {} was already answered",
+                    "the call {call_id:?} of {} was already answered: {outcome}",
                     ticket.key
                 )));
             }
@@ -431,9 +431,26 @@ pub async fn answer_approvals(
                 ticket.key
             )));
         };
-        if approval.decision.is_some() || ticket.status.is_terminal() {
+        if let Some(decision) = approval.decision {
+            // Said whole, so that an answer that lost to another (or to the deadline) knows
+            // what won.
+            let decided = match decision {
+                crate::domain::Decision::Approved => "approved",
+                crate::domain::Decision::Denied => "denied",
+            };
+            let why = approval
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
             return Err(DeskError::Conflict(format!(
-                "the call {call_id:?} of {} was already answered or the ticket is {}",
+                "the call {call_id:?} of {} was already answered: {decided}{why}",
+                ticket.key
+            )));
+        }
+        if ticket.status.is_terminal() {
+            return Err(DeskError::Conflict(format!(
+                "the call {call_id:?} of {} does not wait: the ticket is {}",
                 ticket.key,
                 ticket.status.as_str()
             )));

@@ -86,13 +86,24 @@ pub async fn answer_question(
         .iter()
         .find_map(|a| a.question.as_ref().filter(|q| q.id == id))
     else {
-        return Err(match db::events::question_outcome(&mut tx, ticket.id, id).await? {
-            Some(_) => DeskError::Conflict(format!(
-                "the question {id} of {} no longer waits: it was answered, expired, or its ticket went on",
-                ticket.key
-            )),
-            None => DeskError::Missing(format!("{}: no question {id}", ticket.key)),
-        });
+        // Said whole, so that an answer that lost to another (or to the deadline) knows what won.
+        return Err(
+            match db::events::question_outcome(&mut tx, ticket.id, id).await?.as_deref() {
+                Some("question.answered") => {
+                    DeskError::Conflict(format!("the question {id} of {} was already answered", ticket.key))
+                }
+                Some("question.expired") => DeskError::Conflict(format!(
+                    "the question {id} of {} expired: nobody answered it in time",
+                    ticket.key
+                )),
+                Some(_) => DeskError::Conflict(format!(
+                    "the question {id} of {} no longer waits: its ticket is {}",
+                    ticket.key,
+                    ticket.status.as_str()
+                )),
+                None => DeskError::Missing(format!("{}: no question {id}", ticket.key)),
+            },
+        );
     };
     check_answer(question, &answer).map_err(DeskError::Invalid)?;
     let answer = normalized(question, answer);
