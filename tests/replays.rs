@@ -188,3 +188,66 @@ async fn a_replay_gets_a_questions_recorded_answer_without_asking_anyone() {
         .is_empty());
     assert_eq!(results_for(&llm, "m9"), [json!("eu")], "the recorded answer");
 }
+
+/// Recorded means recorded: a replay of a ticket whose calls reached an HTTP tool (after an
+/// approval) and an MCP server calls neither again, asks for no approval, and never waits.
+#[tokio::test]
+async fn a_recorded_replay_calls_no_tool_server_and_asks_for_no_approval() {
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&llm, |c| c.allow_private_urls = true).await;
+    let server = ToolServer::start().await;
+    let mcp = testkit::mcp_server::McpHttpServer::start(rmcp::model::ProtocolVersion::V_2025_11_25, true).await;
+    let (code, view) = app.put("/v1/mcp-servers/files", json!({"url": mcp.url})).await;
+    assert_eq!(code, StatusCode::CREATED, "{view}");
+    let deploy = json!({"url": server.url("/deploy"), "method": "POST", "requires_approval": true,
+                        "input_schema": {"type": "object"}});
+    assert_eq!(app.put("/v1/tools/deploy", deploy).await.0, StatusCode::CREATED);
+    let agent = json!({"provider": "openai", "model": "m1", "labels": ["ops"],
+                       "tools": ["close_ticket", "deploy", "mcp:files"]});
+    assert!(app.put("/v1/agents/ops", agent).await.0.is_success());
+    let calls = || {
+        Reply::tool_calls(vec![
+            ("deploy", json!({"env": "prod"})),
+            ("files__echo", json!({"text": "hi"})),
+        ])
+    };
+    llm.push(calls());
+    llm.push(Reply::tool_call("close_ticket", json!({"result": "shipped"})));
+    let t = app.create_ticket(json!({"task": "ship", "labels": ["ops"]})).await;
+    let key = t["key"].as_str().unwrap().to_owned();
+    let waiting = wait_status(&app, &key, "waiting").await;
+    let call_id = waiting["pending_approvals"][0]["call_id"].as_str().unwrap().to_owned();
+    let (code, _) = app
+        .post(
+            &format!("/v1/tickets/{key}/approvals/{call_id}"),
+            json!({"approve": true}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    wait_status(&app, &key, "done").await;
+    let mcp_calls = mcp.state.calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!((server.requests().len(), mcp_calls), (1, 1));
+
+    llm.push(calls());
+    llm.push(Reply::tool_call("close_ticket", json!({"result": "shipped again"})));
+    let (_, replay) = app
+        .post(&format!("/v1/tickets/{key}/replay"), json!({"model": "m2"}))
+        .await;
+    let rid = replay["id"].as_str().unwrap().to_owned();
+    let done = wait_status(&app, replay["key"].as_str().unwrap(), "done").await;
+    assert_eq!(done["result"], "shipped again");
+    assert_eq!(server.requests().len(), 1, "the HTTP tool was not called again");
+    assert_eq!(
+        mcp.state.calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "nor the MCP server"
+    );
+    for kind in ["tool.approval_requested", "ticket.waiting", "tool.replay_mismatch"] {
+        assert!(event_data(&app, &rid, kind).await.is_empty(), "{kind}");
+    }
+    let results = results_for(&llm, "m2");
+    assert!(
+        results.iter().any(|r| r.as_str().unwrap().contains("hi")),
+        "the recorded echo: {results:?}"
+    );
+}

@@ -36,6 +36,8 @@ pub struct McpServerState {
     pub hanging: AtomicUsize,
     /// `tools/list` requests answered.
     pub listings: AtomicUsize,
+    /// `tools/call` requests answered, of any tool.
+    pub calls: AtomicUsize,
     /// Every request's `Authorization` header, as received (HTTP only).
     pub authorization: Mutex<Vec<String>>,
     /// Every request's `MCP-Protocol-Version` header (HTTP only).
@@ -127,6 +129,7 @@ impl ServerHandler for TestTools {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
+        self.state.calls.fetch_add(1, Ordering::SeqCst);
         let result = match request.name.as_ref() {
             "echo" => text(args.get("text").and_then(Value::as_str).unwrap_or_default()),
             "fail" => CallToolResult::error(vec![ContentBlock::text("it failed on purpose")]),
