@@ -81,11 +81,15 @@ impl App {
         let hub = EventHub::new(pool.clone()).await?;
         let mut tasks = vec![
             tokio::spawn(hub.clone().run(shutdown.clone())),
-            tokio::spawn(db::planner_stats::run(pool.clone(), shutdown.clone())),
+            tokio::spawn(crate::maintenance::planner_stats::run(pool.clone(), shutdown.clone())),
         ];
         if let Some(keep) = config.retention {
             // Every process sweeps; an advisory lock lets one at a time delete.
-            tasks.push(tokio::spawn(db::retention::run(pool.clone(), keep, shutdown.clone())));
+            tasks.push(tokio::spawn(crate::maintenance::retention::run(
+                pool.clone(),
+                keep,
+                shutdown.clone(),
+            )));
         }
         let (mcp, catalog) = start_tools(&pool, &config, shutdown.clone()).await?;
         // Every process charges requests and answers `/v1/prices` from its own price book.

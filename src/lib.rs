@@ -11,6 +11,7 @@ pub mod embedded_pg;
 pub mod events;
 pub mod http;
 pub mod llm;
+pub mod maintenance;
 pub mod mcp;
 pub mod net;
 pub mod scheduler;

@@ -28,6 +28,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "db",
         &[
+            "maintenance",
             "agent",
             "app",
             "config",
@@ -45,6 +46,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "llm",
         &[
+            "maintenance",
             "agent",
             "app",
             "db",
@@ -60,6 +62,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "schema",
         &[
+            "maintenance",
             "agent",
             "app",
             "db",
@@ -76,6 +79,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "net",
         &[
+            "maintenance",
             "agent",
             "app",
             "db",
@@ -94,6 +98,7 @@ const RULES: &[(&str, &[&str])] = &[
     (
         "telemetry",
         &[
+            "maintenance",
             "agent",
             "app",
             "cli",
@@ -114,17 +119,37 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     (
         "transitions",
-        &["agent", "app", "http", "llm", "mcp", "scheduler", "tools", "worker"],
+        &[
+            "maintenance",
+            "agent",
+            "app",
+            "http",
+            "llm",
+            "mcp",
+            "scheduler",
+            "tools",
+            "worker",
+        ],
     ),
-    ("tools", &["agent", "app", "http", "mcp", "worker"]),
+    ("tools", &["maintenance", "agent", "app", "http", "mcp", "worker"]),
     // MCP servers lend tools: the hub builds on the store, the tools and the address guard.
     (
         "mcp",
-        &["agent", "app", "events", "http", "transitions", "webhooks", "worker"],
+        &[
+            "maintenance",
+            "agent",
+            "app",
+            "events",
+            "http",
+            "transitions",
+            "webhooks",
+            "worker",
+        ],
     ),
     (
         "events",
         &[
+            "maintenance",
             "agent",
             "app",
             "http",
@@ -138,19 +163,40 @@ const RULES: &[(&str, &[&str])] = &[
     // Deliveries read the log and the hub; they change no ticket and call no model.
     (
         "webhooks",
-        &["agent", "app", "http", "llm", "mcp", "tools", "transitions", "worker"],
+        &[
+            "maintenance",
+            "agent",
+            "app",
+            "http",
+            "llm",
+            "mcp",
+            "tools",
+            "transitions",
+            "worker",
+        ],
     ),
     (
         "scheduler",
-        &["agent", "app", "http", "llm", "mcp", "tools", "webhooks", "worker"],
+        &[
+            "maintenance",
+            "agent",
+            "app",
+            "http",
+            "llm",
+            "mcp",
+            "tools",
+            "webhooks",
+            "worker",
+        ],
     ),
-    ("agent", &["app", "http", "worker"]),
+    ("agent", &["maintenance", "app", "http", "worker"]),
     ("worker", &["app", "http"]),
-    ("http", &["app", "agent", "worker"]),
+    ("http", &["maintenance", "app", "agent", "worker"]),
     // The client talks to the service over HTTP only, as any other client would.
     (
         "cli",
         &[
+            "maintenance",
             "agent",
             "app",
             "config",
@@ -163,6 +209,22 @@ const RULES: &[(&str, &[&str])] = &[
             "telemetry",
             "tools",
             "transitions",
+            "webhooks",
+            "worker",
+        ],
+    ),
+    // The periodic background services: they say when; transitions and db say what.
+    (
+        "maintenance",
+        &[
+            "agent",
+            "app",
+            "cli",
+            "http",
+            "llm",
+            "mcp",
+            "scheduler",
+            "tools",
             "webhooks",
             "worker",
         ],

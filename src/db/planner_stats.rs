@@ -8,15 +8,12 @@
 //! its last analysis by half: a handful of times while a desk fills, never once it is steady.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 
 /// The table that statements join to by key (appends, claims, renewals). The others are read
 /// only along an index's order (the event cursor, a ticket's comments), which no size changes.
 const TABLES: [&str; 1] = ["tickets"];
-const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Below this many rows a whole-table scan costs next to nothing, whatever the plan.
 const SMALL: f64 = 500.0;
 
@@ -67,25 +64,6 @@ impl Refresher {
             }
         }
         Ok(analysed)
-    }
-}
-
-/// Runs `refresh_if_outgrown` every second until shutdown.
-pub async fn run(pool: PgPool, shutdown: CancellationToken) {
-    let mut refresher = Refresher::default();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(CHECK_INTERVAL) => {}
-        }
-        match refresher.refresh_if_outgrown(&pool).await {
-            Ok(tables) if !tables.is_empty() => {
-                tracing::debug!(?tables, "analysed tables that had outgrown their statistics")
-            }
-            Ok(_) => {}
-            // Autovacuum still analyses them later; a down database is reported elsewhere.
-            Err(err) => tracing::debug!(error = %err, "could not refresh table statistics"),
-        }
     }
 }
 

@@ -163,29 +163,6 @@ pub fn interval(keep: Duration) -> Duration {
     (keep / 4).clamp(Duration::from_secs(1), MAX_INTERVAL)
 }
 
-/// The background task: sweeps at start-up, then every `interval(keep)`, until `shutdown`.
-pub async fn run(pool: PgPool, keep: Duration, shutdown: CancellationToken) {
-    loop {
-        match sweep(&pool, keep, &shutdown).await {
-            Ok(swept) if swept.tickets + swept.deliveries > 0 => tracing::info!(
-                tickets = swept.tickets,
-                events = swept.events,
-                comments = swept.comments,
-                webhook_deliveries = swept.deliveries,
-                "retention deleted old records"
-            ),
-            Ok(_) => {}
-            // Retried at the next sweep (e.g. while Postgres restarts); nothing half-done stays,
-            // since each batch is one transaction.
-            Err(err) => tracing::warn!(error = %err, "retention sweep failed; retrying later"),
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(interval(keep)) => {}
-        }
-    }
-}
-
 /// What the database stores: exact counts, and its size as Postgres reports it.
 #[derive(Clone, Debug, Default, Serialize, ToSchema)]
 pub struct Storage {

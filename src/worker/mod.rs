@@ -19,6 +19,7 @@ use crate::db;
 use crate::db::claims::{Claim, Fence, Release};
 use crate::events::EventHub;
 use crate::llm::Providers;
+use crate::maintenance;
 use crate::telemetry::metric;
 use crate::telemetry::trace::AgentSpan;
 
@@ -48,8 +49,9 @@ struct Shared {
     /// it once the claimed tickets are in `running` (a claimer reading meanwhile sees fewer free
     /// slots, never more).
     reserved: AtomicI64,
-    /// Work may be claimable (NOTIFY, or a slot freed): wakes the lead claimer.
-    wake: Notify,
+    /// Work may be claimable (NOTIFY, or a slot freed): wakes the lead claimer (shared with the
+    /// background services, `maintenance::Nudge`).
+    wake: Arc<Notify>,
     /// A claim came back full, so more may be waiting: wakes another claimer.
     more: Notify,
     /// Stop claiming.
@@ -107,12 +109,17 @@ impl WorkerPool {
             worker_id,
             running: Mutex::new(HashMap::new()),
             reserved: AtomicI64::new(0),
-            wake: Notify::new(),
+            wake: Arc::new(Notify::new()),
             more: Notify::new(),
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
         let background_stop = CancellationToken::new();
+        let pool = shared.runtime.pool.clone();
+        let nudge = maintenance::Nudge {
+            hub: shared.runtime.hub.clone(),
+            claimers: shared.wake.clone(),
+        };
         // A claim is one transaction that locks, updates and logs its batch in one backend, so a
         // single claimer caps a busy desk at about a batch per claim, however many cores Postgres
         // has. While a backlog lasts (claims come back full), further claimers take the next
@@ -122,8 +129,22 @@ impl WorkerPool {
             .collect();
         background.extend([
             tokio::spawn(renew_loop(shared.clone(), background_stop.clone())),
-            tokio::spawn(reap_loop(shared.clone(), background_stop.clone())),
-            tokio::spawn(deadline_loop(shared.clone(), background_stop.clone())),
+            tokio::spawn(maintenance::reaper::run(
+                pool.clone(),
+                shared.config.lease,
+                nudge.clone(),
+                background_stop.clone(),
+            )),
+            tokio::spawn(maintenance::deadlines::run(
+                pool.clone(),
+                nudge.clone(),
+                background_stop.clone(),
+            )),
+            tokio::spawn(maintenance::experiments::run(
+                pool.clone(),
+                nudge,
+                background_stop.clone(),
+            )),
             tokio::spawn(listen_loop(shared.clone(), background_stop.clone())),
         ]);
         tracing::info!(
@@ -443,85 +464,6 @@ fn abort_where(shared: &Shared, lost: impl Fn(&Fence) -> bool) {
         Err(_) => return,
     };
     abort(shared, &fences);
-}
-
-/// Re-queues tickets whose lease expired, so no ticket stays `in_progress` without a live worker
-/// for longer than the lease plus this interval.
-async fn reap_loop(shared: Arc<Shared>, stop: CancellationToken) {
-    let interval = (shared.config.lease / 4).clamp(Duration::from_millis(250), Duration::from_secs(15));
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
-        }
-        match db::claims::reap_expired(&shared.runtime.pool, 500).await {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::info!(tickets = n, "re-queued tickets whose lease expired");
-                shared.runtime.hub.wake();
-                shared.wake.notify_one();
-            }
-            Err(err) => tracing::debug!(error = %err, "reaper could not run"),
-        }
-        // Budget reservations of claims that ended without settling are given back, and tickets
-        // an agent's daily budget stopped resume on a new UTC day.
-        if let Err(err) = db::budgets::release_orphans(&shared.runtime.pool).await {
-            tracing::debug!(error = %err, "could not release orphaned budget reservations");
-        }
-        match db::budgets::resume_new_day(&shared.runtime.pool).await {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::info!(
-                    tickets = n,
-                    "a new day: tickets that waited for an agent's daily budget resume"
-                );
-                shared.runtime.hub.wake();
-                shared.wake.notify_one();
-            }
-            Err(err) => tracing::debug!(error = %err, "could not resume tickets on a new budget day"),
-        }
-    }
-}
-
-/// How often tickets past their deadline are looked for: a deadline is kept to about this.
-const DEADLINE_POLL: Duration = Duration::from_secs(1);
-
-/// Fails tickets whose deadline passed, answers approvals and questions whose deadline passed,
-/// and moves experiments on (cheap indexed queries a second: rows without a deadline, and
-/// experiments that ended, are not in the indexes they read).
-async fn deadline_loop(shared: Arc<Shared>, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(DEADLINE_POLL) => {}
-        }
-        match crate::transitions::deadlines::fail_past_deadline(&shared.runtime.pool, 500).await {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::info!(tickets = n, "failed tickets past their deadline");
-                shared.runtime.hub.wake();
-            }
-            Err(err) => tracing::debug!(error = %err, "deadline check could not run"),
-        }
-        match crate::transitions::deadlines::expire_approvals(&shared.runtime.pool, 100).await {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::info!(tickets = n, "answered calls whose approval deadline passed");
-                shared.runtime.hub.wake();
-                shared.wake.notify_one();
-            }
-            Err(err) => tracing::debug!(error = %err, "approval deadline check could not run"),
-        }
-        match crate::transitions::experiments::advance(&shared.runtime.pool, 20).await {
-            Ok(0) => {}
-            Ok(_) => {
-                // A judge's ticket to claim, or an experiment's end to show.
-                shared.runtime.hub.wake();
-                shared.wake.notify_one();
-            }
-            Err(err) => tracing::debug!(error = %err, "experiments could not advance"),
-        }
-    }
 }
 
 /// Wake-ups for new work and cancel requests, across processes.
