@@ -84,10 +84,8 @@ pub async fn list<'e>(
     .bind(limit + 1)
     .fetch_all(db)
     .await?;
-    let more = rows.len() as i64 > limit;
-    let mut comments: Vec<Comment> = rows.into_iter().map(Comment::from).collect();
-    comments.truncate(limit as usize);
-    Ok((comments, more))
+    let (rows, more) = super::page_of(rows, limit);
+    Ok((rows.into_iter().map(Comment::from).collect(), more))
 }
 
 /// The whole transcript, for rebuilding a model conversation.

@@ -112,6 +112,14 @@ fn opened_before_loss(age: Duration) -> bool {
 }
 
 /// Applies pending migrations. sqlx holds an advisory lock meanwhile, so replicas may race safely.
+/// A page read with one row more than it shows (`LIMIT limit + 1`): the rows it shows, and
+/// whether more follow. The one way every list knows it has a next page.
+pub fn page_of<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit.max(0) as usize);
+    (rows, more)
+}
+
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     MIGRATOR.run(pool).await
 }

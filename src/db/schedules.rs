@@ -168,12 +168,8 @@ pub async fn list(
         .bind(project)
         .fetch_all(pool)
         .await?;
-    let more = rows.len() as i64 > limit;
-    let items = rows
-        .into_iter()
-        .take(limit as usize)
-        .map(Schedule::try_from)
-        .collect::<Result<_, _>>()?;
+    let (rows, more) = super::page_of(rows, limit);
+    let items = rows.into_iter().map(Schedule::try_from).collect::<Result<_, _>>()?;
     Ok((items, more))
 }
 
@@ -240,12 +236,8 @@ pub async fn tickets(
         .bind(limit + 1)
         .fetch_all(pool)
         .await?;
-    let more = rows.len() as i64 > limit;
-    let items = rows
-        .into_iter()
-        .take(limit as usize)
-        .map(|r| (r.number, r.ticket.into()))
-        .collect();
+    let (rows, more) = super::page_of(rows, limit);
+    let items = rows.into_iter().map(|r| (r.number, r.ticket.into())).collect();
     Ok((items, more))
 }
 

@@ -542,11 +542,10 @@ pub async fn list<'e>(db: impl PgExecutor<'e>, f: &ListFilter) -> Result<(Vec<Ti
         .bind(f.project)
         .fetch_all(db)
         .await?;
-    let (mut tickets, numbers) = tickets_and_numbers(&rows)?;
-    let more = tickets.len() as i64 > f.limit;
-    tickets.truncate(f.limit as usize);
+    let (tickets, numbers) = tickets_and_numbers(&rows)?;
+    let (tickets, more) = super::page_of(tickets, f.limit);
     let next = if more {
-        numbers.get(f.limit as usize - 1).copied()
+        numbers.get(tickets.len().wrapping_sub(1)).copied()
     } else {
         None
     };
@@ -612,9 +611,8 @@ pub async fn list_by_update(
         .bind(f.project)
         .fetch_all(pool)
         .await?;
-    let (mut tickets, numbers) = tickets_and_numbers(&rows)?;
-    let more = tickets.len() as i64 > f.limit;
-    tickets.truncate(f.limit as usize);
+    let (tickets, numbers) = tickets_and_numbers(&rows)?;
+    let (tickets, more) = super::page_of(tickets, f.limit);
     let next = match (more, tickets.last()) {
         (true, Some(last)) => Some((last.updated_at, numbers[tickets.len() - 1])),
         _ => None,

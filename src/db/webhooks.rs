@@ -111,8 +111,8 @@ pub async fn list(
     .bind(project)
     .fetch_all(pool)
     .await?;
-    let more = rows.len() as i64 > limit;
-    Ok((rows.into_iter().take(limit as usize).map(Webhook::from).collect(), more))
+    let (rows, more) = super::page_of(rows, limit);
+    Ok((rows.into_iter().map(Webhook::from).collect(), more))
 }
 
 /// The settings a `PATCH` may change; None leaves one as it is.
@@ -211,10 +211,9 @@ pub async fn deliveries(
     .bind(limit + 1)
     .fetch_all(pool)
     .await?;
-    let more = rows.len() as i64 > limit;
+    let (rows, more) = super::page_of(rows, limit);
     let items = rows
         .into_iter()
-        .take(limit as usize)
         .map(|r| {
             let delivery = Delivery {
                 event_id: r.event_id,

@@ -329,18 +329,9 @@ pub async fn list_agents(
     ApiQuery(q): ApiQuery<NamePageQuery>,
 ) -> ApiResult<Json<AgentList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let after = match page.cursor {
-        None => None,
-        Some(c) => Some(c.into_name().ok_or_else(Page::bad_cursor)?),
-    };
-    let mut items = db::agents::list(&state.pool, caller.project_id(), after.as_deref(), page.limit + 1).await?;
-    let more = items.len() as i64 > page.limit;
-    items.truncate(page.limit as usize);
-    let next_cursor = if more {
-        items.last().map(|a| Cursor::Name(a.name.clone()).encode())
-    } else {
-        None
-    };
+    let after = page.after_name()?;
+    let rows = db::agents::list(&state.pool, caller.project_id(), after.as_deref(), page.fetch()).await?;
+    let (items, next_cursor) = page.finish(rows, |a| Cursor::Name(a.name.clone()));
     Ok(Json(AgentList { items, next_cursor }))
 }
 
@@ -356,7 +347,7 @@ pub async fn list_agent_versions(
     ApiQuery(q): ApiQuery<NumberPageQuery>,
 ) -> ApiResult<Json<AgentList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let before = match page.cursor {
+    let before = match &page.cursor {
         None => None,
         // Versions below it; a number past any version is the whole list.
         Some(c) => Some(
@@ -366,17 +357,11 @@ pub async fn list_agent_versions(
         ),
     };
     let project = caller.project_id();
-    let mut items = db::agents::versions(&state.pool, project, &name, before, page.limit + 1).await?;
-    if items.is_empty() && before.is_none() && db::agents::get(&state.pool, project, &name).await?.is_none() {
+    let rows = db::agents::versions(&state.pool, project, &name, before, page.fetch()).await?;
+    if rows.is_empty() && before.is_none() && db::agents::get(&state.pool, project, &name).await?.is_none() {
         return Err(ApiError::NotFound(format!("no agent {name:?}")));
     }
-    let more = items.len() as i64 > page.limit;
-    items.truncate(page.limit as usize);
-    let next_cursor = if more {
-        items.last().map(|a| Cursor::number(i64::from(a.version)).encode())
-    } else {
-        None
-    };
+    let (items, next_cursor) = page.finish(rows, |a| Cursor::number(i64::from(a.version)));
     Ok(Json(AgentList { items, next_cursor }))
 }
 

@@ -18,6 +18,7 @@ const MAX_NUMBER_DIGITS: usize = 18;
 const MAX_NAME_BYTES: usize = 128;
 
 /// An opaque list cursor: a position (a number or a name), hex-encoded (lower case) with a tag.
+#[derive(Clone)]
 pub enum Cursor {
     Number(i64),
     Name(String),
@@ -138,6 +139,44 @@ impl Page {
     pub fn bad_cursor() -> ApiError {
         ApiError::BadRequest("cursor is not one this list returned".into())
     }
+
+    /// How many rows to read for the page: one more than it shows, to know whether more follow.
+    pub fn fetch(&self) -> i64 {
+        self.limit + 1
+    }
+
+    /// The cursor of a list in name order: the name after which the page starts.
+    pub fn after_name(&self) -> Result<Option<String>, ApiError> {
+        self.cursor
+            .clone()
+            .map(|c| c.into_name().ok_or_else(Page::bad_cursor))
+            .transpose()
+    }
+
+    /// The cursor of a list in id order: the id after which the page starts.
+    pub fn after_id(&self) -> Result<Option<uuid::Uuid>, ApiError> {
+        self.cursor
+            .clone()
+            .map(|c| c.into_id().ok_or_else(Page::bad_cursor))
+            .transpose()
+    }
+
+    /// The page's rows, read with [`fetch`](Page::fetch): those it shows, and the next page's
+    /// cursor (made from the last row shown by `cursor`) when more follow.
+    pub fn finish<T>(&self, rows: Vec<T>, cursor: impl Fn(&T) -> Cursor) -> (Vec<T>, Option<String>) {
+        let (rows, more) = crate::db::page_of(rows, self.limit);
+        let next = next_cursor(more, &rows, cursor);
+        (rows, next)
+    }
+}
+
+/// The next page's cursor when more follow: made from the last row shown.
+pub fn next_cursor<T>(more: bool, rows: &[T], cursor: impl Fn(&T) -> Cursor) -> Option<String> {
+    if more {
+        rows.last().map(|r| cursor(r).encode())
+    } else {
+        None
+    }
 }
 
 /// A page of a short list read whole (providers, MCP servers), in the order of `rank` and then
@@ -150,24 +189,13 @@ pub fn page_of_names<T>(
     rank: impl Fn(&str) -> usize,
 ) -> Result<(Vec<T>, Option<String>), ApiError> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let after = match page.cursor {
-        None => None,
-        Some(c) => Some(c.into_name().ok_or_else(Page::bad_cursor)?),
-    };
     let key = |n: &str| (rank(n), n.to_owned());
     items.sort_by_cached_key(|item| key(name(item)));
-    if let Some(after) = after {
+    if let Some(after) = page.after_name()? {
         let after = key(&after);
         items.retain(|item| key(name(item)) > after);
     }
-    let more = items.len() as i64 > page.limit;
-    items.truncate(page.limit as usize);
-    let next_cursor = if more {
-        items.last().map(|item| Cursor::Name(name(item).to_owned()).encode())
-    } else {
-        None
-    };
-    Ok((items, next_cursor))
+    Ok(page.finish(items, |item| Cursor::Name(name(item).to_owned())))
 }
 
 #[cfg(test)]

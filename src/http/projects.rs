@@ -154,10 +154,7 @@ pub async fn list_projects(
     ApiQuery(q): ApiQuery<NamePageQuery>,
 ) -> ApiResult<Json<ProjectList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let after = match page.cursor {
-        None => None,
-        Some(c) => Some(c.into_name().ok_or_else(Page::bad_cursor)?),
-    };
+    let after = page.after_name()?;
     if !caller.is_desk() {
         let own = caller.project.as_ref().clone();
         let items = if after.as_deref().is_none_or(|a| a < own.name.as_str()) {
@@ -170,12 +167,8 @@ pub async fn list_projects(
             next_cursor: None,
         }));
     }
-    let mut items = db::projects::list(&state.pool, after.as_deref(), page.limit + 1).await?;
-    let more = items.len() as i64 > page.limit;
-    items.truncate(page.limit as usize);
-    let next_cursor = more
-        .then(|| items.last().map(|p| Cursor::Name(p.name.clone()).encode()))
-        .flatten();
+    let rows = db::projects::list(&state.pool, after.as_deref(), page.fetch()).await?;
+    let (items, next_cursor) = page.finish(rows, |p| Cursor::Name(p.name.clone()));
     Ok(Json(ProjectList { items, next_cursor }))
 }
 
@@ -362,16 +355,9 @@ pub async fn list_tokens(
 ) -> ApiResult<Json<TokenList>> {
     let project = visible(&state, &caller, &name).await?;
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let after = match page.cursor {
-        None => None,
-        Some(c) => Some(c.into_id().ok_or_else(Page::bad_cursor)?),
-    };
-    let mut items = db::projects::list_tokens(&state.pool, project.id, after, page.limit + 1).await?;
-    let more = items.len() as i64 > page.limit;
-    items.truncate(page.limit as usize);
-    let next_cursor = more
-        .then(|| items.last().map(|t| Cursor::Name(t.id.to_string()).encode()))
-        .flatten();
+    let after = page.after_id()?;
+    let rows = db::projects::list_tokens(&state.pool, project.id, after, page.fetch()).await?;
+    let (items, next_cursor) = page.finish(rows, |t| Cursor::Name(t.id.to_string()));
     Ok(Json(TokenList { items, next_cursor }))
 }
 

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::pagination::{Cursor, IdPageQuery, NumberPageQuery, Page};
+use super::pagination::{next_cursor, Cursor, IdPageQuery, NumberPageQuery, Page};
 use super::tickets::{TicketList, DEFAULT_MAX_ATTEMPTS, MAX_DEADLINE_SECS};
 use super::AppState;
 use crate::db;
@@ -279,14 +279,9 @@ pub async fn list_schedules(
     ApiQuery(q): ApiQuery<IdPageQuery>,
 ) -> ApiResult<Json<ScheduleList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let after = match page.cursor {
-        None => None,
-        Some(c) => Some(c.into_id().ok_or_else(Page::bad_cursor)?),
-    };
+    let after = page.after_id()?;
     let (items, more) = db::schedules::list(&state.pool, caller.project_id(), after, page.limit).await?;
-    let next_cursor = more
-        .then(|| items.last().map(|s| Cursor::Name(s.id.to_string()).encode()))
-        .flatten();
+    let next_cursor = next_cursor(more, &items, |s| Cursor::Name(s.id.to_string()));
     let items = items.into_iter().map(Schedule::with_upcoming).collect();
     Ok(Json(ScheduleList { items, next_cursor }))
 }
@@ -433,9 +428,7 @@ pub async fn list_schedule_tickets(
         .await?
         .ok_or_else(|| not_found(&reference))?;
     let (items, more) = db::schedules::tickets(&state.pool, schedule.id, before, page.limit).await?;
-    let next_cursor = more
-        .then(|| items.last().map(|(n, _)| Cursor::number(*n).encode()))
-        .flatten();
+    let next_cursor = next_cursor(more, &items, |(n, _)| Cursor::number(*n));
     Ok(Json(TicketList {
         items: items.into_iter().map(|(_, t)| t).collect(),
         next_cursor,

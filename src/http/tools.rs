@@ -200,18 +200,9 @@ pub async fn list_tools(
     ApiQuery(q): ApiQuery<NamePageQuery>,
 ) -> ApiResult<Json<ToolList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let after = match page.cursor {
-        None => None,
-        Some(c) => Some(c.into_name().ok_or_else(Page::bad_cursor)?),
-    };
-    let mut items = db::http_tools::list(&state.pool, caller.project_id(), after.as_deref(), page.limit + 1).await?;
-    let more = items.len() as i64 > page.limit;
-    items.truncate(page.limit as usize);
-    let next_cursor = if more {
-        items.last().map(|t| Cursor::Name(t.name.clone()).encode())
-    } else {
-        None
-    };
+    let after = page.after_name()?;
+    let rows = db::http_tools::list(&state.pool, caller.project_id(), after.as_deref(), page.fetch()).await?;
+    let (items, next_cursor) = page.finish(rows, |t| Cursor::Name(t.name.clone()));
     Ok(Json(ToolList { items, next_cursor }))
 }
 

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::pagination::{Cursor, IdPageQuery, NumberPageQuery, Page};
+use super::pagination::{next_cursor, Cursor, IdPageQuery, NumberPageQuery, Page};
 use super::AppState;
 use crate::db;
 use crate::db::webhooks::{NewWebhook, WebhookPatch};
@@ -184,14 +184,9 @@ pub async fn list_webhooks(
     ApiQuery(q): ApiQuery<IdPageQuery>,
 ) -> ApiResult<Json<WebhookList>> {
     let page = Page::parse(q.limit.as_deref(), q.cursor.as_deref())?;
-    let after = match page.cursor {
-        None => None,
-        Some(c) => Some(c.into_id().ok_or_else(Page::bad_cursor)?),
-    };
+    let after = page.after_id()?;
     let (items, more) = db::webhooks::list(&state.pool, caller.project_id(), after, page.limit).await?;
-    let next_cursor = more
-        .then(|| items.last().map(|w| Cursor::Name(w.id.to_string()).encode()))
-        .flatten();
+    let next_cursor = next_cursor(more, &items, |w| Cursor::Name(w.id.to_string()));
     Ok(Json(WebhookList { items, next_cursor }))
 }
 
@@ -281,9 +276,7 @@ pub async fn list_deliveries(
         return Err(not_found(&id));
     }
     let (items, more) = db::webhooks::deliveries(&state.pool, webhook_id, before, page.limit).await?;
-    let next_cursor = more
-        .then(|| items.last().map(|(entry, _)| Cursor::number(*entry).encode()))
-        .flatten();
+    let next_cursor = next_cursor(more, &items, |(entry, _)| Cursor::number(*entry));
     Ok(Json(DeliveryList {
         items: items.into_iter().map(|(_, d)| d).collect(),
         next_cursor,
