@@ -7,7 +7,7 @@ SELECT id, key, 1, 'ticket.created', '{}' FROM t;
 COMMIT;
 BEGIN;
 WITH c AS (
-    SELECT id FROM tickets WHERE status = 'todo'
+    SELECT id FROM tickets WHERE project_id = 1 AND status = 'todo'
     ORDER BY priority DESC, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED),
 u AS (
     UPDATE tickets t SET status = 'in_progress', generation = t.generation + 1, attempts = t.attempts + 1,
@@ -23,7 +23,7 @@ BEGIN;
 WITH u AS (
     UPDATE tickets SET status = 'done', result = '"ok"', last_event_seq = last_event_seq + 1,
         finished_at = now(), updated_at = now()
-    WHERE number = :claimed AND status = 'in_progress'
+    WHERE project_id = 1 AND number = :claimed AND status = 'in_progress'
     RETURNING id, key, last_event_seq)
 INSERT INTO events (ticket_id, ticket_key, seq, kind, data)
 SELECT id, key, last_event_seq, 'ticket.done', '{}' FROM u;
