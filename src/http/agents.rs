@@ -134,15 +134,10 @@ pub async fn put_agent(
     // The wire format of the provider named, for the default model.
     let (provider, provider_kind) = match req.provider.as_deref() {
         None => (None, None),
-        Some(p @ ("openai" | "anthropic")) => (Some(p.to_owned()), Some(p.to_owned())),
-        Some(other) => match db::providers::get(&state.pool, caller.project_id(), other).await? {
-            Some(def) => (Some(other.to_owned()), Some(def.kind.as_str().to_owned())),
-            None => {
-                return Err(ApiError::Validation(format!(
-                    "unknown provider {other:?}: use openai, anthropic or a provider defined with PUT /v1/providers/{{name}}"
-                )))
-            }
-        },
+        Some(name) => {
+            let kind = super::providers::provider_kind(&state, caller.project_id(), name).await?;
+            (Some(name.to_owned()), Some(kind))
+        }
     };
     let tools = match req.tools {
         None => BUILTIN_TOOLS.iter().map(|t| t.to_string()).collect(),

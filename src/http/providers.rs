@@ -20,7 +20,7 @@ use crate::domain::provider::{
     ProviderKind, BUILTIN_PROVIDERS, DEFAULT_PROVIDER_TIMEOUT_MS, MAX_PROVIDER_CONCURRENCY, MAX_PROVIDER_TIMEOUT_MS,
     MIN_PROVIDER_TIMEOUT_MS,
 };
-use crate::domain::ProviderDef;
+use crate::domain::{ProjectId, ProviderDef};
 use crate::llm::{anthropic, openai, Providers};
 
 #[derive(Deserialize, ToSchema)]
@@ -51,6 +51,21 @@ pub struct ProviderList {
     pub items: Vec<ProviderDef>,
     /// Always null: every provider is in `items`.
     pub next_cursor: Option<String>,
+}
+
+/// The wire format (`openai` or `anthropic`) of the provider `name` names in `project`: a
+/// built-in one, or one defined there; 422 naming the rule otherwise. What an agent and a replay
+/// may name.
+pub async fn provider_kind(state: &AppState, project: ProjectId, name: &str) -> ApiResult<String> {
+    if BUILTIN_PROVIDERS.contains(&name) {
+        return Ok(name.to_owned());
+    }
+    match db::providers::get(&state.pool, project, name).await? {
+        Some(def) => Ok(def.kind.as_str().to_owned()),
+        None => Err(ApiError::Validation(format!(
+            "unknown provider {name:?}: use openai, anthropic or a provider defined with PUT /v1/providers/{{name}}"
+        ))),
+    }
 }
 
 fn validation(message: String) -> ApiError {

@@ -13,10 +13,8 @@ use super::access::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath};
 use super::AppState;
-use crate::db;
 use crate::db::tickets::{Extras, NewTicket};
 use crate::domain::project::Project;
-use crate::domain::provider::BUILTIN_PROVIDERS;
 use crate::domain::ticket::{Replay, ReplayTools};
 use crate::domain::Ticket;
 use crate::transitions::{self, Created};
@@ -95,13 +93,7 @@ pub async fn prepare(
     };
     let pinned = super::tickets::named_agent(state, project, Some(&agent), req.agent_version).await?;
     if let Some(provider) = &req.provider {
-        let known = BUILTIN_PROVIDERS.contains(&provider.as_str())
-            || db::providers::get(&state.pool, project.id, provider).await?.is_some();
-        if !known {
-            return Err(ApiError::Validation(format!(
-                "unknown provider {provider:?}: use openai, anthropic or a provider defined with PUT /v1/providers/{{name}}"
-            )));
-        }
+        super::providers::provider_kind(state, project.id, provider).await?;
     }
     if req
         .model
