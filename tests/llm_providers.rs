@@ -634,6 +634,55 @@ async fn connections_are_reused_across_requests() {
     assert_eq!(reqs[3].peer, reqs[5].peer, "anthropic requests opened new connections");
 }
 
+/// With HTTP/2 (`AGENTDESK_OPENAI_HTTP2`), requests in flight at once share one connection, so a
+/// ticket waiting on the model holds a stream rather than a socket; without it, each has its own.
+#[tokio::test]
+async fn http2_carries_requests_in_flight_at_once_on_one_connection() {
+    for kind in BOTH {
+        for http2 in [false, true] {
+            let fake = FakeLlm::start().await;
+            fake.set_reply(Reply::text("thought it over").first_byte_delay(Duration::from_millis(300)));
+            let p: Box<dyn Provider> = match kind {
+                Kind::OpenAi => Box::new(OpenAi::new(fake.openai_base_url(), None).with_http2(http2)),
+                Kind::Anthropic => {
+                    Box::new(Anthropic::new(fake.anthropic_base_url(), Some("k".into())).with_http2(http2))
+                }
+            };
+            let req = simple_request();
+            let calls = (0..3).map(|_| async {
+                let mut text = String::new();
+                let res = p
+                    .stream(
+                        &req,
+                        &mut |d| {
+                            if let Delta::Text(t) = d {
+                                text.push_str(&t)
+                            }
+                        },
+                        IDLE,
+                    )
+                    .await;
+                (res, text)
+            });
+            for (res, text) in futures::future::join_all(calls).await {
+                res.unwrap_or_else(|e| panic!("{kind:?}, http2 {http2}: {e:?}"));
+                assert_eq!(text, "thought it over");
+            }
+            assert_eq!(
+                fake.max_in_flight(),
+                3,
+                "{kind:?}: the three requests were in flight at once"
+            );
+            let peers: std::collections::HashSet<_> = fake.requests().iter().map(|r| r.peer).collect();
+            assert_eq!(
+                peers.len(),
+                if http2 { 1 } else { 3 },
+                "{kind:?}, http2 {http2}: connections used"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_fake_that_keeps_no_copies_still_counts_requests() {
     let fake = FakeLlm::start().await;

@@ -39,6 +39,7 @@ pub async fn fair_share(opts: Opts, report: &mut Report) -> Result<()> {
         retention: None,
         claimers: None,
         shutdown_grace: Some(Duration::from_millis(100)),
+        model_http2: false,
     };
 
     // The floor: beta alone, with its share of the workers.

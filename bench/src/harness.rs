@@ -100,6 +100,20 @@ impl Fixture {
         Fixture::serve(fake, db_url, http, log, spec).await
     }
 
+    /// Kills the service with SIGKILL and starts another with `spec` on the same database and
+    /// model server; its log is `bench-results/<log>.agentdesk.log`.
+    pub async fn kill_and_restart(self, log: &str, spec: &ServerSpec) -> Result<Fixture> {
+        let Fixture {
+            fake,
+            db_url,
+            server,
+            http,
+            ..
+        } = self;
+        server.kill().await;
+        Fixture::serve(fake, db_url, http, log, spec).await
+    }
+
     pub async fn create_ticket(&self, body: &Value) -> Result<()> {
         let r = self
             .http

@@ -7,6 +7,7 @@
 //! BENCHMARKS.md. See BENCHMARKS.md for what each scenario measures.
 
 mod backlog;
+mod concurrency;
 mod fair_share;
 mod floor;
 mod harness;
@@ -47,6 +48,13 @@ scenarios: api_latency, throughput, claim_backlog, retention_sweep, quiet_desk, 
   --minutes M           how long soak runs (default 60; --quick: 4)
   --pg-seconds S        how long each of throughput's pgbench runs lasts (default 10; --quick: 3):
                         shorter runs fit a sweep of several machine sizes into one device session
+  --tickets N           tickets in flight in concurrency (default 2000; --quick: 200)
+  --first-token-secs S  how long concurrency's model thinks before its first token (default 30)
+  --http1               concurrency's model requests over HTTP/1.1, a connection each (default:
+                        HTTP/2, AGENTDESK_OPENAI_HTTP2=true)
+  --kill                concurrency kills agentdesk (SIGKILL) while every ticket waits, starts
+                        another, and counts the tickets it finishes
+  --subscribers K       concurrency with K readers of the whole event stream
 
 soak (not part of `all`): an hour of mixed load on one desk, sampled every minute, to see that
 nothing grows: tools, approvals, a webhook, SSE readers coming and going, retention on.
@@ -135,6 +143,8 @@ fn parse_args(args: &[String]) -> Result<(Opts, Vec<String>), String> {
             "--quick" => opts.quick = true,
             "--child" => opts.child = true,
             "--webhook" => opts.webhook = true,
+            "--http1" => opts.http1 = true,
+            "--kill" => opts.kill = true,
             "-h" | "--help" => {}
             "--agentdesk" => {
                 let path = std::path::PathBuf::from(value(arg)?);
@@ -148,6 +158,11 @@ fn parse_args(args: &[String]) -> Result<(Opts, Vec<String>), String> {
             "--clients" => opts.clients = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
             "--rate" => opts.rate = Some(number::<f64>(arg, value(arg)?)?).filter(|r| *r > 0.0),
             "--minutes" => opts.minutes = Some(number::<f64>(arg, value(arg)?)?).filter(|m| *m > 0.0),
+            "--tickets" => opts.tickets = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
+            "--first-token-secs" => {
+                opts.first_token_secs = Some(number::<f64>(arg, value(arg)?)?).filter(|s| *s >= 0.0)
+            }
+            "--subscribers" => opts.subscribers = Some(number(arg, value(arg)?)?),
             "--pg-seconds" => opts.pg_seconds = Some(number::<f64>(arg, value(arg)?)?).filter(|s| *s >= 1.0),
             other if other.starts_with('-') => return Err(format!("unknown option {other}")),
             name => names.push(name.to_string()),
@@ -308,9 +323,14 @@ Each round also shows where the tickets queued inside agentdesk (the batched sta
 - **claim_backlog**: how fast a backlog of 3000 tickets is claimed, with one claim statement at a time \
 (`AGENTDESK_CLAIMERS=1`) against four side by side, alternating (3 rounds each); the model never \
 answers within a round, so only the claims count. No bar.
-- **concurrency**: 2000 tickets in flight at once (`AGENTDESK_WORKERS=2000`); every model request takes \
-2 s (40 tokens at 20 tokens/s, then `close_ticket`). Bars: all finish; peak RSS of the agentdesk \
-process < 300 MB; at most 20 database connections.
+- **concurrency**: 2000 tickets in flight at once (`AGENTDESK_WORKERS=2000`, `--tickets N`) on a \
+model that thinks 30 s before its first token (`--first-token-secs`), then streams 20 tokens at 100/s \
+and calls `close_ticket`; its requests share one HTTP/2 connection (`AGENTDESK_OPENAI_HTTP2=true`; \
+`--http1`: a connection each). Bars: all finish; memory per ticket in flight ≤ 20 KB (RSS with every \
+ticket waiting on the model, less the RSS before, over the tickets in flight); at most the pool's \
+connections and 4 more. Shown: CPU per ticket-second while every ticket waits, lease renewal statements \
+per second, first token to `ticket.done` (p50, p95). `--kill`: SIGKILL while every ticket waits, then \
+another process must finish them all; `--subscribers K`: K readers of the whole event stream beside.
 - **sse_fanout**: 10 000 subscribers on `/v1/events` while one-step tickets run, one a second. Bars: \
 p99 from the event's `at` to its receipt < 100 ms; < 20 KB of agentdesk RSS per idle subscriber. \
 Baseline: the fan-out floor, a bare TCP server writing one chunk of ten events a second to the same \

@@ -55,6 +55,7 @@ pub async fn retention_sweep(opts: Opts, report: &mut Report) -> Result<()> {
         retention: None,
         claimers: None,
         shutdown_grace: None,
+        model_http2: false,
     };
     let timeout = Duration::from_secs(opts.pick(120, 900));
 

@@ -54,6 +54,7 @@ impl Fleet {
             retention: None,
             claimers: None,
             shutdown_grace: None,
+            model_http2: false,
         };
         let dir = harness::results_dir();
         let mut fleet = Fleet {
@@ -230,6 +231,7 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
         retention: None,
         claimers: None,
         shutdown_grace: None,
+        model_http2: false,
     };
     let fx = harness::Fixture::start("quiet_desk", &spec).await?;
     fx.fake.set_reply(close_ticket());

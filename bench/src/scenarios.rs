@@ -11,7 +11,7 @@ use testkit::fake_llm::Reply;
 use tokio::sync::{watch, Semaphore};
 
 use crate::floor::Floor;
-use crate::harness::{self, DoneWatcher, Fixture, Progress, Sampler};
+use crate::harness::{self, DoneWatcher, Fixture, Progress};
 use crate::pgbench::{self, Protocol};
 use crate::report::{median, percentile, Bar, Check, Report};
 use crate::server::{self, ServerSpec};
@@ -53,6 +53,16 @@ pub struct Opts {
     pub minutes: Option<f64>,
     /// `--pg-seconds`: how long each of throughput's pgbench runs lasts.
     pub pg_seconds: Option<f64>,
+    /// `--tickets`: tickets in flight in concurrency.
+    pub tickets: Option<usize>,
+    /// `--first-token-secs`: how long concurrency's model thinks before its first token.
+    pub first_token_secs: Option<f64>,
+    /// `--http1`: concurrency's model requests over HTTP/1.1, a connection each.
+    pub http1: bool,
+    /// `--kill`: concurrency kills the process while every ticket waits, and starts another.
+    pub kill: bool,
+    /// `--subscribers`: readers of the whole event stream beside concurrency's work.
+    pub subscribers: Option<usize>,
 }
 
 impl Opts {
@@ -70,7 +80,7 @@ pub async fn run(name: &str, opts: Opts, report: &mut Report) -> Result<()> {
         "throughput" => throughput(opts, report).await,
         "claim_backlog" => crate::backlog::claim_backlog(opts, report).await,
         "fair_share" => crate::fair_share::fair_share(opts, report).await,
-        "concurrency" => concurrency(opts, report).await,
+        "concurrency" => crate::concurrency::run(opts, report).await,
         "sse_fanout" => sse_fanout(opts, report).await,
         "api_latency" => api_latency(opts, report).await,
         "step_overhead" => step_overhead(opts, report).await,
@@ -145,6 +155,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         retention: None,
         claimers: None,
         shutdown_grace: None,
+        model_http2: false,
     };
     let pgbench = pgbench::find_pgbench().context("pgbench not found (install postgresql-contrib or the client)")?;
 
@@ -406,79 +417,6 @@ async fn done_count(db_url: &str) -> Result<i64> {
     Ok(n)
 }
 
-/// 2000 tickets in flight at once on a model that takes 2 s per request (40 tokens at 20/s, then
-/// close_ticket). The tickets are created first with a label no agent takes; putting the agent
-/// releases them all at once.
-async fn concurrency(opts: Opts, report: &mut Report) -> Result<()> {
-    let tickets = opts.pick(200, 2000);
-    let spec = ServerSpec {
-        mode: Mode::Serve,
-        workers: tickets,
-        db_max_connections: 16,
-        child: true,
-        retention: None,
-        claimers: None,
-        shutdown_grace: None,
-    };
-    let fx = Fixture::start("concurrency", &spec).await?;
-    fx.fake.set_reply(close_ticket().tokens_per_second(20, 40));
-    fx.create_tickets(tickets, 16, json!({"task": "write forty words", "labels": ["fleet"]}))
-        .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let pid = fx.server.pid();
-    let idle_rss = server::rss_mb(pid);
-    let mut watcher = fx.done_watcher().await?;
-    let sampler = Sampler::start(pid, &fx.db_url, Duration::from_millis(100)).await?;
-
-    let started = Instant::now();
-    fx.put_agent("fleet").await?;
-    let waited = watcher.wait_for(tickets, Duration::from_secs(opts.pick(60, 240))).await;
-    let elapsed = started.elapsed();
-    let peaks = sampler.finish().await?;
-    let hwm_mb = server::status_kb(pid, "VmHWM").unwrap_or(0) as f64 / 1024.0;
-    let stats = fx.stats().await.unwrap_or(Value::Null);
-    report.note(format!("agentdesk: {}", fx.server.describe()));
-    fx.shutdown().await;
-    let (done, failed) = match waited {
-        Ok(c) => c,
-        Err(e) => {
-            report.note(format!("{e:#}"));
-            (0, 0)
-        }
-    };
-
-    report.check(Check::new(
-        "tickets done",
-        done as f64,
-        "",
-        Bar::AtLeast,
-        tickets as f64,
-    ));
-    report.check(Check::new("peak RSS (VmHWM)", hwm_mb, "MB", Bar::Below, 300.0).baseline("idle RSS", idle_rss));
-    report.check(Check::new(
-        "peak DB connections",
-        peaks.db_connections as f64,
-        "",
-        Bar::AtMost,
-        20.0,
-    ));
-    report.check(Check::info(
-        "peak tickets in progress (sampled)",
-        peaks.in_progress as f64,
-        "",
-    ));
-    report.figure("tickets", tickets);
-    report.figure("failed", failed);
-    report.figure("peak_rss_sampled_mb", (peaks.rss_mb * 10.0).round() / 10.0);
-    report.figure("wall_s", (elapsed.as_secs_f64() * 100.0).round() / 100.0);
-    report.figure("avg_ticket_ms", stats["avg_ticket_ms"].clone());
-    report.figure("avg_work_ms", stats["avg_work_ms"].clone());
-    report.note(format!(
-        "agentdesk ran as a child process (AGENTDESK_WORKERS={tickets}, AGENTDESK_DB_MAX_CONNECTIONS=16); RSS from its /proc status; connections = pg_stat_activity rows of its database other than the sampler's, sampled every 100 ms"
-    ));
-    Ok(())
-}
-
 /// Idle subscribers' memory, then event latency to every subscriber while tickets run.
 async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
     let wanted = opts.pick(500, 10_000);
@@ -495,6 +433,7 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
         retention: None,
         claimers: None,
         shutdown_grace: None,
+        model_http2: false,
     };
     let progress = Progress::new();
     let fx = Fixture::start("sse_fanout", &spec).await?;
@@ -793,6 +732,7 @@ async fn api_latency(opts: Opts, report: &mut Report) -> Result<()> {
         retention: None,
         claimers: None,
         shutdown_grace: None,
+        model_http2: false,
     };
     let fx = Fixture::start("api_latency", &spec).await?;
     let body = json!({"task": "triage this", "labels": ["nobody"], "metadata": {"source": "bench"}});
@@ -898,6 +838,7 @@ async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
         retention: None,
         claimers: None,
         shutdown_grace: None,
+        model_http2: false,
     };
     let fx = Fixture::start("step_overhead", &spec).await?;
     fx.fake.set_responder(move |req| {

@@ -25,6 +25,8 @@ pub struct ServerSpec {
     pub claimers: Option<usize>,
     /// `AGENTDESK_SHUTDOWN_GRACE_SECS`; None: the service's default.
     pub shutdown_grace: Option<Duration>,
+    /// `AGENTDESK_OPENAI_HTTP2`: the model requests share one HTTP/2 connection.
+    pub model_http2: bool,
 }
 
 pub enum Server {
@@ -68,7 +70,8 @@ impl Server {
                 shutdown_grace: spec.shutdown_grace.unwrap_or(config.shutdown_grace),
                 ..config
             };
-            let providers = Providers::new(Some(OpenAi::new(openai_base_url.to_string(), None)), None);
+            let openai = OpenAi::new(openai_base_url.to_string(), None).with_http2(spec.model_http2);
+            let providers = Providers::new(Some(openai), None);
             let app = tokio::time::timeout(Duration::from_secs(60), App::start(config, spec.mode, providers))
                 .await
                 .context("agentdesk did not start within 60 s")??;
@@ -107,6 +110,18 @@ impl Server {
             }
         }
         Ok(())
+    }
+
+    /// Kills the service with SIGKILL, as a crash would (an in-process one is shut down: it
+    /// cannot be killed apart from the bench).
+    pub async fn kill(self) {
+        match self {
+            Server::InProcess(app) => app.shutdown().await,
+            Server::Child { child: mut guard, .. } => {
+                let _ = guard.0.kill();
+                let _ = guard.0.wait();
+            }
+        }
     }
 
     pub async fn shutdown(self) {
@@ -233,6 +248,9 @@ async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &st
     }
     if let Some(grace) = spec.shutdown_grace {
         command.env("AGENTDESK_SHUTDOWN_GRACE_SECS", grace.as_secs_f64().to_string());
+    }
+    if spec.model_http2 {
+        command.env("AGENTDESK_OPENAI_HTTP2", "true");
     }
     if let Some(keep) = spec.retention {
         command.env("AGENTDESK_RETENTION_DAYS", (keep.as_secs_f64() / 86_400.0).to_string());

@@ -251,6 +251,7 @@ pub async fn soak(opts: Opts, report: &mut Report) -> Result<()> {
         retention: Some(keep),
         claimers: None,
         shutdown_grace: None,
+        model_http2: false,
     };
     let fx = Arc::new(Fixture::start("soak", &spec).await?);
     fx.fake.set_responder(model);

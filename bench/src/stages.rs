@@ -60,6 +60,17 @@ impl Snapshot {
     }
 }
 
+impl Snapshot {
+    /// Statements of a batched stage (`agentdesk_db_batch_*{stage}`) since `before`, and the items
+    /// they took.
+    pub fn batches(&self, before: &Snapshot, stage: &str) -> (f64, f64) {
+        let labels = format!("{{stage=\"{stage}\"}}");
+        let (_, statements) = self.since(before, "agentdesk_db_batch_duration_seconds", &labels);
+        let (items, _) = self.since(before, "agentdesk_db_batch_size", &labels);
+        (statements, items)
+    }
+}
+
 /// One line per round: what `after` adds to `before` over `elapsed`.
 pub fn describe(before: &Snapshot, after: &Snapshot, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64().max(1e-9);

@@ -367,6 +367,16 @@ pub struct ServerArgs {
     #[arg(long, env = "AGENTDESK_ANTHROPIC_MAX_CONCURRENT", value_name = "N", allow_negative_numbers = true,
         value_parser = Setting(max_concurrent))]
     pub anthropic_max_concurrent: Option<MaxConcurrent>,
+    /// Speak HTTP/2 to the built-in `openai` provider on one connection, from the first byte (also
+    /// over plain http, which an HTTP/2 server must then accept); false: HTTP/1.1, a connection per
+    /// request in flight (true or false)
+    #[arg(long, env = "AGENTDESK_OPENAI_HTTP2", value_name = "BOOL", default_value_t = false,
+        action = clap::ArgAction::Set, value_parser = Setting(boolean))]
+    pub openai_http2: bool,
+    /// The same for the built-in `anthropic` provider (true or false)
+    #[arg(long, env = "AGENTDESK_ANTHROPIC_HTTP2", value_name = "BOOL", default_value_t = false,
+        action = clap::ArgAction::Set, value_parser = Setting(boolean))]
+    pub anthropic_http2: bool,
     /// Delete tickets finished more than this many days ago (a decimal number, e.g. 30 or 0.5),
     /// with their comments, events and tool outputs, and older webhook delivery records; unset:
     /// keep everything
@@ -380,14 +390,17 @@ pub struct ServerArgs {
 pub struct BuiltInProvider {
     pub api_key: Option<String>,
     pub base_url: Option<String>,
+    /// Speak HTTP/2 from the first byte (`AGENTDESK_OPENAI_HTTP2`, `AGENTDESK_ANTHROPIC_HTTP2`).
+    pub http2: bool,
 }
 
 impl BuiltInProvider {
-    fn new(api_key: &Option<String>, base_url: &Option<String>) -> BuiltInProvider {
+    fn new(api_key: &Option<String>, base_url: &Option<String>, http2: bool) -> BuiltInProvider {
         let set = |v: &Option<String>| v.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
         BuiltInProvider {
             api_key: set(api_key),
             base_url: set(base_url),
+            http2,
         }
     }
 
@@ -460,8 +473,12 @@ impl Config {
                 .map(PathBuf::from);
             config.metrics_addr = server.metrics_addr.as_deref().and_then(|a| a.parse().ok());
             config.metrics_projects = server.metrics_projects;
-            config.openai = BuiltInProvider::new(&server.openai_api_key, &server.openai_base_url);
-            config.anthropic = BuiltInProvider::new(&server.anthropic_api_key, &server.anthropic_base_url);
+            config.openai = BuiltInProvider::new(&server.openai_api_key, &server.openai_base_url, server.openai_http2);
+            config.anthropic = BuiltInProvider::new(
+                &server.anthropic_api_key,
+                &server.anthropic_base_url,
+                server.anthropic_http2,
+            );
             config.public_url = server.public_url.clone().filter(|u| !u.is_empty());
             config.allowed_hosts = server
                 .allowed_hosts

@@ -14,6 +14,11 @@ fn the_built_in_providers_are_read_with_the_rest_of_the_configuration() {
     assert!(!c.anthropic.is_configured(), "a blank key is no key");
     let c = Config::from_lookup(|n| (n == "ANTHROPIC_API_KEY").then(|| "sk-ant".to_owned())).unwrap();
     assert!(c.anthropic.is_configured() && !c.openai.is_configured());
+    assert!(!c.openai.http2 && !c.anthropic.http2, "HTTP/1.1 unless asked for");
+    let c = Config::from_lookup(|n| (n == "AGENTDESK_OPENAI_HTTP2").then(|| "true".to_owned())).unwrap();
+    assert!(c.openai.http2 && !c.anthropic.http2);
+    let err = Config::from_lookup(|n| (n == "AGENTDESK_ANTHROPIC_HTTP2").then(|| "h2c".to_owned())).unwrap_err();
+    assert!(err.contains("AGENTDESK_ANTHROPIC_HTTP2"), "{err}");
 }
 
 #[test]

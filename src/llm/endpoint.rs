@@ -98,7 +98,7 @@ impl<W: WireFormat> HttpProvider<W> {
             endpoint: reqwest::Url::parse(&format!("{base_url}{}", W::PATH)).ok(),
             base_url,
             api_key: api_key.filter(|k| !k.is_empty()),
-            client: client(),
+            client: client(false),
             extras: Extras::default(),
             max_concurrent: None,
             format: PhantomData,
@@ -108,6 +108,15 @@ impl<W: WireFormat> HttpProvider<W> {
     /// Extra headers (templates) and an overall timeout for each request.
     pub fn with_extras(mut self, headers: Vec<(String, String)>, timeout: Option<Duration>) -> Self {
         self.extras = Extras { headers, timeout };
+        self
+    }
+
+    /// Requests go over HTTP/2 from the first byte, all of them multiplexed on one connection (the
+    /// server must speak it, also over plain http). Off, each request in flight holds an
+    /// HTTP/1.1 connection of its own: a file descriptor and its buffers, per ticket waiting on
+    /// the model.
+    pub fn with_http2(mut self, http2: bool) -> Self {
+        self.client = client(http2);
         self
     }
 
@@ -174,14 +183,40 @@ impl<W: WireFormat> Provider for HttpProvider<W> {
     }
 }
 
+/// Bytes a provider may send on its HTTP/2 connection before the desk reads them: a bound, not an
+/// allocation (only frames the loops have not read yet are held).
+const HTTP2_CONNECTION_WINDOW: u32 = 64 << 20;
+/// The same for one response.
+const HTTP2_STREAM_WINDOW: u32 = 1 << 20;
+
 /// One client per provider so connections (and TLS sessions) are reused across turns. No overall
 /// timeout: a long answer legitimately streams for minutes; silence is caught by the idle timeout.
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+///
+/// HTTP/2 only when asked for: the client keeps one HTTP/2 connection per host and does not open a
+/// second when the server's limit of streams per connection is reached, so against a server with
+/// a small limit, negotiating it by itself would queue requests that HTTP/1.1 sends at once.
+fn client(http2: bool) -> reqwest::Client {
+    let builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .pool_max_idle_per_host(64)
         .pool_idle_timeout(Duration::from_secs(90))
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    let builder = if http2 {
+        // Pings keep a connection that carries only silent streams (a model thinking for
+        // minutes) from being dropped by a proxy, and find a dead one. A wide connection window:
+        // the client takes a connection down (GOAWAY, `too_many_data_frames`) when more small
+        // DATA frames wait unread than half that window allows, and thousands of streams
+        // finishing at once each bring a frame per token.
+        builder
+            .http2_prior_knowledge()
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .http2_keep_alive_while_idle(true)
+            .http2_initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+            .http2_initial_stream_window_size(HTTP2_STREAM_WINDOW)
+    } else {
+        builder.http1_only()
+    };
+    builder
         .build()
         .expect("the HTTP client configuration is static and valid")
 }

@@ -41,6 +41,7 @@ impl Providers {
                 base.unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
                 config.openai.api_key.clone(),
             )
+            .with_http2(config.openai.http2)
         });
         let anthropic = config.anthropic.is_configured().then(|| {
             let base = config.anthropic.base_url.clone();
@@ -48,6 +49,7 @@ impl Providers {
                 base.unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_string()),
                 config.anthropic.api_key.clone(),
             )
+            .with_http2(config.anthropic.http2)
         });
         Providers::new(openai, anthropic)
     }

@@ -72,7 +72,10 @@ impl AddressGuard {
     /// own settings (timeouts, pool) and build it once: the client is meant to be reused.
     pub fn client_builder(&self) -> reqwest::ClientBuilder {
         let guard = *self;
+        // HTTP/1.1 as always: a tool's or webhook's host that offers HTTP/2 would otherwise get every
+        // call on one connection, queued behind its limit of streams (see `llm::endpoint::client`).
         let builder = reqwest::Client::builder()
+            .http1_only()
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true)
             .redirect(redirect::Policy::custom(move |attempt| {

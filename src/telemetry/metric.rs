@@ -39,7 +39,7 @@ pub const DB_BATCH_WAIT: &str = "agentdesk_db_batch_wait_seconds";
 
 /// The stages that pass every ticket through batched statements, one batch at a time per task
 /// (the `stage` label of the `db_batch_*` histograms): where a desk at saturation queues.
-pub const DB_STAGES: [&str; 5] = ["intake", "claims", "steps", "events", "event_reader"];
+pub const DB_STAGES: [&str; 6] = ["intake", "claims", "steps", "events", "event_reader", "renewals"];
 
 /// The `route` label of a request that matched no route (never the raw path: unbounded).
 pub const UNMATCHED_ROUTE: &str = "unmatched";

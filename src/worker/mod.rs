@@ -23,6 +23,8 @@ use crate::maintenance;
 use crate::telemetry::metric;
 use crate::telemetry::trace::AgentSpan;
 
+mod descriptors;
+
 /// Most tickets claimed by one statement.
 const MAX_CLAIM_BATCH: i64 = 64;
 /// Claims after a wake-up start at least this far apart, so that on a steady trickle of tickets
@@ -114,6 +116,10 @@ impl WorkerPool {
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
+        descriptors::ensure(
+            descriptors::wanted(shared.config.workers, shared.config.db_max_connections),
+            shared.config.workers,
+        );
         let background_stop = CancellationToken::new();
         let pool = shared.runtime.pool.clone();
         let nudge = maintenance::Nudge {
@@ -393,8 +399,8 @@ async fn run_until_settled(shared: &Shared, claim: &Claim, signals: &Signals, sp
     }
 }
 
-/// Renews every lease this process holds every lease/3, in one statement. A ticket missing from
-/// the answer was lost (reaped, cancelled, taken): its loop is aborted at once. If renewals keep
+/// Renews every lease this process holds every lease/3, in a statement per `RENEWAL_CHUNK`. A
+/// ticket missing from the answer was lost (reaped, cancelled, taken): its loop is aborted at once. If renewals keep
 /// failing until the leases must have expired, every loop is aborted.
 async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
     let lease = shared.config.lease;
@@ -414,7 +420,7 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
             last_success = tokio::time::Instant::now();
             continue;
         }
-        match db::claims::renew_leases(&shared.runtime.pool, &held, lease).await {
+        match renew(&shared.runtime.pool, &held, lease).await {
             Ok(kept) => {
                 last_success = tokio::time::Instant::now();
                 let lost = lost_claims(&held, &kept);
@@ -430,6 +436,23 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
             }
         }
     }
+}
+
+/// Most leases one renewal statement extends: with a hundred thousand tickets in flight, one
+/// statement would hold all their rows locked for a second or more, and every ticket finishing
+/// meanwhile would wait for it.
+const RENEWAL_CHUNK: usize = 10_000;
+
+/// Renews `held` in statements of `RENEWAL_CHUNK`, one after the other; returns the tickets kept.
+async fn renew(pool: &sqlx::PgPool, held: &[Fence], lease: Duration) -> Result<Vec<Uuid>, sqlx::Error> {
+    let mut kept = Vec::with_capacity(held.len());
+    for chunk in held.chunks(RENEWAL_CHUNK) {
+        let started = std::time::Instant::now();
+        let renewed = db::claims::renew_leases(pool, chunk, lease).await?;
+        metric::db_batch("renewals", renewed.len(), started.elapsed(), []);
+        kept.extend(renewed);
+    }
+    Ok(kept)
 }
 
 /// The claims of a renewal that it did not renew. Only claims that were part of the renewal can

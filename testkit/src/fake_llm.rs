@@ -53,6 +53,8 @@ struct Shared {
     /// Requests being answered now, and the most at once so far.
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    /// When each answer held back by a `first_byte_delay` began.
+    first_bytes: Mutex<Vec<std::time::SystemTime>>,
 }
 
 /// A request being answered: counted from its arrival until its answer's body ends.
@@ -125,14 +127,13 @@ impl FakeLlm {
             keep: AtomicBool::new(true),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
+            first_bytes: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai_handler))
             .route("/v1/messages", post(anthropic_handler))
             .with_state(shared.clone());
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
-        });
+        let server = tokio::spawn(serve(listener, app));
         FakeLlm {
             inner: Arc::new(Handle { shared, addr, server }),
         }
@@ -200,6 +201,16 @@ impl FakeLlm {
         self.inner.shared.max_in_flight.load(Ordering::SeqCst)
     }
 
+    /// When each answer held back by `Reply::first_byte_delay` began, in that order.
+    pub fn first_byte_times(&self) -> Vec<std::time::SystemTime> {
+        self.inner
+            .shared
+            .first_bytes
+            .lock()
+            .map(|t| t.clone())
+            .unwrap_or_default()
+    }
+
     /// Requests being answered now.
     pub fn in_flight(&self) -> usize {
         self.inner.shared.in_flight.load(Ordering::SeqCst)
@@ -210,6 +221,38 @@ impl FakeLlm {
         let mut rx = self.inner.shared.count.subscribe();
         let reached = tokio::time::timeout(timeout, async { rx.wait_for(|c| *c >= n).await.is_ok() }).await;
         reached.unwrap_or(false)
+    }
+}
+
+/// Serves HTTP/1.1 and HTTP/2 without TLS (prior knowledge) on each connection, with no limit on
+/// the streams of one HTTP/2 connection: a benchmark holds tens of thousands of slow answers on
+/// one connection, as a hosted provider does for a client that speaks HTTP/2.
+async fn serve(listener: tokio::net::TcpListener, app: Router) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tower::ServiceExt as _;
+
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(None);
+    let builder = Arc::new(builder);
+    loop {
+        let (socket, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            // Out of file descriptors, or a connection reset before it was taken: try again soon.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        let app = app.clone();
+        let builder = builder.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                app.clone().oneshot(req.map(Body::new))
+            });
+            let _ = builder.serve_connection(TokioIo::new(socket), service).await;
+        });
     }
 }
 
@@ -283,6 +326,9 @@ async fn handle(
 
     if !reply.first_byte_delay.is_zero() {
         tokio::time::sleep(reply.first_byte_delay).await;
+        if let Ok(mut times) = shared.first_bytes.lock() {
+            times.push(std::time::SystemTime::now());
+        }
     }
     if let Some(status) = reply.error_status {
         return error_response(endpoint, status, &reply);
