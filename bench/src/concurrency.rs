@@ -45,9 +45,10 @@ pub async fn run(opts: Opts, report: &mut Report) -> Result<()> {
     };
     let progress = Progress::new();
     let fx = Fixture::start("concurrency", &spec).await?;
-    // A reasoning model: silence, then a short answer (20 tokens at 100 a second) closing the ticket.
+    // A reasoning model: the response's headers at once, silence while it thinks, then a short
+    // answer (20 tokens at 100 a second) closing the ticket.
     fx.fake
-        .set_reply(close_ticket().first_byte_delay(first_token).tokens_per_second(100, 20));
+        .set_reply(close_ticket().first_token_delay(first_token).tokens_per_second(100, 20));
     let created = fx
         .create_tickets(
             tickets,

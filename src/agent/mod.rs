@@ -148,7 +148,7 @@ pub async fn run_ticket(
             return Ok(RunEnd::Aborted);
         }
         if signals.stop.is_cancelled() {
-            return release(rt, claim.fence(), Release::Shutdown, &claim.agent).await;
+            return Box::pin(release(rt, claim.fence(), Release::Shutdown, &claim.agent)).await;
         }
         match step::run(rt, claim, signals, &streaks, std::mem::take(&mut first), span).await {
             Ok(()) => {}

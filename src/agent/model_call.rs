@@ -34,14 +34,13 @@ impl Step<'_> {
         let provider_label = self.agent.provider.as_deref().unwrap_or(provider.name());
         // Priced (and, under a budget, reserved) before anything is sent: a request that does
         // not fit is never sent, and the ticket waits.
-        let mut charge = self.charge_for(provider_label, request).await?;
+        let mut charge = Box::pin(self.charge_for(provider_label, request)).await?;
         // What this request's failed attempts used (an empty reply's tokens) and cost.
         let mut spent = TicketUsage::default();
         let started = EventData::RequestStarted {
             model: self.agent.model.clone(),
         };
-        self.append_events(vec![NewEvent::new(Some(self.name()), started)])
-            .await?;
+        Box::pin(self.append_events(vec![NewEvent::new(Some(self.name()), started)])).await?;
         let max_retries = self.agent.max_request_retries.max(0) as u32;
         let base_delay = Duration::from_millis(self.agent.request_retry_delay_ms.max(0) as u64);
         let mut attempt = 0u32;
@@ -50,7 +49,7 @@ impl Step<'_> {
         let mut empty = 0u32;
         loop {
             // Held for this attempt only: a retry's backoff leaves the slot to others.
-            let slot = self.take_slot(provider).await?;
+            let slot = Box::pin(self.take_slot(provider)).await?;
             let chat = self.span.chat(provider.name(), &self.agent.model);
             let sent = Instant::now();
             let mut first_output = None;
@@ -83,8 +82,8 @@ impl Step<'_> {
                 chat.fail("cancelled", "the ticket was cancelled or its claim lost");
                 // It was sent: it counts (added when the step ends, `keep_failed_requests`).
                 self.count_failed_request(TicketUsage::default());
-                self.settle(&mut charge, &spent).await?;
-                return self.keep_cancelled_text(streamed).await;
+                Box::pin(self.settle(&mut charge, &spent)).await?;
+                return Box::pin(self.keep_cancelled_text(streamed)).await;
             };
             // The error, and what the provider reported the failed request used.
             let (err, used): (LlmError, TicketUsage) = match result {
@@ -92,12 +91,12 @@ impl Step<'_> {
                     if shown.load(Ordering::Relaxed) {
                         // The live text reaches watchers in other processes before the events
                         // this response leads to (the last of which ends their streams).
-                        self.rt.hub.flush_deltas().await;
+                        Box::pin(self.rt.hub.flush_deltas()).await;
                     }
                     request::estimate_usage(request, &mut response);
                     let usage = request::ticket_usage(&response.usage, 1, !response.usage_reported);
                     let usage = self.priced(&charge, usage, true);
-                    let events = self.settle(&mut charge, &spent.plus(&usage)).await?;
+                    let events = Box::pin(self.settle(&mut charge, &spent.plus(&usage))).await?;
                     self.record_response(provider_label, request, &response, &chat, (sent, first_output), &usage);
                     self.set_charged(Charged {
                         price: charge.price.take(),
@@ -130,8 +129,8 @@ impl Step<'_> {
             self.count_failed_request(used);
             if err.kind == LlmErrorKind::ContextWindowExceeded {
                 self.log_failure(provider, &err, "context window exceeded");
-                let events = self.settle(&mut charge, &spent).await?;
-                self.append_thresholds(events).await?;
+                let events = Box::pin(self.settle(&mut charge, &spent)).await?;
+                Box::pin(self.append_thresholds(events)).await?;
                 return Ok(ModelOutcome::Overflow(err));
             }
             attempt += 1;
@@ -160,8 +159,7 @@ impl Step<'_> {
                     message: err.message.clone(),
                     delay_ms: delay.as_millis() as u64,
                 };
-                self.append_events(vec![NewEvent::new(Some(self.name()), retried)])
-                    .await?;
+                Box::pin(self.append_events(vec![NewEvent::new(Some(self.name()), retried)])).await?;
                 tokio::select! {
                     biased;
                     _ = self.signals.abort.cancelled() => return aborted(),
@@ -169,8 +167,8 @@ impl Step<'_> {
                 }
             }
             self.log_failure(provider, &err, "giving up");
-            let events = self.settle(&mut charge, &spent).await?;
-            self.append_thresholds(events).await?;
+            let events = Box::pin(self.settle(&mut charge, &spent)).await?;
+            Box::pin(self.append_thresholds(events)).await?;
             let message = if partial && err.kind.is_retryable() {
                 format!(
                     "{} (after partial output, so the request was not repeated)",
@@ -181,7 +179,7 @@ impl Step<'_> {
             } else {
                 err.message.clone()
             };
-            return self.fail_request(err.kind.as_str(), &message).await;
+            return Box::pin(self.fail_request(err.kind.as_str(), &message)).await;
         }
     }
 

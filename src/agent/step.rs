@@ -64,7 +64,15 @@ pub(super) async fn run(
     let Some(agent) = definition else {
         let message = format!("agent {agent_name:?} no longer exists");
         let usage = TicketUsage::default();
-        return persist::fail(rt, fence, agent_name, ("agent_missing", &message), vec![], &usage).await;
+        return Box::pin(persist::fail(
+            rt,
+            fence,
+            agent_name,
+            ("agent_missing", &message),
+            vec![],
+            &usage,
+        ))
+        .await;
     };
     // As the claim wrote it: a comment posted since is seen by the next request, as one posted
     // during this request would be.
@@ -88,7 +96,7 @@ pub(super) async fn run(
     };
     let outcome = step.work(transcript).await;
     if matches!(outcome, Err(super::Stop::End(super::RunEnd::Aborted))) {
-        step.keep_failed_requests().await?;
+        Box::pin(step.keep_failed_requests()).await?;
     }
     outcome
 }
@@ -101,7 +109,7 @@ impl Step<'_> {
     async fn work(&self, transcript: Option<Vec<Comment>>) -> Flow<()> {
         if !self.ticket.approvals.is_empty() {
             // The last step's calls that waited for a person: wait on, or run them now.
-            return self.resume_approvals().await;
+            return Box::pin(self.resume_approvals()).await;
         }
         if let Some((policy, limit)) = request::policy_violation(&self.agent, &self.ticket) {
             let event = NewEvent::new(
@@ -112,7 +120,7 @@ impl Step<'_> {
                 },
             );
             let message = format!("the ticket reached the agent's {policy} limit ({limit}) before it was closed");
-            return self.fail(policy, &message, vec![event]).await;
+            return Box::pin(self.fail(policy, &message, vec![event])).await;
         }
         let provider = match self.provider().await? {
             Ok(p) => p,
@@ -125,7 +133,7 @@ impl Step<'_> {
                     "{}; the ticket fails",
                     err.message
                 );
-                return self.fail_request(err.kind.as_str(), &err.message).await;
+                return Box::pin(self.fail_request(err.kind.as_str(), &err.message)).await;
             }
         };
         let window = self.window();
@@ -135,20 +143,19 @@ impl Step<'_> {
         };
         let mut request = request::build(&self.agent, &self.tools, &self.ticket, &transcript);
         let compacted = match window {
-            Some(window) => {
-                self.compact_before_request(provider.as_ref(), window, &mut request)
-                    .await?
-            }
+            Some(window) => Box::pin(self.compact_before_request(provider.as_ref(), window, &mut request)).await?,
             None => false,
         };
         let response = match self.call_model(provider.as_ref(), &request).await? {
             ModelOutcome::Response(r) => r,
             ModelOutcome::Overflow(err) => {
-                self.recover_from_overflow(provider.as_ref(), window, compacted, request, err)
-                    .await?
+                Box::pin(self.recover_from_overflow(provider.as_ref(), window, compacted, request, err)).await?
             }
         };
-        self.act_on(response).await
+        // Boxed, as the other paths around the model call: a task's future is as large as its
+        // largest state, and each ticket waiting on its model holds one, so what runs before or
+        // after the call is allocated only while it runs (BENCHMARKS.md, round 25).
+        Box::pin(self.act_on(response)).await
     }
 
     /// The model's context window: the agent's setting, else the model's known one.

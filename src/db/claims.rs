@@ -361,12 +361,18 @@ pub async fn renew_leases(pool: &PgPool, held: &[Fence], lease: Duration) -> Res
     }
     let ids: Vec<Uuid> = held.iter().map(|f| f.ticket_id).collect();
     let generations: Vec<i64> = held.iter().map(|f| f.generation).collect();
+    // Each held claim is looked up by its key, one row at a time (the lateral subquery), and its
+    // status checked after the lookup (`OFFSET 0` keeps the check out of it): joined as a set,
+    // the planner would scan the in-progress index once per claim whenever its statistics still
+    // say few tickets are in progress, as they do just after thousands were claimed at once;
+    // with 50 000 held, one renewal then ran for minutes, holding the rows every step writes.
     let mut kept: Vec<Uuid> = sqlx::query_scalar(
         "WITH h AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS h(id, generation)),
          free AS (
-            SELECT t.id FROM tickets t JOIN h ON h.id = t.id
-            WHERE t.generation = h.generation AND t.status = 'in_progress'
-            FOR UPDATE OF t SKIP LOCKED)
+            SELECT l.id FROM h CROSS JOIN LATERAL (
+                SELECT t.id, t.status FROM tickets t WHERE t.id = h.id AND t.generation = h.generation
+                FOR UPDATE SKIP LOCKED OFFSET 0) l
+            WHERE l.status = 'in_progress')
          UPDATE tickets t SET lease_expires_at = now() + make_interval(secs => $3)
          FROM free WHERE t.id = free.id
          RETURNING t.id",
@@ -382,8 +388,9 @@ pub async fn renew_leases(pool: &PgPool, held: &[Fence], lease: Duration) -> Res
         let ids: Vec<Uuid> = skipped.iter().map(|f| f.ticket_id).collect();
         let generations: Vec<i64> = skipped.iter().map(|f| f.generation).collect();
         let still: Vec<Uuid> = sqlx::query_scalar(
-            "SELECT t.id FROM tickets t JOIN unnest($1::uuid[], $2::bigint[]) AS h(id, generation) ON h.id = t.id
-             WHERE t.generation = h.generation AND t.status = 'in_progress'",
+            "SELECT l.id FROM unnest($1::uuid[], $2::bigint[]) AS h(id, generation) CROSS JOIN LATERAL (
+                SELECT t.id, t.status FROM tickets t WHERE t.id = h.id AND t.generation = h.generation OFFSET 0) l
+             WHERE l.status = 'in_progress'",
         )
         .bind(&ids)
         .bind(&generations)

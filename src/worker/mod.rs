@@ -344,7 +344,7 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
         signals.stop.cancel();
     }
     let task_shared = shared.clone();
-    shared.tasks.spawn(async move {
+    let task = async move {
         let shared = task_shared;
         let ticket_id = claim.ticket.id.to_string();
         let span = AgentSpan::start(
@@ -361,7 +361,8 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
             running.remove(&fence);
         }
         shared.wake.notify_one();
-    });
+    };
+    shared.tasks.spawn(task);
 }
 
 /// How a claim ended, for the metrics and its span.

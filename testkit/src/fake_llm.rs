@@ -53,7 +53,7 @@ struct Shared {
     /// Requests being answered now, and the most at once so far.
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
-    /// When each answer held back by a `first_byte_delay` began.
+    /// When each answer held back by a `first_byte_delay` or a `first_token_delay` began.
     first_bytes: Mutex<Vec<std::time::SystemTime>>,
 }
 
@@ -201,7 +201,8 @@ impl FakeLlm {
         self.inner.shared.max_in_flight.load(Ordering::SeqCst)
     }
 
-    /// When each answer held back by `Reply::first_byte_delay` began, in that order.
+    /// When each answer held back by `Reply::first_byte_delay` or `Reply::first_token_delay`
+    /// began (its first byte, or its first event), in the order they arrived.
     pub fn first_byte_times(&self) -> Vec<std::time::SystemTime> {
         self.inner
             .shared
@@ -336,10 +337,16 @@ async fn handle(
     if reply.empty {
         return whole_stream(Bytes::new());
     }
-    let frames = match endpoint {
+    let mut frames = match endpoint {
         Endpoint::OpenAi => render_openai(&reply, &head, &shared.next_id),
         Endpoint::Anthropic => render_anthropic(&reply, &head, &shared.next_id),
     };
+    if let (false, Some(first)) = (reply.first_token_delay.is_zero(), frames.first_mut()) {
+        first.delay += reply.first_token_delay;
+        if let Ok(mut times) = shared.first_bytes.lock() {
+            times.push(std::time::SystemTime::now() + reply.first_token_delay);
+        }
+    }
     if frames.iter().any(|f| !f.delay.is_zero()) || reply.is_faulty() {
         return stream_response(paced_body(frames, &reply, in_flight));
     }
@@ -525,6 +532,7 @@ pub struct Reply {
     chunk_delay: Duration,
     pace: Option<(u32, usize)>,
     first_byte_delay: Duration,
+    first_token_delay: Duration,
     stall_after: Option<usize>,
     drop_after: Option<usize>,
     garbage_after: Option<usize>,
@@ -626,6 +634,13 @@ impl Reply {
     /// Wait before sending the response headers.
     pub fn first_byte_delay(mut self, d: Duration) -> Reply {
         self.first_byte_delay = d;
+        self
+    }
+
+    /// Send the headers at once, then nothing until the first event after `d`: a reasoning model
+    /// thinking before its first token.
+    pub fn first_token_delay(mut self, d: Duration) -> Reply {
+        self.first_token_delay = d;
         self
     }
 
