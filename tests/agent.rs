@@ -601,7 +601,12 @@ async fn expire_and_reap(app: &TestApp, key: &str) {
         .execute(&app.pool)
         .await
         .unwrap();
-    assert_eq!(agentdesk::db::claims::reap_expired(&app.pool, 10).await.unwrap(), 1);
+    assert_eq!(
+        agentdesk::transitions::claims::reap_expired(&app.pool, 10)
+            .await
+            .unwrap(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -726,9 +731,69 @@ async fn a_quick_models_text_reaches_another_processs_stream_before_the_final_ev
 }
 
 #[tokio::test]
-async fn a_lease_renewal_skips_a_locked_ticket_and_never_takes_a_claim_made_meanwhile_for_lost() {
-    // A renewal is held up by a lock on one running ticket while new tickets are claimed: those
-    // claims are not part of that renewal and must not be taken for lost when it returns.
+async fn a_process_whose_lease_lapsed_stops_its_tickets_and_goes_on_under_a_new_lease() {
+    let (app, llm) = start(|c| c.lease = Duration::from_secs(3)).await;
+    // The first claim's model call outlives the process's lease, which lapses meanwhile (as it
+    // would if the process had hung): the reaper takes the ticket back.
+    llm.push(Reply::text("ZOMBIE reply").first_byte_delay(Duration::from_secs(4)));
+    llm.push(Reply::tool_call(
+        "close_ticket",
+        json!({ "result": "under the new lease" }),
+    ));
+    let ticket = app.create_ticket(json!({ "task": "t" })).await;
+    let key = ticket["key"].as_str().unwrap();
+    assert!(llm.wait_for_requests(1, WAIT).await);
+    let held: (String, String) =
+        sqlx::query_as("SELECT t.worker_id, t.lease_expires_at::text FROM tickets t WHERE key = $1")
+            .bind(key)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        held.1, "infinity",
+        "held under its process's lease, not a lease of its own"
+    );
+    sqlx::query("UPDATE worker_leases SET expires_at = now() - interval '1 second'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    // The reaper takes the ticket back; the process finds its lease lost at its next renewal,
+    // stops the first claim's loop, takes a new lease and claims the ticket again under it.
+    let done = wait_status(&app, key, "done").await;
+    assert_eq!(done["result"], "under the new lease");
+    assert_eq!(done["attempts"], 2, "the lost claim counts as an attempt");
+    let leases: Vec<(String, bool)> =
+        sqlx::query_as("SELECT worker_id, reaped_at IS NOT NULL FROM worker_leases ORDER BY reaped_at NULLS LAST")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(leases.len(), 2, "{leases:?}");
+    assert_eq!(
+        leases[0],
+        (held.0, true),
+        "the lapsed lease is marked and never renewed"
+    );
+    assert!(!leases[1].1);
+    // The first claim's loop was stopped: its model call was dropped, and wrote nothing.
+    let until = std::time::Instant::now() + WAIT;
+    while llm.in_flight() > 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the first claim's model call is still open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let comments = app.list_all(&format!("/v1/tickets/{key}/comments")).await;
+    assert!(!serde_json::to_string(&comments).unwrap().contains("ZOMBIE"));
+    let requeued = event_data(&app, ticket["id"].as_str().unwrap(), "ticket.requeued").await;
+    assert_eq!(requeued, [json!({ "reason": "lease_lost" })]);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_lease_renewal_is_one_row_so_a_locked_ticket_neither_holds_it_up_nor_loses_a_claim() {
+    // A ticket's row is locked across several renewals while new tickets are claimed: the
+    // process's lease is renewed without touching a ticket's row, and no claim is taken for lost.
     let (app, llm) = start(|c| {
         c.lease = Duration::from_secs(2);
         c.workers = 16;
@@ -743,7 +808,7 @@ async fn a_lease_renewal_skips_a_locked_ticket_and_never_takes_a_claim_made_mean
     let slow_key = slow["key"].as_str().unwrap().to_owned();
     assert!(llm.wait_for_requests(1, WAIT).await);
 
-    // Hold the slow ticket's row across a renewal (one runs every lease/3), claiming meanwhile.
+    // Hold the slow ticket's row across renewals (one runs every lease/3), claiming meanwhile.
     let mut lock = app.pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM tickets WHERE key = $1 FOR UPDATE")
         .bind(&slow_key)

@@ -480,8 +480,11 @@ async fn post_tickets(pool: &sqlx::PgPool, project: i64, count: i64) {
 }
 
 async fn claim(pool: &sqlx::PgPool, limit: i64) -> Vec<String> {
+    agentdesk::db::claims::register_worker(pool, "w", Duration::from_secs(60))
+        .await
+        .unwrap();
     let mut tx = pool.begin().await.unwrap();
-    let claimed = agentdesk::db::claims::claim_tickets(&mut tx, limit, Duration::from_secs(60), "w")
+    let claimed = agentdesk::db::claims::claim_tickets(&mut tx, limit, "w")
         .await
         .expect("claim");
     tx.commit().await.unwrap();

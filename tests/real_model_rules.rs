@@ -353,22 +353,21 @@ async fn a_cancel_mid_stream_keeps_the_text_already_streamed() {
 
 /// Claims the one claimable ticket as a worker would (the app runs no worker).
 async fn claim(app: &TestApp) -> agentdesk::db::claims::Fence {
-    let claims = agentdesk::transitions::claims::claim_batch(
-        &mut app.pool.acquire().await.unwrap(),
-        1,
-        Duration::from_secs(30),
-        "test-worker",
-    )
-    .await
-    .unwrap();
+    agentdesk::db::claims::register_worker(&app.pool, "test-worker", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let claims = agentdesk::transitions::claims::claim_batch(&mut app.pool.acquire().await.unwrap(), 1, "test-worker")
+        .await
+        .unwrap();
     assert_eq!(claims.len(), 1);
     claims[0].fence()
 }
 
 #[tokio::test]
 async fn streamed_text_is_stored_after_its_claims_cancel_and_never_after_a_lost_claim() {
-    use agentdesk::db::claims::{reap_expired, store_cancelled_output};
+    use agentdesk::db::claims::store_cancelled_output;
     use agentdesk::domain::ContentBlock;
+    use agentdesk::transitions::claims::reap_expired;
     let app = TestApp::spawn().await;
     let content = [ContentBlock::text("partial")];
     let ticket = app.create_ticket(json!({ "task": "t" })).await;

@@ -78,13 +78,20 @@ async fn create(pool: &PgPool, new: NewTicket) -> Ticket {
     ticket
 }
 
+/// Claims one ticket as worker w1 would.
+async fn claim_one(pool: &PgPool) -> Vec<Claim> {
+    db::claims::register_worker(pool, "w1", Duration::from_secs(60))
+        .await
+        .expect("a process lease");
+    transitions::claims::claim_batch(&mut pool.acquire().await.unwrap(), 1, "w1")
+        .await
+        .expect("claim")
+}
+
 /// A ticket for `alice`, claimed by worker w1.
 async fn claimed(pool: &PgPool, schema: Option<Value>) -> Claim {
     create(pool, new_ticket("the main task", &[AGENT], schema)).await;
-    let mut claims =
-        transitions::claims::claim_batch(&mut pool.acquire().await.unwrap(), 1, Duration::from_secs(60), "w1")
-            .await
-            .expect("claim");
+    let mut claims = claim_one(pool).await;
     assert_eq!(claims.len(), 1);
     let claim = claims.remove(0);
     // The claim carries the agent's definition, so the first step need not read it again.
@@ -121,9 +128,7 @@ async fn a_first_claim_hands_over_the_transcript_only_when_the_task_is_all_of_it
     .await
     .expect("comment");
     tx.commit().await.expect("commit");
-    let claims = transitions::claims::claim_batch(&mut pool.acquire().await.unwrap(), 1, Duration::from_secs(60), "w1")
-        .await
-        .expect("claim");
+    let claims = claim_one(&pool).await;
     assert_eq!(claims[0].ticket.id, commented.id);
     assert!(claims[0].transcript.is_none());
 }

@@ -35,6 +35,7 @@ pub async fn claim_backlog(opts: Opts, report: &mut Report) -> Result<()> {
         // The claimed tickets wait on the model: released at once when a round ends.
         shutdown_grace: Some(Duration::from_millis(100)),
         model_http2: false,
+        stream_idle: None,
     };
     let mut fx = Fixture::start("claim_backlog", &api).await?;
     fx.fake

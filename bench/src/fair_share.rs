@@ -40,6 +40,7 @@ pub async fn fair_share(opts: Opts, report: &mut Report) -> Result<()> {
         claimers: None,
         shutdown_grace: Some(Duration::from_millis(100)),
         model_http2: false,
+        stream_idle: None,
     };
 
     // The floor: beta alone, with its share of the workers.

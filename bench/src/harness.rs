@@ -42,6 +42,14 @@ pub struct Fixture {
     pub http: reqwest::Client,
 }
 
+/// How `Fixture::replace` stops the running service.
+enum Stop {
+    /// SIGTERM, and wait for its graceful shutdown.
+    Shutdown,
+    /// SIGKILL: a crash.
+    Kill,
+}
+
 impl Fixture {
     pub async fn start(scenario: &str, spec: &ServerSpec) -> Result<Fixture> {
         let db_url = testkit::testing::fresh_database()
@@ -89,20 +97,16 @@ impl Fixture {
     /// Stops the service and starts it again with `spec`, on the same database and model server;
     /// its log is `bench-results/<log>.agentdesk.log`.
     pub async fn restart(self, log: &str, spec: &ServerSpec) -> Result<Fixture> {
-        let Fixture {
-            fake,
-            db_url,
-            server,
-            http,
-            ..
-        } = self;
-        server.shutdown().await;
-        Fixture::serve(fake, db_url, http, log, spec).await
+        self.replace(Stop::Shutdown, log, spec).await
     }
 
     /// Kills the service with SIGKILL and starts another with `spec` on the same database and
     /// model server; its log is `bench-results/<log>.agentdesk.log`.
     pub async fn kill_and_restart(self, log: &str, spec: &ServerSpec) -> Result<Fixture> {
+        self.replace(Stop::Kill, log, spec).await
+    }
+
+    async fn replace(self, stop: Stop, log: &str, spec: &ServerSpec) -> Result<Fixture> {
         let Fixture {
             fake,
             db_url,
@@ -110,7 +114,10 @@ impl Fixture {
             http,
             ..
         } = self;
-        server.kill().await;
+        match stop {
+            Stop::Shutdown => server.shutdown().await,
+            Stop::Kill => server.kill().await,
+        }
         Fixture::serve(fake, db_url, http, log, spec).await
     }
 

@@ -191,9 +191,15 @@ async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> boo
         println!("running {name}{}…", if opts.quick { " (quick)" } else { "" });
         let mut report = Report::new(name, opts.quick);
         let started = Instant::now();
-        // The soak runs as long as it is told to, and a few minutes more.
+        // The soak runs as long as it is told to, and a few minutes more; concurrency waits on
+        // its model twice over (`--kill`: once in each process), and takes a while to start and
+        // finish 100 000 tickets.
         let limit = match name {
             "soak" => Duration::from_secs_f64(opts.minutes.unwrap_or(60.0) * 60.0) + SCENARIO_TIMEOUT,
+            "concurrency" => {
+                let thinking = Duration::from_secs_f64(opts.first_token_secs.unwrap_or(30.0));
+                SCENARIO_TIMEOUT + thinking * 2 + Duration::from_secs_f64(opts.tickets.unwrap_or(0) as f64 / 200.0)
+            }
             _ => SCENARIO_TIMEOUT,
         };
         match tokio::time::timeout(limit, scenarios::run(name, opts, &mut report)).await {

@@ -56,6 +56,7 @@ pub async fn retention_sweep(opts: Opts, report: &mut Report) -> Result<()> {
         claimers: None,
         shutdown_grace: None,
         model_http2: false,
+        stream_idle: None,
     };
     let timeout = Duration::from_secs(opts.pick(120, 900));
 

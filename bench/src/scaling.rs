@@ -55,6 +55,7 @@ impl Fleet {
             claimers: None,
             shutdown_grace: None,
             model_http2: false,
+            stream_idle: None,
         };
         let dir = harness::results_dir();
         let mut fleet = Fleet {
@@ -232,6 +233,7 @@ pub async fn quiet_desk(opts: Opts, report: &mut Report) -> Result<()> {
         claimers: None,
         shutdown_grace: None,
         model_http2: false,
+        stream_idle: None,
     };
     let fx = harness::Fixture::start("quiet_desk", &spec).await?;
     fx.fake.set_reply(close_ticket());

@@ -156,6 +156,7 @@ async fn throughput(opts: Opts, report: &mut Report) -> Result<()> {
         claimers: None,
         shutdown_grace: None,
         model_http2: false,
+        stream_idle: None,
     };
     let pgbench = pgbench::find_pgbench().context("pgbench not found (install postgresql-contrib or the client)")?;
 
@@ -434,6 +435,7 @@ async fn sse_fanout(opts: Opts, report: &mut Report) -> Result<()> {
         claimers: None,
         shutdown_grace: None,
         model_http2: false,
+        stream_idle: None,
     };
     let progress = Progress::new();
     let fx = Fixture::start("sse_fanout", &spec).await?;
@@ -733,6 +735,7 @@ async fn api_latency(opts: Opts, report: &mut Report) -> Result<()> {
         claimers: None,
         shutdown_grace: None,
         model_http2: false,
+        stream_idle: None,
     };
     let fx = Fixture::start("api_latency", &spec).await?;
     let body = json!({"task": "triage this", "labels": ["nobody"], "metadata": {"source": "bench"}});
@@ -839,6 +842,7 @@ async fn step_overhead(opts: Opts, report: &mut Report) -> Result<()> {
         claimers: None,
         shutdown_grace: None,
         model_http2: false,
+        stream_idle: None,
     };
     let fx = Fixture::start("step_overhead", &spec).await?;
     fx.fake.set_responder(move |req| {

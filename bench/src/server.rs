@@ -27,6 +27,8 @@ pub struct ServerSpec {
     pub shutdown_grace: Option<Duration>,
     /// `AGENTDESK_OPENAI_HTTP2`: the model requests share one HTTP/2 connection.
     pub model_http2: bool,
+    /// `AGENTDESK_STREAM_IDLE_SECS`; None: the service's default.
+    pub stream_idle: Option<Duration>,
 }
 
 pub enum Server {
@@ -68,6 +70,7 @@ impl Server {
             let config = Config {
                 claimers: spec.claimers.unwrap_or(config.claimers),
                 shutdown_grace: spec.shutdown_grace.unwrap_or(config.shutdown_grace),
+                stream_idle: spec.stream_idle.unwrap_or(config.stream_idle),
                 ..config
             };
             let openai = OpenAi::new(openai_base_url.to_string(), None).with_http2(spec.model_http2);
@@ -251,6 +254,9 @@ async fn start_child(spec: &ServerSpec, database_url: &str, openai_base_url: &st
     }
     if spec.model_http2 {
         command.env("AGENTDESK_OPENAI_HTTP2", "true");
+    }
+    if let Some(idle) = spec.stream_idle {
+        command.env("AGENTDESK_STREAM_IDLE_SECS", idle.as_secs_f64().to_string());
     }
     if let Some(keep) = spec.retention {
         command.env("AGENTDESK_RETENTION_DAYS", (keep.as_secs_f64() / 86_400.0).to_string());

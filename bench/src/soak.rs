@@ -252,6 +252,7 @@ pub async fn soak(opts: Opts, report: &mut Report) -> Result<()> {
         claimers: None,
         shutdown_grace: None,
         model_http2: false,
+        stream_idle: None,
     };
     let fx = Arc::new(Fixture::start("soak", &spec).await?);
     fx.fake.set_responder(model);

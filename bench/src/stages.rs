@@ -60,14 +60,31 @@ impl Snapshot {
     }
 }
 
+/// What a batched stage (`agentdesk_db_batch_*{stage}`) did between two snapshots.
+pub struct StageDelta {
+    pub statements: f64,
+    pub items: f64,
+    /// Statement-seconds.
+    pub busy_s: f64,
+    /// Writes that queued for a batch, and their seconds in the queue.
+    pub waits: f64,
+    pub wait_s: f64,
+}
+
 impl Snapshot {
-    /// Statements of a batched stage (`agentdesk_db_batch_*{stage}`) since `before`, and the items
-    /// they took.
-    pub fn batches(&self, before: &Snapshot, stage: &str) -> (f64, f64) {
+    /// What `stage` did since `before`.
+    pub fn stage(&self, before: &Snapshot, stage: &str) -> StageDelta {
         let labels = format!("{{stage=\"{stage}\"}}");
-        let (_, statements) = self.since(before, "agentdesk_db_batch_duration_seconds", &labels);
+        let (busy_s, statements) = self.since(before, "agentdesk_db_batch_duration_seconds", &labels);
         let (items, _) = self.since(before, "agentdesk_db_batch_size", &labels);
-        (statements, items)
+        let (wait_s, waits) = self.since(before, "agentdesk_db_batch_wait_seconds", &labels);
+        StageDelta {
+            statements,
+            items,
+            busy_s,
+            waits,
+            wait_s,
+        }
     }
 }
 
@@ -78,10 +95,13 @@ pub fn describe(before: &Snapshot, after: &Snapshot, elapsed: Duration) -> Strin
     let (post_s, posts) = after.since(before, "agentdesk_http_request_duration_seconds", POST_TICKETS);
     let _ = write!(line, "POST {:.2} ms", 1e3 * post_s / posts.max(1.0));
     for stage in agentdesk::telemetry::metric::DB_STAGES {
-        let labels = format!("{{stage=\"{stage}\"}}");
-        let (busy_s, batches) = after.since(before, "agentdesk_db_batch_duration_seconds", &labels);
-        let (items, _) = after.since(before, "agentdesk_db_batch_size", &labels);
-        let (wait_s, waits) = after.since(before, "agentdesk_db_batch_wait_seconds", &labels);
+        let StageDelta {
+            statements: batches,
+            items,
+            busy_s,
+            waits,
+            wait_s,
+        } = after.stage(before, stage);
         let _ = write!(
             line,
             "; {stage} {:.0}/s × {:.1}, {:.2} ms, busy {:.2}",

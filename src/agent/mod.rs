@@ -33,7 +33,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::db;
-use crate::db::claims::{Claim, Fence, Release};
+use crate::db::claims::{Fence, FirstRead, Holder, Release};
 use crate::events::EventHub;
 use crate::llm::Providers;
 use crate::telemetry::trace::AgentSpan;
@@ -128,29 +128,27 @@ impl Count {
     }
 }
 
-/// Runs a claimed ticket until it settles. A database error ends the run with Err; the caller may
-/// run it again with the same claim and `resumed` set, and then everything is read again from the
-/// database (what the claim returned may be out of date by then).
-/// `span` is the claim's `invoke_agent` span, parent of the step's model and tool spans.
+/// Runs a claimed ticket until it settles. `first` is what the claim read (the ticket, the agent,
+/// a transcript it wrote), which the first step works from, sparing the reads. A database error
+/// ends the run with Err; the caller may run it again with the same claim and no `first`, and
+/// then everything is read again from the database (what the claim read may be out of date by
+/// then). `span` is the claim's `invoke_agent` span, parent of the step's model and tool spans.
 pub async fn run_ticket(
     rt: &Runtime,
-    claim: &Claim,
+    claim: &Holder,
+    mut first: Option<Box<FirstRead>>,
     signals: &Signals,
-    resumed: bool,
     span: &AgentSpan,
 ) -> Result<RunEnd, sqlx::Error> {
-    // The first step of a new claim works from what the claim returned (the ticket, the agent,
-    // a transcript it wrote), sparing the reads.
-    let mut first = !resumed;
     let streaks = Streaks::default();
     loop {
         if signals.abort.is_cancelled() {
             return Ok(RunEnd::Aborted);
         }
         if signals.stop.is_cancelled() {
-            return Box::pin(release(rt, claim.fence(), Release::Shutdown, &claim.agent)).await;
+            return Box::pin(release(rt, claim.fence, Release::Shutdown, &claim.agent)).await;
         }
-        match step::run(rt, claim, signals, &streaks, std::mem::take(&mut first), span).await {
+        match step::run(rt, claim, first.take(), signals, &streaks, span).await {
             Ok(()) => {}
             Err(Stop::End(end)) => return Ok(end),
             Err(Stop::Db(err)) => return Err(err),

@@ -12,28 +12,31 @@ use super::tool_calls::{self, PreparedCall};
 use super::trim::{Announce, Target};
 use super::{aborted, request, Flow, Runtime, Signals, Streaks};
 use crate::db;
-use crate::db::claims::Claim;
+use crate::db::claims::{FirstRead, Holder};
 use crate::domain::provider::BUILTIN_PROVIDERS;
 use crate::domain::{Comment, EventData, NewEvent, Status, TicketUsage};
 use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, StopReason};
 use crate::telemetry::trace::AgentSpan;
 
-/// Runs one step of a claimed ticket. `first`: the first step of a new claim, which works from
-/// what the claim returned instead of reading it again.
+/// Runs one step of a claimed ticket. `first`: what a new claim read, which its first step works
+/// from instead of reading it again.
 pub(super) async fn run(
     rt: &Runtime,
-    claim: &Claim,
+    claim: &Holder,
+    first: Option<Box<FirstRead>>,
     signals: &Signals,
     streaks: &Streaks,
-    first: bool,
     span: &AgentSpan,
 ) -> Flow<()> {
-    let fence = claim.fence();
+    let fence = claim.fence;
     let agent_name = claim.agent.as_str();
-    let state = if first {
-        Some((claim.ticket.clone(), claim.generation))
-    } else {
-        db::claims::loop_state(&rt.pool, fence.ticket_id).await?
+    let (state, first) = match first.map(|first| *first) {
+        Some(FirstRead {
+            ticket,
+            definition,
+            transcript,
+        }) => (Some((ticket, fence.generation)), Some((definition, transcript))),
+        None => (db::claims::loop_state(&rt.pool, fence.ticket_id).await?, None),
     };
     let Some((ticket, generation)) = state else {
         return aborted();
@@ -41,8 +44,9 @@ pub(super) async fn run(
     if generation != fence.generation || ticket.status != Status::InProgress {
         return aborted();
     }
-    let definition = match (&claim.definition, ticket.agent_version) {
-        (Some(agent), _) if first => Some(agent.clone()),
+    let (claimed_definition, transcript) = first.unzip();
+    let definition = match (claimed_definition, ticket.agent_version) {
+        (Some(Some(agent)), _) => Some(agent),
         // A pinned ticket runs its version of the agent on every step.
         (_, Some(version)) if ticket.version_pinned => {
             db::agents::version(&rt.pool, ticket.project, agent_name, version).await?
@@ -76,7 +80,7 @@ pub(super) async fn run(
     };
     // As the claim wrote it: a comment posted since is seen by the next request, as one posted
     // during this request would be.
-    let transcript = claim.transcript.as_ref().filter(|_| first).cloned();
+    let transcript = transcript.flatten();
     let step_tools = rt.catalog.for_agent(&rt.pool, ticket.project, &agent.tools).await?;
     let (tools, mut agent) = (step_tools.registry, agent);
     if let Some(offered) = step_tools.offered {
@@ -137,11 +141,14 @@ impl Step<'_> {
             }
         };
         let window = self.window();
-        let transcript = match transcript {
-            Some(transcript) => transcript,
-            None => db::comments::all(&self.rt.pool, self.ticket.id).await?,
+        // The transcript is dropped once the request is built: not held while the model thinks.
+        let mut request = {
+            let transcript = match transcript {
+                Some(transcript) => transcript,
+                None => db::comments::all(&self.rt.pool, self.ticket.id).await?,
+            };
+            request::build(&self.agent, &self.tools, &self.ticket, &transcript)
         };
-        let mut request = request::build(&self.agent, &self.tools, &self.ticket, &transcript);
         let compacted = match window {
             Some(window) => Box::pin(self.compact_before_request(provider.as_ref(), window, &mut request)).await?,
             None => false,

@@ -15,10 +15,9 @@ use uuid::Uuid;
 pub use super::fence::Fence;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::domain::{
-    Agent, Author, Comment, ContentBlock, EventData, NewEvent, ProjectId, RequeueReason, Ticket, TicketError,
+    Agent, Author, Comment, ContentBlock, EventData, NewEvent, ProjectId, RequeueReason, Status, Ticket, TicketError,
     TicketUsage,
 };
-use crate::telemetry::metric;
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
 #[derive(Clone, Debug)]
@@ -43,6 +42,44 @@ impl Claim {
             generation: self.generation,
         }
     }
+
+    /// Splits the claim into who holds it, kept for the whole run, and what the first step works
+    /// from, which that step takes: a ticket waiting on its model then holds one copy of its
+    /// ticket and agent, not the claim's as well as the step's. Boxed, so that each future it
+    /// passes through holds a pointer, not room for a ticket and an agent.
+    pub fn split(self) -> (Holder, Box<FirstRead>) {
+        let holder = Holder {
+            fence: self.fence(),
+            agent: self.agent,
+            key: self.ticket.key.clone(),
+            project: self.ticket.project,
+            trace_context: self.trace_context,
+        };
+        let first = Box::new(FirstRead {
+            ticket: self.ticket,
+            definition: self.definition,
+            transcript: self.transcript,
+        });
+        (holder, first)
+    }
+}
+
+/// Who holds a claim: what its run keeps from start to end.
+pub struct Holder {
+    pub fence: Fence,
+    pub agent: String,
+    /// The ticket's key, for logs and spans.
+    pub key: String,
+    pub project: ProjectId,
+    /// The `traceparent` stored with the ticket, which its spans continue.
+    pub trace_context: Option<String>,
+}
+
+/// What a claim read for its first step (see `Claim`'s fields of the same names).
+pub struct FirstRead {
+    pub ticket: Ticket,
+    pub definition: Option<Agent>,
+    pub transcript: Option<Vec<Comment>>,
 }
 
 fn secs(d: Duration) -> f64 {
@@ -101,18 +138,14 @@ pub struct TaskSeqs {
 /// agents under a transaction-level advisory lock taken before it, so that its snapshot sees every
 /// claim committed before: each agent's running count is exact however many processes claim, and
 /// a claim never takes an agent past its limit.
-pub async fn claim_tickets(
-    tx: &mut PgConnection,
-    limit: i64,
-    lease: Duration,
-    worker_id: &str,
-) -> Result<Vec<Claimed>, sqlx::Error> {
+/// The tickets are held under `worker_id`'s process lease (`register_worker`); a process whose
+/// lease was lost claims nothing.
+pub async fn claim_tickets(tx: &mut PgConnection, limit: i64, worker_id: &str) -> Result<Vec<Claimed>, sqlx::Error> {
     let mut claimed = vec![];
     let unlimited = ClaimStatement {
         candidates: &unlimited_candidates(),
         flag: "EXISTS (SELECT 1 FROM agents WHERE max_concurrent IS NOT NULL)",
         limit,
-        lease,
         worker_id,
     };
     let any_limited = claim_statement(tx, &unlimited, &mut claimed).await?;
@@ -194,7 +227,6 @@ struct ClaimStatement<'a> {
     candidates: &'a str,
     flag: &'a str,
     limit: i64,
-    lease: Duration,
     worker_id: &'a str,
 }
 
@@ -218,8 +250,9 @@ impl ClaimStatement<'_> {
                 labels = CASE WHEN c.agent_name = ANY(t.labels) THEN t.labels ELSE array_append(t.labels, c.agent_name) END,
                 generation = t.generation + 1,
                 attempts = t.attempts + 1,
-                lease_expires_at = now() + make_interval(secs => $2),
-                worker_id = $3,
+                -- Held while the process's lease is (`worker_leases`).
+                lease_expires_at = 'infinity',
+                worker_id = $2,
                 claimed_at = now(),
                 started_at = COALESCE(t.started_at, now()),
                 finished_at = NULL,
@@ -233,6 +266,9 @@ impl ClaimStatement<'_> {
             -- By key through the primary index: joined on `t.id = c.id` alone, a plan that
             -- guessed many candidates would read the whole table to hash it.
             FROM candidates c WHERE t.id = ANY(ARRAY(SELECT id FROM candidates)) AND t.id = c.id
+              -- A process whose lease was lost claims nothing under it.
+              AND EXISTS (SELECT 1 FROM worker_leases w WHERE w.worker_id = $2
+                          AND w.reaped_at IS NULL AND w.expires_at > now())
             RETURNING t.*, c.seeded AS was_seeded)
          -- One row even when nothing was claimed, to carry the flag.
          SELECT f.flag, {TICKET_COLUMNS}, t.generation, t.was_seeded, t.last_comment_seq, t.last_event_seq, t.trace_context,
@@ -255,7 +291,6 @@ async fn claim_statement(
     use sqlx::Row;
     let rows = sqlx::query(&statement.sql())
         .bind(statement.limit)
-        .bind(secs(statement.lease))
         .bind(statement.worker_id)
         .fetch_all(&mut *tx)
         .await?;
@@ -349,72 +384,102 @@ async fn holds_adding(conn: &mut PgConnection, fence: Fence, usage: &TicketUsage
     Ok(held.rows_affected() == 1)
 }
 
-/// Renews the leases of every ticket this process runs, in one statement; returns the ids still
-/// held. A running ticket missing from the answer has been lost and its loop must stop.
-///
-/// A row locked right now (its worker is writing, or the API is editing it) is skipped rather
-/// than waited for: waiting would hold the locks of the rows already renewed and stall their
-/// workers behind it. A skipped ticket is checked with a plain read and renewed next time.
-pub async fn renew_leases(pool: &PgPool, held: &[Fence], lease: Duration) -> Result<Vec<Uuid>, sqlx::Error> {
-    if held.is_empty() {
-        return Ok(vec![]);
-    }
-    let ids: Vec<Uuid> = held.iter().map(|f| f.ticket_id).collect();
-    let generations: Vec<i64> = held.iter().map(|f| f.generation).collect();
-    // Each held claim is looked up by its key, one row at a time (the lateral subquery), and its
-    // status checked after the lookup (`OFFSET 0` keeps the check out of it): joined as a set,
-    // the planner would scan the in-progress index once per claim whenever its statistics still
-    // say few tickets are in progress, as they do just after thousands were claimed at once;
-    // with 50 000 held, one renewal then ran for minutes, holding the rows every step writes.
-    let mut kept: Vec<Uuid> = sqlx::query_scalar(
-        "WITH h AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS h(id, generation)),
-         free AS (
-            SELECT l.id FROM h CROSS JOIN LATERAL (
-                SELECT t.id, t.status FROM tickets t WHERE t.id = h.id AND t.generation = h.generation
-                FOR UPDATE SKIP LOCKED OFFSET 0) l
-            WHERE l.status = 'in_progress')
-         UPDATE tickets t SET lease_expires_at = now() + make_interval(secs => $3)
-         FROM free WHERE t.id = free.id
-         RETURNING t.id",
+/// Starts a worker process's lease under a new `worker_id`; its claims are held while it is
+/// renewed (`renew_worker`). An id registered before is left as it is: a lost lease is never
+/// started again.
+pub async fn register_worker(pool: &PgPool, worker_id: &str, lease: Duration) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO worker_leases (worker_id, expires_at) VALUES ($1, now() + make_interval(secs => $2))
+         ON CONFLICT (worker_id) DO NOTHING",
     )
-    .bind(&ids)
-    .bind(&generations)
+    .bind(worker_id)
     .bind(secs(lease))
-    .fetch_all(pool)
+    .execute(pool)
     .await?;
-    if kept.len() < held.len() {
-        let renewed: std::collections::HashSet<Uuid> = kept.iter().copied().collect();
-        let skipped: Vec<&Fence> = held.iter().filter(|f| !renewed.contains(&f.ticket_id)).collect();
-        let ids: Vec<Uuid> = skipped.iter().map(|f| f.ticket_id).collect();
-        let generations: Vec<i64> = skipped.iter().map(|f| f.generation).collect();
-        let still: Vec<Uuid> = sqlx::query_scalar(
-            "SELECT l.id FROM unnest($1::uuid[], $2::bigint[]) AS h(id, generation) CROSS JOIN LATERAL (
-                SELECT t.id, t.status FROM tickets t WHERE t.id = h.id AND t.generation = h.generation OFFSET 0) l
-             WHERE l.status = 'in_progress'",
-        )
-        .bind(&ids)
-        .bind(&generations)
-        .fetch_all(pool)
-        .await?;
-        kept.extend(still);
-    }
-    Ok(kept)
+    Ok(())
 }
 
-/// Re-queues tickets whose lease expired (their worker died or hung), counting the lost claim as
-/// an attempt; a ticket out of attempts fails. One reaper at a time across all processes.
-/// Returns how many tickets were reaped.
-pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let got_lock: bool =
-        sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended('agentdesk.reaper', 0))")
-            .fetch_one(&mut *tx)
-            .await?;
-    if !got_lock {
-        return Ok(0);
-    }
-    // Expiry is re-checked under the row lock: a renewal that won the race keeps its ticket.
-    let expired: Vec<(Uuid, i32, i32, Option<String>, ProjectId)> = sqlx::query_as(
+/// Renews a worker process's lease, and with it every claim it holds, in one statement. False
+/// when the lease had expired or was reaped: it is never renewed again, the claims made under
+/// it are lost, and the process goes on under a new `worker_id`. The row lock orders this
+/// against the reaper's marking (`mark_dead_workers`): a renewal either lands before the lease
+/// expired and the reaper then sees it, or finds the row marked.
+pub async fn renew_worker(pool: &PgPool, worker_id: &str, lease: Duration) -> Result<bool, sqlx::Error> {
+    let renewed = sqlx::query(
+        "UPDATE worker_leases SET expires_at = now() + make_interval(secs => $2)
+         WHERE worker_id = $1 AND reaped_at IS NULL AND expires_at > now()",
+    )
+    .bind(worker_id)
+    .bind(secs(lease))
+    .execute(pool)
+    .await?;
+    Ok(renewed.rows_affected() == 1)
+}
+
+/// Lets a worker process's lease lapse now (on shutdown, after its tickets were released): the
+/// reaper takes whatever it still holds at once, and then forgets it.
+pub async fn expire_worker(pool: &PgPool, worker_id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE worker_leases SET expires_at = now() WHERE worker_id = $1 AND reaped_at IS NULL")
+        .bind(worker_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// How long the reaper keeps a dead process's row after marking it: a claim statement of that
+/// process still in flight when its lease was marked may commit tickets under it a moment later,
+/// and they are found as long as the row is.
+const DEAD_WORKER_KEPT_SECS: f64 = 3600.0;
+
+/// Marks the worker processes whose lease expired as reaped (never renewed again, `renew_worker`)
+/// and returns every process marked within `DEAD_WORKER_KEPT_SECS`, whose claims are lost;
+/// forgets the processes marked before that which hold no ticket.
+pub async fn mark_dead_workers(tx: &mut PgConnection) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query(
+        "DELETE FROM worker_leases w WHERE w.reaped_at < now() - make_interval(secs => $1)
+           AND NOT EXISTS (SELECT 1 FROM tickets t WHERE t.status = 'in_progress'
+                           AND t.lease_expires_at = 'infinity' AND t.worker_id = w.worker_id)",
+    )
+    .bind(DEAD_WORKER_KEPT_SECS)
+    .execute(&mut *tx)
+    .await?;
+    // The statement's snapshot is from before its update: the rows marked now come from `marked`
+    // alone, those marked before from the second half.
+    sqlx::query_scalar(
+        "WITH marked AS (
+            UPDATE worker_leases SET reaped_at = now() WHERE expires_at < now() AND reaped_at IS NULL
+            RETURNING worker_id)
+         SELECT worker_id FROM marked
+         UNION ALL SELECT worker_id FROM worker_leases WHERE reaped_at IS NOT NULL",
+    )
+    .fetch_all(tx)
+    .await
+}
+
+/// Takes the reaper's lock for the caller's transaction: one reaper at a time across all
+/// processes. False when another holds it.
+pub async fn lock_reaper(tx: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended('agentdesk.reaper', 0))")
+        .fetch_one(tx)
+        .await
+}
+
+/// An in-progress ticket whose lease expired, locked by the reaper.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Expired {
+    pub id: Uuid,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub agent: Option<String>,
+    #[sqlx(rename = "project_id")]
+    pub project: ProjectId,
+}
+
+/// Locks up to `limit` in-progress tickets whose lease expired, oldest first: their own lease,
+/// or the lease of their process when it is one of `dead` (`mark_dead_workers`). Expiry is
+/// checked under the row lock; a row being written now is skipped, and taken next time.
+pub async fn lock_expired(tx: &mut PgConnection, limit: i64, dead: &[String]) -> Result<Vec<Expired>, sqlx::Error> {
+    let own = sqlx::query_as(
         "SELECT id, attempts, max_attempts, agent, project_id FROM tickets
          WHERE status = 'in_progress' AND lease_expires_at < now()
          ORDER BY lease_expires_at LIMIT $1
@@ -423,47 +488,52 @@ pub async fn reap_expired(pool: &PgPool, limit: i64) -> Result<usize, sqlx::Erro
     .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
-    for (id, attempts, max_attempts, agent, _) in &expired {
-        let out_of_attempts = attempts >= max_attempts;
-        let status = if out_of_attempts { "failed" } else { "todo" };
-        let error = out_of_attempts.then(|| TicketError {
-            kind: "lease_lost".into(),
-            message: format!("the worker's lease expired on {attempts} of {max_attempts} attempts"),
-        });
-        sqlx::query(
-            "UPDATE tickets SET status = $2, error = COALESCE($3, error), generation = generation + 1,
-                lease_expires_at = NULL, worker_id = NULL,
-                work_ms = work_ms + COALESCE((extract(epoch FROM now() - claimed_at) * 1000)::bigint, 0),
-                claimed_at = NULL,
-                finished_at = CASE WHEN $2 = 'failed' THEN now() ELSE NULL END, updated_at = now()
-             WHERE id = $1",
-        )
-        .bind(id)
-        .bind(status)
-        .bind(error.as_ref().map(sqlx::types::Json))
-        .execute(&mut *tx)
-        .await?;
-        let data = match error {
-            Some(error) => EventData::TicketFailed { error },
-            None => EventData::TicketRequeued {
-                reason: RequeueReason::LeaseLost,
-            },
-        };
-        let event = NewEvent::new(agent.as_deref(), data);
-        super::events::append(&mut tx, *id, &[event]).await?;
+    let left = limit - own.len() as i64;
+    if dead.is_empty() || left <= 0 {
+        return Ok(own);
     }
-    if !expired.is_empty() {
-        super::tickets::notify_work(&mut tx).await?;
-    }
-    tx.commit().await?;
-    for (_, attempts, max_attempts, agent, project) in &expired {
-        if attempts >= max_attempts {
-            metric::ticket_finished(project.0, agent.as_deref().unwrap_or_default(), "failed");
-        } else {
-            metric::requeued("lease_lost");
-        }
-    }
-    Ok(expired.len())
+    // Only while a process is dead: its tickets are among the live processes' ones (`infinity`).
+    let mut expired = own;
+    let of_dead: Vec<Expired> = sqlx::query_as(
+        "SELECT id, attempts, max_attempts, agent, project_id FROM tickets
+         WHERE status = 'in_progress' AND lease_expires_at = 'infinity' AND worker_id = ANY($2)
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED",
+    )
+    .bind(left)
+    .bind(dead)
+    .fetch_all(&mut *tx)
+    .await?;
+    expired.extend(of_dead);
+    Ok(expired)
+}
+
+/// Ends lost claims (locked by `lock_expired`) in one statement: each ticket goes to its status
+/// (`todo`, or `failed` with its error), under a new generation that fences out its old worker,
+/// with no lease, and the claim's time counted as work.
+pub async fn end_lost_claims(
+    tx: &mut PgConnection,
+    ends: &[(Uuid, Status, Option<TicketError>)],
+) -> Result<(), sqlx::Error> {
+    let ids: Vec<Uuid> = ends.iter().map(|(id, _, _)| *id).collect();
+    let statuses: Vec<&str> = ends.iter().map(|(_, status, _)| status.as_str()).collect();
+    let errors: Vec<Option<sqlx::types::Json<&TicketError>>> =
+        ends.iter().map(|(_, _, e)| e.as_ref().map(sqlx::types::Json)).collect();
+    sqlx::query(
+        "UPDATE tickets t SET status = e.status, error = COALESCE(e.error, t.error), generation = t.generation + 1,
+            lease_expires_at = NULL, worker_id = NULL,
+            work_ms = t.work_ms + COALESCE((extract(epoch FROM now() - t.claimed_at) * 1000)::bigint, 0),
+            claimed_at = NULL,
+            finished_at = CASE WHEN e.status = 'failed' THEN now() ELSE NULL END, updated_at = now()
+         FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) AS e(id, status, error)
+         WHERE t.id = e.id",
+    )
+    .bind(&ids)
+    .bind(&statuses)
+    .bind(&errors)
+    .execute(tx)
+    .await?;
+    Ok(())
 }
 
 /// How a worker lets go of a claim it still holds (inside a fenced transaction).

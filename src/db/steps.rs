@@ -277,7 +277,10 @@ const STORE_STEPS: &str = "WITH v AS (
                 claimed_at = CASE WHEN v.status IS NULL THEN t.claimed_at END,
                 finished_at = CASE WHEN v.status IS NULL THEN t.finished_at ELSE now() END
             FROM v
-            WHERE t.id = v.id AND t.generation = v.generation AND t.status = 'in_progress'
+            -- By key through the primary index, whatever the statistics say of the status (as
+            -- `events::append_fenced_many`).
+            WHERE t.id = ANY(ARRAY(SELECT id FROM v))
+              AND t.id = v.id AND t.generation = v.generation AND t.status = 'in_progress'
             RETURNING t.id, t.project_id, t.generation, t.key, t.last_comment_seq - v.comments AS comment_base,
                       t.last_event_seq - v.events AS event_base),
          c AS (

@@ -1,27 +1,22 @@
 //! What a claim logs: `ticket.started` for every ticket claimed, and on a ticket's first claim
 //! its task as the transcript's first user comment (so it is compacted and shown like everything
 //! else) with its `comment.created`. The database layer claims and reserves the seqs
-//! (`db::claims::claim_tickets`); this decides what goes in them.
-
-use std::time::Duration;
+//! (`db::claims::claim_tickets`); this decides what goes in them. And what becomes of a ticket
+//! whose claim was lost with its worker (`reap_expired`).
 
 use sqlx::{Connection, PgConnection};
 
 use crate::db;
 use crate::db::claims::{Claim, Claimed};
 use crate::db::events::ReservedEvent;
-use crate::domain::{Author, Comment, ContentBlock, EventData};
+use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Status, TicketError};
+use crate::telemetry::metric;
 
 /// Claims up to `limit` tickets for `worker_id` and logs each claim, in one transaction: the
 /// claims and their events (and a first claim's task comment) are durable together, or none is.
-pub async fn claim_batch(
-    conn: &mut PgConnection,
-    limit: i64,
-    lease: Duration,
-    worker_id: &str,
-) -> Result<Vec<Claim>, sqlx::Error> {
+pub async fn claim_batch(conn: &mut PgConnection, limit: i64, worker_id: &str) -> Result<Vec<Claim>, sqlx::Error> {
     let mut tx = conn.begin().await?;
-    let claimed = db::claims::claim_tickets(&mut tx, limit, lease, worker_id).await?;
+    let claimed = db::claims::claim_tickets(&mut tx, limit, worker_id).await?;
     let mut log = ClaimLog::default();
     let claims = claimed.into_iter().map(|claimed| log.add(claimed)).collect();
     // In the same statement for the whole batch, into the seqs the claims reserved.
@@ -71,4 +66,55 @@ impl ClaimLog {
         }
         claim
     }
+}
+
+/// Re-queues up to `limit` tickets whose lease expired (their worker died or hung), counting
+/// the lost claim as an attempt; a ticket out of attempts fails with `lease_lost`. One
+/// transaction, a statement for all their rows and one for all their events, so a dead process's
+/// thousands of tickets go back within seconds. One reaper at a time across all processes.
+/// Returns how many tickets were reaped.
+pub async fn reap_expired(pool: &sqlx::PgPool, limit: i64) -> Result<usize, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    if !db::claims::lock_reaper(&mut tx).await? {
+        return Ok(0);
+    }
+    let dead = db::claims::mark_dead_workers(&mut tx).await?;
+    let expired = db::claims::lock_expired(&mut tx, limit, &dead).await?;
+    if expired.is_empty() {
+        tx.commit().await?;
+        return Ok(0);
+    }
+    let mut ends = Vec::with_capacity(expired.len());
+    let mut events = Vec::with_capacity(expired.len());
+    for ticket in &expired {
+        let data = if ticket.attempts >= ticket.max_attempts {
+            let error = TicketError {
+                kind: "lease_lost".into(),
+                message: format!(
+                    "the worker's lease expired on {} of {} attempts",
+                    ticket.attempts, ticket.max_attempts
+                ),
+            };
+            ends.push((ticket.id, Status::Failed, Some(error.clone())));
+            EventData::TicketFailed { error }
+        } else {
+            ends.push((ticket.id, Status::Todo, None));
+            EventData::TicketRequeued {
+                reason: RequeueReason::LeaseLost,
+            }
+        };
+        events.push((ticket.id, NewEvent::new(ticket.agent.as_deref(), data)));
+    }
+    db::claims::end_lost_claims(&mut tx, &ends).await?;
+    db::events::append_one_each(&mut tx, &events).await?;
+    db::tickets::notify_work(&mut tx).await?;
+    tx.commit().await?;
+    for (ticket, (_, status, _)) in expired.iter().zip(&ends) {
+        if *status == Status::Failed {
+            metric::ticket_finished(ticket.project.0, ticket.agent.as_deref().unwrap_or_default(), "failed");
+        } else {
+            metric::requeued("lease_lost");
+        }
+    }
+    Ok(expired.len())
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::agent::{self, RunEnd, Runtime, Signals};
 use crate::config::Config;
 use crate::db;
-use crate::db::claims::{Claim, Fence, Release};
+use crate::db::claims::{Claim, Fence, FirstRead, Holder, Release};
 use crate::events::EventHub;
 use crate::llm::Providers;
 use crate::maintenance;
@@ -38,12 +38,19 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 struct Running {
     agent: String,
     signals: Signals,
+    /// The process lease it was claimed under.
+    worker_id: WorkerId,
 }
+
+/// The id of a process lease (`worker_leases`), which its claims name.
+type WorkerId = Arc<str>;
 
 struct Shared {
     config: Arc<Config>,
     runtime: Runtime,
-    worker_id: String,
+    /// This process's lease, under which it claims: none until it is registered, a new one
+    /// whenever the last was lost (`lease_loop`).
+    worker_id: watch::Sender<Option<WorkerId>>,
     /// Keyed by claim: a ticket lost and claimed again here runs under a new generation.
     running: Mutex<HashMap<Fence, Running>>,
     /// Slots promised to claim statements in flight, so that claimers running at once never take
@@ -85,12 +92,6 @@ impl WorkerPool {
         catalog: crate::tools::catalog::ToolCatalog,
         books: Books,
     ) -> WorkerPool {
-        let worker_id = format!(
-            "{}-{}-{}",
-            config.host.hostname.as_deref().unwrap_or("agentdesk"),
-            std::process::id(),
-            &Uuid::now_v7().simple().to_string()[20..]
-        );
         let runtime = Runtime {
             appender: crate::db::events::EventAppender::start(pool.clone()),
             // At least two, more on a big machine, for the reason claims run side by side.
@@ -108,7 +109,7 @@ impl WorkerPool {
         let shared = Arc::new(Shared {
             config,
             runtime,
-            worker_id,
+            worker_id: watch::Sender::new(None),
             running: Mutex::new(HashMap::new()),
             reserved: AtomicI64::new(0),
             wake: Arc::new(Notify::new()),
@@ -134,7 +135,7 @@ impl WorkerPool {
             .map(|i| tokio::spawn(claim_loop(shared.clone(), i == 0)))
             .collect();
         background.extend([
-            tokio::spawn(renew_loop(shared.clone(), background_stop.clone())),
+            tokio::spawn(lease_loop(shared.clone(), background_stop.clone())),
             tokio::spawn(maintenance::reaper::run(
                 pool.clone(),
                 shared.config.lease,
@@ -154,7 +155,6 @@ impl WorkerPool {
             tokio::spawn(listen_loop(shared.clone(), background_stop.clone())),
         ]);
         tracing::info!(
-            worker_id = %shared.worker_id,
             slots = shared.config.workers,
             claimers = shared.config.claimers.max(1),
             "worker pool started"
@@ -210,6 +210,13 @@ impl WorkerPool {
         for task in self.background {
             let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
         }
+        // Whatever could not be released is the reaper's at once, not after the lease.
+        let worker_id = shared.worker_id.borrow().clone();
+        if let Some(worker_id) = worker_id {
+            if let Err(err) = db::claims::expire_worker(&shared.runtime.pool, &worker_id).await {
+                tracing::warn!(error = %err, "could not end this process's lease on shutdown; it will expire");
+            }
+        }
     }
 }
 
@@ -242,6 +249,7 @@ async fn claim_loop(shared: Arc<Shared>, lead: bool) {
     let pool = &shared.runtime.pool;
     let keep = db::may_keep_connection(pool);
     let mut conn: Option<PoolConnection<Postgres>> = None;
+    let mut lease = shared.worker_id.subscribe();
     if !lead {
         tokio::select! {
             _ = shared.stop.cancelled() => return,
@@ -249,24 +257,22 @@ async fn claim_loop(shared: Arc<Shared>, lead: bool) {
         }
     }
     while !shared.stop.is_cancelled() {
+        let worker_id = lease.borrow_and_update().clone();
+        let Some(worker_id) = worker_id else {
+            // Not registered yet, or the last lease was lost: wait for the next.
+            tokio::select! {
+                _ = shared.stop.cancelled() => break,
+                _ = lease.changed() => continue,
+            }
+        };
         let claim_started = tokio::time::Instant::now();
         let free = reserve_slots(&shared);
         let mut wait = IDLE_POLL;
         if free > 0 {
             let claimed = match conn.as_mut() {
-                Some(c) => {
-                    crate::transitions::claims::claim_batch(c, free, shared.config.lease, &shared.worker_id).await
-                }
+                Some(c) => crate::transitions::claims::claim_batch(c, free, &worker_id).await,
                 None => match pool.acquire().await {
-                    Ok(c) => {
-                        crate::transitions::claims::claim_batch(
-                            conn.insert(c),
-                            free,
-                            shared.config.lease,
-                            &shared.worker_id,
-                        )
-                        .await
-                    }
+                    Ok(c) => crate::transitions::claims::claim_batch(conn.insert(c), free, &worker_id).await,
                     Err(err) => Err(err),
                 },
             };
@@ -284,7 +290,7 @@ async fn claim_loop(shared: Arc<Shared>, lead: bool) {
                         metric::claimed(claims.len());
                     }
                     for claim in claims {
-                        spawn_run(&shared, claim);
+                        spawn_run(&shared, claim, &worker_id);
                     }
                     release_slots(&shared, free);
                     if full {
@@ -328,15 +334,17 @@ async fn claim_loop(shared: Arc<Shared>, lead: bool) {
     }
 }
 
-fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
+fn spawn_run(shared: &Arc<Shared>, claim: Claim, worker_id: &WorkerId) {
     let signals = Signals::default();
-    let fence = claim.fence();
+    let (claim, first) = claim.split();
+    let fence = claim.fence;
     if let Ok(mut running) = shared.running.lock() {
         running.insert(
             fence,
             Running {
                 agent: claim.agent.clone(),
                 signals: signals.clone(),
+                worker_id: worker_id.clone(),
             },
         );
     }
@@ -346,22 +354,24 @@ fn spawn_run(shared: &Arc<Shared>, claim: Claim) {
     let task_shared = shared.clone();
     let task = async move {
         let shared = task_shared;
-        let ticket_id = claim.ticket.id.to_string();
         let span = AgentSpan::start(
-            &metric::project_label(claim.ticket.project.0),
+            &metric::project_label(claim.project.0),
             &claim.agent,
-            &ticket_id,
-            &claim.ticket.key,
+            &fence.ticket_id.to_string(),
+            &claim.key,
             claim.trace_context.as_deref(),
         );
-        let end = run_until_settled(&shared, &claim, &signals, &span).await;
-        tracing::debug!(ticket = %claim.ticket.key, ?end, "ticket run ended");
-        record_end(claim.ticket.project.0, &claim.agent, end, &span);
+        let end = run_until_settled(&shared, &claim, Some(first), &signals, &span).await;
+        tracing::debug!(ticket = %claim.key, ?end, "ticket run ended");
+        record_end(claim.project.0, &claim.agent, end, &span);
         if let Ok(mut running) = shared.running.lock() {
             running.remove(&fence);
         }
         shared.wake.notify_one();
     };
+    // What each ticket in flight holds at least, whatever it waits on (BENCHMARKS.md, round 25).
+    static TASK_SIZE: std::sync::Once = std::sync::Once::new();
+    TASK_SIZE.call_once(|| tracing::debug!(bytes = std::mem::size_of_val(&task), "a ticket's task future"));
     shared.tasks.spawn(task);
 }
 
@@ -381,15 +391,22 @@ fn record_end(project: i64, agent: &str, end: RunEnd, span: &AgentSpan) {
 }
 
 /// Runs the agent loop; a database outage (e.g. a Postgres restart) pauses the ticket and retries
-/// with the same claim until it succeeds or the claim is lost.
-async fn run_until_settled(shared: &Shared, claim: &Claim, signals: &Signals, span: &AgentSpan) -> RunEnd {
+/// with the same claim until it succeeds or the claim is lost (reading everything again: what
+/// the claim read, `first`, serves the first try only).
+async fn run_until_settled(
+    shared: &Shared,
+    claim: &Holder,
+    mut first: Option<Box<FirstRead>>,
+    signals: &Signals,
+    span: &AgentSpan,
+) -> RunEnd {
     let mut failures = 0u32;
     loop {
-        match agent::run_ticket(&shared.runtime, claim, signals, failures > 0, span).await {
+        match agent::run_ticket(&shared.runtime, claim, first.take(), signals, span).await {
             Ok(end) => return end,
             Err(err) => {
                 failures += 1;
-                tracing::warn!(error = %err, ticket = %claim.ticket.key, "ticket step failed on a database error; retrying");
+                tracing::warn!(error = %err, ticket = %claim.key, "ticket step failed on a database error; retrying");
                 let delay = Duration::from_millis(200 * u64::from(failures.min(25)));
                 tokio::select! {
                     _ = signals.abort.cancelled() => return RunEnd::Aborted,
@@ -400,36 +417,44 @@ async fn run_until_settled(shared: &Shared, claim: &Claim, signals: &Signals, sp
     }
 }
 
-/// Renews every lease this process holds every lease/3, in a statement per `RENEWAL_CHUNK`. A
-/// ticket missing from the answer was lost (reaped, cancelled, taken): its loop is aborted at once. If renewals keep
-/// failing until the leases must have expired, every loop is aborted.
-async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
+/// Holds this process's lease (`worker_leases`): registers it, then renews it every lease/3 in
+/// one statement, which renews every claim the process holds, however many. A lost lease (it
+/// expired before a renewal got through, and the reaper may have taken its tickets) stops every
+/// loop claimed under it, and the process goes on under a new one. A lease that cannot be renewed
+/// for as long as it lasts stops them too.
+async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
     let lease = shared.config.lease;
-    let interval = lease / 3;
+    let pool = &shared.runtime.pool;
+    let Some(mut worker_id) = register(&shared, &stop).await else {
+        return;
+    };
     let mut last_success = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(lease / 3) => {}
         }
-        let held: Vec<Fence> = shared
-            .running
-            .lock()
-            .map(|r| r.keys().copied().collect())
-            .unwrap_or_default();
-        if held.is_empty() {
-            last_success = tokio::time::Instant::now();
-            continue;
-        }
-        match renew(&shared.runtime.pool, &held, lease).await {
-            Ok(kept) => {
+        let started = std::time::Instant::now();
+        let renewed = db::claims::renew_worker(pool, &worker_id, lease).await;
+        let held = held_under(&shared, &worker_id);
+        match renewed {
+            Ok(true) => {
+                metric::db_batch("renewals", held.len(), started.elapsed(), []);
                 last_success = tokio::time::Instant::now();
-                let lost = lost_claims(&held, &kept);
-                metric::leases_lost(lost.len());
-                abort(&shared, &lost);
+            }
+            Ok(false) => {
+                tracing::warn!(worker_id = %worker_id, tickets = held.len(), "this process's lease was lost: stopping the tickets it held");
+                metric::leases_lost(held.len());
+                abort(&shared, &held);
+                shared.worker_id.send_replace(None);
+                match register(&shared, &stop).await {
+                    Some(id) => worker_id = id,
+                    None => return,
+                }
+                last_success = tokio::time::Instant::now();
             }
             Err(err) => {
-                tracing::warn!(error = %err, "cannot renew leases");
+                tracing::warn!(error = %err, "cannot renew this process's lease");
                 if last_success.elapsed() >= lease {
                     metric::leases_lost(held.len());
                     abort(&shared, &held);
@@ -439,32 +464,50 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
-/// Most leases one renewal statement extends: with a hundred thousand tickets in flight, one
-/// statement would hold all their rows locked for a second or more, and every ticket finishing
-/// meanwhile would wait for it.
-const RENEWAL_CHUNK: usize = 10_000;
-
-/// Renews `held` in statements of `RENEWAL_CHUNK`, one after the other; returns the tickets kept.
-async fn renew(pool: &sqlx::PgPool, held: &[Fence], lease: Duration) -> Result<Vec<Uuid>, sqlx::Error> {
-    let mut kept = Vec::with_capacity(held.len());
-    for chunk in held.chunks(RENEWAL_CHUNK) {
-        let started = std::time::Instant::now();
-        let renewed = db::claims::renew_leases(pool, chunk, lease).await?;
-        metric::db_batch("renewals", renewed.len(), started.elapsed(), []);
-        kept.extend(renewed);
+/// Registers a new lease for this process and lets the claimers use it, trying until it is
+/// registered (None once stopped).
+async fn register(shared: &Shared, stop: &CancellationToken) -> Option<WorkerId> {
+    let worker_id: WorkerId = format!(
+        "{}-{}-{}",
+        shared.config.host.hostname.as_deref().unwrap_or("agentdesk"),
+        std::process::id(),
+        &Uuid::now_v7().simple().to_string()[20..]
+    )
+    .into();
+    let mut failures = 0u32;
+    loop {
+        match db::claims::register_worker(&shared.runtime.pool, &worker_id, shared.config.lease).await {
+            Ok(()) => {
+                tracing::info!(worker_id = %worker_id, "process lease registered");
+                shared.worker_id.send_replace(Some(worker_id.clone()));
+                return Some(worker_id);
+            }
+            Err(err) => {
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(30) {
+                    tracing::warn!(error = %err, "cannot register this process's lease; retrying");
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            _ = tokio::time::sleep(Duration::from_millis(250 * u64::from(failures.min(8)))) => {}
+        }
     }
-    Ok(kept)
 }
 
-/// The claims of a renewal that it did not renew. Only claims that were part of the renewal can
-/// be lost: a ticket claimed while the renewal ran is missing from its answer, yet held.
-fn lost_claims(renewed: &[Fence], kept: &[Uuid]) -> Vec<Fence> {
-    let kept: std::collections::HashSet<&Uuid> = kept.iter().collect();
-    renewed
-        .iter()
-        .filter(|f| !kept.contains(&f.ticket_id))
-        .copied()
-        .collect()
+/// The claims this process holds under `worker_id`.
+fn held_under(shared: &Shared, worker_id: &WorkerId) -> Vec<Fence> {
+    shared
+        .running
+        .lock()
+        .map(|r| {
+            r.iter()
+                .filter(|(_, running)| running.worker_id == *worker_id)
+                .map(|(fence, _)| *fence)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Stops the loops of these claims (a loop of the same ticket under a newer claim goes on).
@@ -530,27 +573,5 @@ async fn listen_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fence(n: u128, generation: i64) -> Fence {
-        Fence {
-            ticket_id: Uuid::from_u128(n),
-            generation,
-        }
-    }
-
-    #[test]
-    fn only_renewed_claims_missing_from_the_answer_are_lost() {
-        let renewed = [fence(1, 1), fence(2, 1), fence(3, 4)];
-        let kept = [Uuid::from_u128(1), Uuid::from_u128(3)];
-        assert_eq!(lost_claims(&renewed, &kept), vec![fence(2, 1)]);
-        // A claim made while the renewal ran is not in it, and so never lost by it.
-        assert!(!lost_claims(&renewed, &kept).contains(&fence(9, 1)));
-        assert!(lost_claims(&[], &kept).is_empty());
     }
 }

@@ -252,7 +252,12 @@ async fn serve(listener: tokio::net::TcpListener, app: Router) {
                 req.extensions_mut().insert(ConnectInfo(peer));
                 app.clone().oneshot(req.map(Body::new))
             });
-            let _ = builder.serve_connection(TokioIo::new(socket), service).await;
+            if let Err(err) = builder.serve_connection(TokioIo::new(socket), service).await {
+                // A client that goes away mid-response is ordinary; anything else is worth seeing.
+                if !err.to_string().contains("connection reset") {
+                    eprintln!("fake model server: a connection from {peer} ended with an error: {err}");
+                }
+            }
         });
     }
 }
