@@ -787,7 +787,16 @@ async fn a_process_whose_lease_lapsed_stops_its_tickets_and_goes_on_under_a_new_
     assert!(!serde_json::to_string(&comments).unwrap().contains("ZOMBIE"));
     let requeued = event_data(&app, ticket["id"].as_str().unwrap(), "ticket.requeued").await;
     assert_eq!(requeued, [json!({ "reason": "lease_lost" })]);
+    // A graceful stop that holds nothing forgets its lease; the lapsed one stays a while, for a
+    // claim statement that was in flight when it was marked.
+    let database_url = app.database_url.clone();
     app.shutdown().await;
+    let pool = sqlx::PgPool::connect(&database_url).await.unwrap();
+    let left: Vec<String> = sqlx::query_scalar("SELECT worker_id FROM worker_leases")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, [leases[0].0.clone()]);
 }
 
 #[tokio::test]

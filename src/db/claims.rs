@@ -417,12 +417,31 @@ pub async fn renew_worker(pool: &PgPool, worker_id: &str, lease: Duration) -> Re
 }
 
 /// Lets a worker process's lease lapse now (on shutdown, after its tickets were released): the
-/// reaper takes whatever it still holds at once, and then forgets it.
+/// reaper takes whatever it still holds at once, and forgets it later (`mark_dead_workers`).
 pub async fn expire_worker(pool: &PgPool, worker_id: &str) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE worker_leases SET expires_at = now() WHERE worker_id = $1 AND reaped_at IS NULL")
         .bind(worker_id)
         .execute(pool)
         .await?;
+    Ok(())
+}
+
+/// Ends a worker process's lease on shutdown, once its claimers have stopped (no claim statement
+/// of it can still commit) and its tickets were released: forgotten when it holds no ticket,
+/// else lapsed now as `expire_worker` does.
+pub async fn end_worker(pool: &PgPool, worker_id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "WITH forgotten AS (
+            DELETE FROM worker_leases WHERE worker_id = $1
+              AND NOT EXISTS (SELECT 1 FROM tickets t WHERE t.status = 'in_progress'
+                              AND t.lease_expires_at = 'infinity' AND t.worker_id = $1)
+            RETURNING 1)
+         UPDATE worker_leases SET expires_at = now()
+         WHERE worker_id = $1 AND reaped_at IS NULL AND NOT EXISTS (SELECT 1 FROM forgotten)",
+    )
+    .bind(worker_id)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 

@@ -207,13 +207,23 @@ impl WorkerPool {
             }
         }
         self.background_stop.cancel();
-        for task in self.background {
-            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        // The claimers come first in `background`.
+        let mut claimers_stopped = true;
+        for (i, task) in self.background.into_iter().enumerate() {
+            let stopped = tokio::time::timeout(Duration::from_secs(2), task).await.is_ok();
+            claimers_stopped &= stopped || i >= shared.config.claimers.max(1);
         }
-        // Whatever could not be released is the reaper's at once, not after the lease.
+        // Whatever could not be released is the reaper's at once, not after the lease. The row
+        // is forgotten only once no claim statement can still commit tickets under it.
         let worker_id = shared.worker_id.borrow().clone();
         if let Some(worker_id) = worker_id {
-            if let Err(err) = db::claims::expire_worker(&shared.runtime.pool, &worker_id).await {
+            let pool = &shared.runtime.pool;
+            let ended = if claimers_stopped {
+                db::claims::end_worker(pool, &worker_id).await
+            } else {
+                db::claims::expire_worker(pool, &worker_id).await
+            };
+            if let Err(err) = ended {
                 tracing::warn!(error = %err, "could not end this process's lease on shutdown; it will expire");
             }
         }
