@@ -72,7 +72,9 @@ impl ClaimLog {
 /// the lost claim as an attempt; a ticket out of attempts fails with `lease_lost`. One
 /// transaction, a statement for all their rows and one for all their events, so a dead process's
 /// thousands of tickets go back within seconds. One reaper at a time across all processes.
-/// Returns how many tickets were reaped.
+/// The re-queues, their events and the marks of lapsed process leases commit together: a crash
+/// before the commit leaves it all as it was, for the next tick. Returns how many tickets were
+/// reaped.
 pub async fn reap_expired(pool: &sqlx::PgPool, limit: i64) -> Result<usize, sqlx::Error> {
     let mut tx = pool.begin().await?;
     if !db::claims::lock_reaper(&mut tx).await? {
