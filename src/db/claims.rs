@@ -487,6 +487,8 @@ pub async fn lock_reaper(tx: &mut PgConnection) -> Result<bool, sqlx::Error> {
 #[derive(Debug, sqlx::FromRow)]
 pub struct Expired {
     pub id: Uuid,
+    /// The lost claim's generation, which still fences its rows until they are ended.
+    pub generation: i64,
     pub attempts: i32,
     pub max_attempts: i32,
     pub agent: Option<String>,
@@ -499,7 +501,7 @@ pub struct Expired {
 /// checked under the row lock; a row being written now is skipped, and taken next time.
 pub async fn lock_expired(tx: &mut PgConnection, limit: i64, dead: &[String]) -> Result<Vec<Expired>, sqlx::Error> {
     let own = sqlx::query_as(
-        "SELECT id, attempts, max_attempts, agent, project_id FROM tickets
+        "SELECT id, generation, attempts, max_attempts, agent, project_id FROM tickets
          WHERE status = 'in_progress' AND lease_expires_at < now()
          ORDER BY lease_expires_at LIMIT $1
          FOR UPDATE SKIP LOCKED",
@@ -514,7 +516,7 @@ pub async fn lock_expired(tx: &mut PgConnection, limit: i64, dead: &[String]) ->
     // Only while a process is dead: its tickets are among the live processes' ones (`infinity`).
     let mut expired = own;
     let of_dead: Vec<Expired> = sqlx::query_as(
-        "SELECT id, attempts, max_attempts, agent, project_id FROM tickets
+        "SELECT id, generation, attempts, max_attempts, agent, project_id FROM tickets
          WHERE status = 'in_progress' AND lease_expires_at = 'infinity' AND worker_id = ANY($2)
          LIMIT $1
          FOR UPDATE SKIP LOCKED",

@@ -121,32 +121,6 @@ pub async fn append(conn: &mut PgConnection, ticket_id: Uuid, events: &[NewEvent
     Ok(())
 }
 
-/// Appends one event to each of several tickets' logs, in one statement inside the caller's
-/// transaction (each ticket at most once). After the commit, call `EventHub::wake`.
-pub async fn append_one_each(conn: &mut PgConnection, events: &[(Uuid, NewEvent)]) -> Result<(), sqlx::Error> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
-    let columns = EventColumns::of(events.iter().map(|(_, e)| e));
-    sqlx::query(
-        "WITH e AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS e(ticket_id, kind, agent, data)),
-         t AS (
-            UPDATE tickets SET last_event_seq = last_event_seq + 1 FROM e WHERE tickets.id = e.ticket_id
-            RETURNING tickets.id, tickets.key, tickets.project_id, tickets.last_event_seq AS seq)
-         INSERT INTO events (ticket_id, project_id, ticket_key, seq, kind, agent, data)
-         SELECT e.ticket_id, t.project_id, t.key, t.seq, e.kind, e.agent, e.data::json
-         FROM e JOIN t ON t.id = e.ticket_id",
-    )
-    .bind(&ids)
-    .bind(&columns.kinds)
-    .bind(&columns.agents)
-    .bind(&columns.data)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
 /// Appends events of a project that belong to no ticket (`project.quota_reached`, a schedule's
 /// fire skipped for the quota): no ticket, no seq; the firehose and webhooks carry them like any
 /// other, by their cursor. Inside the caller's transaction; after the commit, `EventHub::wake`.

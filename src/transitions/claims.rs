@@ -7,7 +7,7 @@
 use sqlx::{Connection, PgConnection};
 
 use crate::db;
-use crate::db::claims::{Claim, Claimed};
+use crate::db::claims::{Claim, Claimed, Fence};
 use crate::db::events::ReservedEvent;
 use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Status, TicketError};
 use crate::telemetry::metric;
@@ -70,7 +70,7 @@ impl ClaimLog {
 
 /// Re-queues up to `limit` tickets whose lease expired (their worker died or hung), counting
 /// the lost claim as an attempt; a ticket out of attempts fails with `lease_lost`. One
-/// transaction, a statement for all their rows and one for all their events, so a dead process's
+/// transaction, a statement for all their events and one for all their rows, so a dead process's
 /// thousands of tickets go back within seconds. One reaper at a time across all processes.
 /// The re-queues, their events and the marks of lapsed process leases commit together: a crash
 /// before the commit leaves it all as it was, for the next tick. Returns how many tickets were
@@ -105,10 +105,19 @@ pub async fn reap_expired(pool: &sqlx::PgPool, limit: i64) -> Result<usize, sqlx
                 reason: RequeueReason::LeaseLost,
             }
         };
-        events.push((ticket.id, NewEvent::new(ticket.agent.as_deref(), data)));
+        let fence = Fence {
+            ticket_id: ticket.id,
+            generation: ticket.generation,
+        };
+        events.push((fence, NewEvent::new(ticket.agent.as_deref(), data)));
     }
+    // Appended under the lost claims' own fences (the rows are locked here), then ended.
+    let appends: Vec<(Fence, &[NewEvent])> = events
+        .iter()
+        .map(|(fence, event)| (*fence, std::slice::from_ref(event)))
+        .collect();
+    db::events::append_fenced_many(&mut tx, &appends).await?;
     db::claims::end_lost_claims(&mut tx, &ends).await?;
-    db::events::append_one_each(&mut tx, &events).await?;
     db::tickets::notify_work(&mut tx).await?;
     tx.commit().await?;
     for (ticket, (_, status, _)) in expired.iter().zip(&ends) {
