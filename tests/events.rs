@@ -792,10 +792,16 @@ async fn a_page_of_the_global_stream_never_passes_a_running_transaction_of_this_
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert!(!page.held_back, "still held back 10 s after the older transaction ended");
+    assert!(
+        !page.held_back,
+        "still held back 10 s after the older transaction ended"
+    );
     let first = page.events.first().expect("the ticket's event was read");
     assert_eq!(
-        (first.event.kind.as_str(), first.event.ticket_id.unwrap_or_default().to_string()),
+        (
+            first.event.kind.as_str(),
+            first.event.ticket_id.unwrap_or_default().to_string()
+        ),
         ("ticket.created", ticket["id"].as_str().unwrap().to_string()),
         "{page:?}"
     );

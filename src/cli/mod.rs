@@ -6,7 +6,6 @@ pub mod client;
 mod experiments;
 pub mod projects;
 pub mod schedules;
-pub mod sse;
 pub mod tickets;
 pub mod watch;
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::client::{encode, CliError, Client};
 use super::exit;
-use super::sse::{Frame, Parser};
+use crate::net::sse::{Frame, Parser};
 
 /// Consecutive failed connections before giving up.
 const MAX_RECONNECTS: u32 = 8;
@@ -138,7 +138,9 @@ async fn read(
             }
             Err(_) => return Ok(Stopped::Dropped),
         };
-        for frame in parser.feed(&chunk) {
+        let mut frames = vec![];
+        parser.feed(&chunk, &mut frames);
+        for frame in frames {
             *received = true;
             let Some(event) = parse(&frame) else { continue };
             let kind = event["kind"].as_str().unwrap_or_default();

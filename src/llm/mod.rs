@@ -17,7 +17,6 @@ pub mod named;
 pub mod openai;
 mod provider;
 mod providers;
-mod sse;
 mod stream;
 mod types;
 mod wire;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::error::{LlmError, LlmErrorKind};
 use super::provider::Provider;
 use super::{anthropic, named, openai};
+use crate::domain::provider::ProviderKind;
 
 /// The configured providers.
 #[derive(Clone, Default)]
@@ -83,63 +84,72 @@ impl Providers {
 
     /// A built-in provider's `max_concurrent`, whether or not it is configured.
     pub fn builtin_max_concurrent(&self, name: &str) -> Option<u32> {
-        match name {
-            "openai" => self.limits.0,
-            "anthropic" => self.limits.1,
-            _ => None,
+        match ProviderKind::parse(name)? {
+            ProviderKind::Openai => self.limits.0,
+            ProviderKind::Anthropic => self.limits.1,
         }
     }
 
     /// A built-in provider as configured from the environment: its base URL and whether a key is
     /// set; None when it is not configured.
     pub fn builtin(&self, name: &str) -> Option<(&str, bool)> {
-        match name {
-            "openai" => self.openai.as_ref().map(|p| (p.base_url(), p.has_key())),
-            "anthropic" => self.anthropic.as_ref().map(|p| (p.base_url(), p.has_key())),
-            _ => None,
+        match ProviderKind::parse(name)? {
+            ProviderKind::Openai => self.openai.as_ref().map(|p| (p.base_url(), p.has_key())),
+            ProviderKind::Anthropic => self.anthropic.as_ref().map(|p| (p.base_url(), p.has_key())),
+        }
+    }
+
+    /// A built-in provider, when it is configured.
+    fn configured(&self, kind: ProviderKind) -> Option<Arc<dyn Provider>> {
+        match kind {
+            ProviderKind::Openai => self.openai.clone().map(|p| p as Arc<dyn Provider>),
+            ProviderKind::Anthropic => self.anthropic.clone().map(|p| p as Arc<dyn Provider>),
         }
     }
 
     /// `name` None → detection: anthropic if configured, else openai.
     pub fn get(&self, name: Option<&str>) -> Result<Arc<dyn Provider>, LlmError> {
-        match name {
-            None => match self.detected() {
-                Some(n) => self.get(Some(n)),
-                None => Err(LlmError::new(
+        let kind = match name {
+            None => self.detected_kind().ok_or_else(|| {
+                LlmError::new(
                     LlmErrorKind::ProviderUnconfigured,
                     "no model provider is configured: set OPENAI_API_KEY, OPENAI_BASE_URL (an \
                      OpenAI-compatible server such as Ollama, llama.cpp or vLLM; a local one needs no \
                      key) or ANTHROPIC_API_KEY where the workers run",
-                )),
-            },
-            Some("openai") => match &self.openai {
-                Some(p) => Ok(p.clone() as Arc<dyn Provider>),
-                None => Err(LlmError::new(
+                )
+            })?,
+            Some(name) => ProviderKind::parse(name).ok_or_else(|| {
+                LlmError::new(
                     LlmErrorKind::ProviderUnconfigured,
-                    "provider 'openai' is not configured: set OPENAI_API_KEY, or OPENAI_BASE_URL for an \
-                     OpenAI-compatible server (a local one needs no key), where the workers run",
-                )),
-            },
-            Some("anthropic") => match &self.anthropic {
-                Some(p) => Ok(p.clone() as Arc<dyn Provider>),
-                None => Err(LlmError::new(
-                    LlmErrorKind::ProviderUnconfigured,
-                    "provider 'anthropic' is not configured: set ANTHROPIC_API_KEY",
-                )),
-            },
-            Some(other) => Err(LlmError::new(
+                    format!("unknown provider '{name}': expected 'openai' or 'anthropic'"),
+                )
+            })?,
+        };
+        self.configured(kind).ok_or_else(|| {
+            let how = match kind {
+                ProviderKind::Openai => {
+                    "set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible server (a local \
+                     one needs no key), where the workers run"
+                }
+                ProviderKind::Anthropic => "set ANTHROPIC_API_KEY",
+            };
+            LlmError::new(
                 LlmErrorKind::ProviderUnconfigured,
-                format!("unknown provider '{other}': expected 'openai' or 'anthropic'"),
-            )),
-        }
+                format!("provider '{}' is not configured: {how}", kind.as_str()),
+            )
+        })
     }
 
     /// Which provider `get(None)` would use.
     pub fn detected(&self) -> Option<&'static str> {
+        self.detected_kind().map(ProviderKind::as_str)
+    }
+
+    fn detected_kind(&self) -> Option<ProviderKind> {
         if self.anthropic.is_some() {
-            Some("anthropic")
+            Some(ProviderKind::Anthropic)
         } else if self.openai.is_some() {
-            Some("openai")
+            Some(ProviderKind::Openai)
         } else {
             None
         }

@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::error::{LlmError, LlmErrorKind};
 use super::http;
-use super::sse::{SseEvent, SseParser};
 use super::types::{Delta, ModelResponse};
+use crate::net::sse;
 
 /// What the stream does after a chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,8 +127,8 @@ type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Sen
 struct EventStream {
     provider: &'static str,
     body: ByteStream,
-    parser: SseParser,
-    pending: VecDeque<SseEvent>,
+    parser: sse::Parser,
+    pending: VecDeque<sse::Frame>,
     idle: Duration,
     ended: bool,
     /// Bytes of the body so far, held to `MAX_RESPONSE_BYTES`.
@@ -140,7 +140,7 @@ impl EventStream {
         EventStream {
             provider,
             body: Box::pin(resp.bytes_stream()),
-            parser: SseParser::new(),
+            parser: sse::Parser::new(),
             pending: VecDeque::new(),
             idle,
             ended: false,
@@ -149,7 +149,7 @@ impl EventStream {
     }
 
     /// The next event; `Ok(None)` when the body ended (cleanly, as far as HTTP is concerned).
-    async fn next(&mut self) -> Result<Option<SseEvent>, LlmError> {
+    async fn next(&mut self) -> Result<Option<sse::Frame>, LlmError> {
         loop {
             if let Some(ev) = self.pending.pop_front() {
                 return Ok(Some(ev));

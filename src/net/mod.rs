@@ -1,9 +1,11 @@
 //! Outbound networking made on a user's behalf: the address guard shared by HTTP tools, MCP
-//! servers and webhook deliveries, and the limits on what a peer can make the process hold.
+//! servers and webhook deliveries, the limits on what a peer can make the process hold, and the
+//! one parser of server-sent events.
 
 pub mod bounded;
 pub mod guard;
 pub mod secrets;
+pub mod sse;
 
 pub use guard::{is_forbidden, AddressGuard, ForbiddenAddress};
 pub use secrets::expand_env;

@@ -504,13 +504,11 @@ impl Drop for SseClient {
     }
 }
 
-/// Parses the byte stream into events (see the HTML standard's event-stream format).
+/// Reads the byte stream into events with the desk's own parser (`net::sse`).
 async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseEvent>, state: Arc<SseState>) {
     let mut bytes = response.bytes_stream();
-    let mut buffer: Vec<u8> = vec![];
-    let mut data: Option<String> = None;
-    let mut id: Option<String> = None;
-    let mut event: Option<String> = None;
+    let mut parser = agentdesk::net::sse::Parser::new();
+    let mut frames = vec![];
     while let Some(chunk) = bytes.next().await {
         let chunk = match chunk {
             Ok(c) => c,
@@ -519,54 +517,20 @@ async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseE
                 break;
             }
         };
-        buffer.extend_from_slice(&chunk);
-        while let Some(newline) = buffer.iter().position(|b| *b == b'\n') {
-            let mut line: Vec<u8> = buffer.drain(..=newline).collect();
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            let line = String::from_utf8_lossy(&line).into_owned();
-            if line.is_empty() {
-                if let Some(text) = data.take() {
-                    let data = serde_json::from_str(&text).unwrap_or(Value::String(text));
-                    let _ = tx.send(SseEvent {
-                        id: id.take(),
-                        event: event.take(),
-                        data,
-                    });
-                }
-                id = None;
-                event = None;
-                continue;
-            }
-            if let Some(comment) = line.strip_prefix(':') {
-                if comment.trim() == "ping" {
-                    state.pings.fetch_add(1, Ordering::SeqCst);
-                }
-                continue;
-            }
-            let (field, value) = match line.split_once(':') {
-                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-                None => (line.as_str(), ""),
-            };
-            match field {
-                "data" => match &mut data {
-                    Some(d) => {
-                        d.push('\n');
-                        d.push_str(value);
-                    }
-                    None => data = Some(value.to_owned()),
-                },
-                "id" => id = Some(value.to_owned()),
-                "event" => event = Some(value.to_owned()),
-                "retry" => {
-                    if let Ok(ms) = value.parse() {
-                        *state.retry_ms.lock().unwrap() = Some(ms);
-                    }
-                }
-                _ => {}
-            }
+        parser.feed(&chunk, &mut frames);
+        // The desk's only comment is its keep-alive ping.
+        state.pings.store(parser.comments, Ordering::SeqCst);
+        if let Some(ms) = parser.retry_ms {
+            *state.retry_ms.lock().unwrap() = Some(ms);
+        }
+        for frame in frames.drain(..) {
+            let data = serde_json::from_str(&frame.data).unwrap_or(Value::String(frame.data));
+            let _ = tx.send(SseEvent {
+                // This event's own id, not the one it inherited.
+                id: frame.has_id.then(|| frame.id.unwrap_or_default()),
+                event: frame.event,
+                data,
+            });
         }
     }
     state.closed.store(true, Ordering::SeqCst);
