@@ -12,9 +12,10 @@ use agentdesk::app::Mode;
 use anyhow::{bail, Result};
 use serde_json::json;
 
+use crate::harness::close_ticket;
 use crate::harness::Fixture;
+use crate::opts::Opts;
 use crate::report::{median, Check, Report};
-use crate::scenarios::{close_ticket, Opts};
 use crate::server::ServerSpec;
 use crate::stages;
 

@@ -16,9 +16,10 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use sqlx::Connection;
 
+use crate::harness::close_ticket;
 use crate::harness::{self, Fixture, Progress, Sampler};
+use crate::opts::Opts;
 use crate::report::{Bar, Check, Report};
-use crate::scenarios::{close_ticket, Opts};
 use crate::server::{self, ServerSpec};
 use crate::sse::SseConn;
 use crate::stages::Snapshot;

@@ -16,9 +16,10 @@ use agentdesk::app::Mode;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
+use crate::harness::close_ticket;
 use crate::harness::Fixture;
+use crate::opts::Opts;
 use crate::report::{percentile, Check, Report};
-use crate::scenarios::{close_ticket, Opts};
 use crate::server::ServerSpec;
 
 /// Tickets of the small project.

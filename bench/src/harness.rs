@@ -10,12 +10,17 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection};
-use testkit::fake_llm::FakeLlm;
+use testkit::fake_llm::{FakeLlm, Reply};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::server::{self, Server, ServerSpec};
 use crate::sse::SseConn;
+
+/// The model's answer that ends a ticket in one step.
+pub fn close_ticket() -> Reply {
+    Reply::tool_call("close_ticket", json!({"result": "ok"}))
+}
 
 /// Where results go: the repository root when it is where the bench was built, else the
 /// current directory.

@@ -6,11 +6,14 @@
 //! process, prints a table, and writes `bench-results/<scenario>.json`; `all` also rewrites
 //! BENCHMARKS.md. See BENCHMARKS.md for what each scenario measures.
 
+mod api_latency;
 mod backlog;
 mod concurrency;
 mod fair_share;
 mod floor;
 mod harness;
+mod opts;
+mod pg_spend;
 mod pgbench;
 mod report;
 mod retention;
@@ -19,48 +22,43 @@ mod scenarios;
 mod server;
 mod soak;
 mod sse;
+mod sse_fanout;
 mod stages;
+mod step_overhead;
+mod throughput;
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::opts::Opts;
 use crate::report::{fmt_num, Report};
-use crate::scenarios::{Opts, ALL};
+use crate::scenarios::{Scenario, SCENARIOS};
 
-const USAGE: &str = "usage: agentdesk-bench <scenario|all> [--quick] [--child] [OPTIONS]
+use clap::Parser;
 
-scenarios: api_latency, throughput, claim_backlog, retention_sweep, quiet_desk, scale_out, concurrency,
-           step_overhead, sse_fanout
-
-  --quick               shrink every scenario to a smoke run of seconds
-  --child               run agentdesk as a child process in every scenario (concurrency, sse_fanout,
-                        step_overhead, quiet_desk and scale_out always do, to measure its memory and
-                        CPU apart from the bench)
-  --agentdesk PATH      the agentdesk binary to run as the child (default: the one built beside
-                        this bench, when it is not older than the library)
-  --workers N           tickets in flight per process (AGENTDESK_WORKERS), instead of the scenario's
-  --db-connections N    pooled database connections per process (AGENTDESK_DB_MAX_CONNECTIONS)
-  --clients N           concurrent HTTP clients creating tickets
-  --rate R              tickets per second in quiet_desk (default 200)
-  --webhook             throughput with one webhook subscribed to every event (a receiver in the
-                        bench answers 200 at once)
-  --minutes M           how long soak runs (default 60; --quick: 4)
-  --pg-seconds S        how long each of throughput's pgbench runs lasts (default 10; --quick: 3):
-                        shorter runs fit a sweep of several machine sizes into one device session
-  --tickets N           tickets in flight in concurrency (default 2000; --quick: 200)
-  --first-token-secs S  how long concurrency's model thinks before its first token (default 30)
-  --http1               concurrency's model requests over HTTP/1.1, a connection each (default:
-                        HTTP/2, AGENTDESK_OPENAI_HTTP2=true)
-  --kill                concurrency kills agentdesk (SIGKILL) while every ticket waits, starts
-                        another, and counts the tickets it finishes
-  --subscribers K       concurrency with K readers of the whole event stream
-
-soak (not part of `all`): an hour of mixed load on one desk, sampled every minute, to see that
+/// What `--help` says after the options.
+const AFTER_HELP: &str =
+    "soak (not part of `all`): an hour of mixed load on one desk, sampled every minute, to see that
 nothing grows: tools, approvals, a webhook, SSE readers coming and going, retention on.
 
 Uses DATABASE_URL's server when set, else a private PostgreSQL (as the tests do). A child process
 gets AGENTDESK_RUNTIME_THREADS from the bench's environment when it is set.";
+
+/// Benchmarks of agentdesk against the bars of its performance issue.
+#[derive(Parser)]
+#[command(name = "agentdesk-bench", after_help = AFTER_HELP)]
+struct Cli {
+    /// The scenario to run, or `all` (every one but soak, and BENCHMARKS.md rewritten).
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(scenarios::names()))]
+    scenario: String,
+    #[command(flatten)]
+    opts: Opts,
+    /// The agentdesk binary to run as the child (default: the one built beside this bench, when
+    /// it is not older than the library).
+    #[arg(long, value_name = "PATH")]
+    agentdesk: Option<std::path::PathBuf>,
+}
 
 /// A scenario that runs longer than this is stopped and reported as an error.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(900);
@@ -87,28 +85,22 @@ fn main() -> ExitCode {
             }
         };
     }
-    let (opts, names) = match parse_args(&args) {
-        Ok(parsed) => parsed,
-        Err(message) => {
-            eprintln!("{message}\n\n{USAGE}");
-            return ExitCode::from(2);
+    let cli = Cli::parse();
+    if let Some(path) = cli.agentdesk {
+        // Absolute, as the child may start in another directory.
+        match std::fs::canonicalize(&path) {
+            Ok(path) if path.is_file() => server::set_program(path),
+            _ => {
+                eprintln!("--agentdesk: no such file {}", path.display());
+                return ExitCode::from(2);
+            }
         }
-    };
-    if args.iter().any(|a| a == "-h" || a == "--help") || names.len() != 1 {
-        println!("{USAGE}");
-        return if names.len() == 1 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(2)
-        };
     }
-    let selected: Vec<&str> = match names[0].as_str() {
-        "all" => ALL.to_vec(),
-        name if ALL.contains(&name) || name == "soak" => vec![name],
-        other => {
-            eprintln!("unknown scenario {other:?}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let all = cli.scenario == "all";
+    let selected: Vec<&'static Scenario> = match all {
+        true => SCENARIOS.iter().filter(|s| s.in_all).collect(),
+        // clap accepts only the names `scenarios::names` gives.
+        false => scenarios::find(&cli.scenario).into_iter().collect(),
     };
     init_tracing("warn");
     let runtime = match tokio::runtime::Runtime::new() {
@@ -118,8 +110,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let all = names[0] == "all";
-    let passed = runtime.block_on(run(selected, opts, all, &args));
+    let passed = runtime.block_on(run(selected, cli.opts, all, &args));
     // Subscribers and servers may still hold tasks; do not wait for them.
     runtime.shutdown_timeout(Duration::from_secs(2));
     if passed {
@@ -127,48 +118,6 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
-}
-
-/// The options and the scenario names; an error names the bad option.
-fn parse_args(args: &[String]) -> Result<(Opts, Vec<String>), String> {
-    let mut opts = Opts::default();
-    let mut names = vec![];
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
-        fn number<T: std::str::FromStr>(name: &str, v: String) -> Result<T, String> {
-            v.parse().map_err(|_| format!("{name}: not a number: {v:?}"))
-        }
-        match arg.as_str() {
-            "--quick" => opts.quick = true,
-            "--child" => opts.child = true,
-            "--webhook" => opts.webhook = true,
-            "--http1" => opts.http1 = true,
-            "--kill" => opts.kill = true,
-            "-h" | "--help" => {}
-            "--agentdesk" => {
-                let path = std::path::PathBuf::from(value(arg)?);
-                if !path.is_file() {
-                    return Err(format!("--agentdesk: no such file {}", path.display()));
-                }
-                server::set_program(path);
-            }
-            "--workers" => opts.workers = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
-            "--db-connections" => opts.db_connections = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
-            "--clients" => opts.clients = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
-            "--rate" => opts.rate = Some(number::<f64>(arg, value(arg)?)?).filter(|r| *r > 0.0),
-            "--minutes" => opts.minutes = Some(number::<f64>(arg, value(arg)?)?).filter(|m| *m > 0.0),
-            "--tickets" => opts.tickets = Some(number(arg, value(arg)?)?).filter(|n| *n > 0),
-            "--first-token-secs" => {
-                opts.first_token_secs = Some(number::<f64>(arg, value(arg)?)?).filter(|s| *s >= 0.0)
-            }
-            "--subscribers" => opts.subscribers = Some(number(arg, value(arg)?)?),
-            "--pg-seconds" => opts.pg_seconds = Some(number::<f64>(arg, value(arg)?)?).filter(|s| *s >= 1.0),
-            other if other.starts_with('-') => return Err(format!("unknown option {other}")),
-            name => names.push(name.to_string()),
-        }
-    }
-    Ok((opts, names))
 }
 
 fn init_tracing(default: &str) {
@@ -180,14 +129,15 @@ fn init_tracing(default: &str) {
         .init();
 }
 
-async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> bool {
+async fn run(selected: Vec<&'static Scenario>, opts: Opts, all: bool, args: &[String]) -> bool {
     let dir = harness::results_dir();
     if let Err(e) = std::fs::create_dir_all(&dir) {
         eprintln!("cannot create {}: {e}", dir.display());
         return false;
     }
     let mut reports = Vec::new();
-    for name in selected {
+    for scenario in selected {
+        let name = scenario.name;
         println!("running {name}{}…", if opts.quick { " (quick)" } else { "" });
         let mut report = Report::new(name, opts.quick);
         let started = Instant::now();
@@ -202,7 +152,7 @@ async fn run(selected: Vec<&str>, opts: Opts, all: bool, args: &[String]) -> boo
             }
             _ => SCENARIO_TIMEOUT,
         };
-        match tokio::time::timeout(limit, scenarios::run(name, opts, &mut report)).await {
+        match tokio::time::timeout(limit, (scenario.run)(opts, &mut report)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => report.error = Some(format!("{e:#}")),
             Err(_) => report.error = Some(format!("did not finish within {} s", limit.as_secs())),

@@ -11,10 +11,12 @@ use anyhow::{bail, Result};
 use serde_json::json;
 use sqlx::PgPool;
 
+use crate::harness::close_ticket;
 use crate::harness::Fixture;
+use crate::opts::Opts;
 use crate::report::{median, Bar, Check, Report};
-use crate::scenarios::{close_ticket, throughput_round, Opts};
 use crate::server::ServerSpec;
+use crate::throughput::throughput_round;
 
 /// The retention window of the sweeping desk; the backlog is aged past it.
 const KEEP_DAYS: f64 = 7.0;

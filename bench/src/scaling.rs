@@ -14,9 +14,11 @@ use serde_json::json;
 use sqlx::Connection;
 use testkit::fake_llm::FakeLlm;
 
+use crate::harness::close_ticket;
 use crate::harness::{self, Progress};
+use crate::opts::Opts;
+use crate::pg_spend::PgSpend;
 use crate::report::{median, Check, Report};
-use crate::scenarios::{close_ticket, Opts, PgSpend};
 use crate::server::{self, Server, ServerSpec};
 
 /// Tickets in flight per worker process: enough for one process to keep the machine busy alone.

@@ -17,8 +17,8 @@ use sqlx::PgPool;
 use testkit::fake_llm::Reply;
 
 use crate::harness::Fixture;
+use crate::opts::Opts;
 use crate::report::{percentile, Bar, Check, Report};
-use crate::scenarios::Opts;
 use crate::server::{self, ServerSpec};
 use crate::sse::SseConn;
 
