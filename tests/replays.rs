@@ -204,7 +204,8 @@ async fn a_recorded_replay_calls_no_tool_server_and_asks_for_no_approval() {
     assert_eq!(app.put("/v1/tools/deploy", deploy).await.0, StatusCode::CREATED);
     let agent = json!({"provider": "openai", "model": "m1", "labels": ["ops"],
                        "tools": ["close_ticket", "deploy", "mcp:files"]});
-    assert!(app.put("/v1/agents/ops", agent).await.0.is_success());
+    let (code, body) = app.put("/v1/agents/ops", agent).await;
+    assert!(code.is_success(), "{body}");
     let calls = || {
         Reply::tool_calls(vec![
             ("deploy", json!({"env": "prod"})),

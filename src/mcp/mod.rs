@@ -63,8 +63,16 @@ struct Inner {
     /// The API's servers by project and name, as this process last used them.
     api_servers: tokio::sync::Mutex<HashMap<(ProjectId, String), Arc<ServerHandle>>>,
     /// Projects and names of the API's servers, for the synchronous [`McpHub::knows`].
-    api_names: RwLock<HashSet<(ProjectId, String)>>,
+    api_names: RwLock<ApiNames>,
     shutdown: CancellationToken,
+}
+
+/// The API's server names this process knows, and how many times this process changed them.
+struct ApiNames {
+    names: HashSet<(ProjectId, String)>,
+    /// Counts this process's own puts and deletes: a periodic re-read that began before one of
+    /// them would put back the list without it, so it is dropped (the next one is fresh).
+    changes: u64,
 }
 
 /// The catalog resolves `mcp:{server}` and `{server}__{tool}` names through the hub.
@@ -102,7 +110,10 @@ impl McpHub {
                 http,
                 config_servers,
                 api_servers: tokio::sync::Mutex::new(HashMap::new()),
-                api_names: RwLock::new(names.into_iter().collect()),
+                api_names: RwLock::new(ApiNames {
+                    names: names.into_iter().collect(),
+                    changes: 0,
+                }),
                 shutdown,
             }),
         };
@@ -144,6 +155,7 @@ impl McpHub {
                     .api_names
                     .read()
                     .unwrap_or_else(|e| e.into_inner())
+                    .names
                     .contains(&(project, server.to_owned()))
         };
         if let Some(server) = name.strip_prefix(MCP_PREFIX) {
@@ -243,11 +255,12 @@ impl McpHub {
     }
 
     fn set_name(&self, key: &(ProjectId, String), present: bool) {
-        let mut names = self.inner.api_names.write().unwrap_or_else(|e| e.into_inner());
+        let mut api = self.inner.api_names.write().unwrap_or_else(|e| e.into_inner());
+        api.changes += 1;
         if present {
-            names.insert(key.clone());
+            api.names.insert(key.clone());
         } else {
-            names.remove(key);
+            api.names.remove(key);
         }
     }
 
@@ -424,8 +437,15 @@ async fn refresh_names(inner: std::sync::Weak<Inner>) {
     loop {
         let Some(hub) = inner.upgrade() else { return };
         let shutdown = hub.shutdown.clone();
+        let changes_before = hub.api_names.read().unwrap_or_else(|e| e.into_inner()).changes;
         match db::mcp_servers::names(&hub.pool).await {
-            Ok(names) => *hub.api_names.write().unwrap_or_else(|e| e.into_inner()) = names.into_iter().collect(),
+            Ok(names) => {
+                let mut api = hub.api_names.write().unwrap_or_else(|e| e.into_inner());
+                // A put or delete of this process since the read began is newer than what it read.
+                if api.changes == changes_before {
+                    api.names = names.into_iter().collect();
+                }
+            }
             Err(e) => tracing::debug!(error = %e, "cannot refresh the MCP server names"),
         }
         drop(hub);
