@@ -22,7 +22,8 @@ use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::hub::{DeltaInterest, EventHub, HubMessage, StreamItem};
+use super::deltas::DeltaInterest;
+use super::{EventHub, HubMessage, StreamItem};
 use crate::db;
 use crate::db::events::GlobalCursor;
 use crate::domain::event::kind;
