@@ -35,13 +35,13 @@ pub struct Opts {
     pub minutes: Option<f64>,
     /// How long each of throughput's pgbench runs lasts (default 10; --quick: 3): shorter runs fit
     /// a sweep of several machine sizes into one device session.
-    #[arg(long, value_name = "S", value_parser = at_least_one_second)]
+    #[arg(long, value_name = "S", value_parser = at_least(1.0))]
     pub pg_seconds: Option<f64>,
     /// Tickets in flight in concurrency (default 2000; --quick: 200).
     #[arg(long, value_name = "N", value_parser = above_zero::<usize>)]
     pub tickets: Option<usize>,
     /// How long concurrency's model thinks before its first token (default 30).
-    #[arg(long, value_name = "S", value_parser = not_negative)]
+    #[arg(long, value_name = "S", value_parser = at_least(0.0))]
     pub first_token_secs: Option<f64>,
     /// Concurrency's model requests over HTTP/1.1, a connection each (default: HTTP/2,
     /// AGENTDESK_OPENAI_HTTP2=true).
@@ -79,20 +79,14 @@ fn above_zero<T: FromStr + PartialOrd + Default>(s: &str) -> Result<T, String> {
     }
 }
 
-fn not_negative(s: &str) -> Result<f64, String> {
-    let n: f64 = number(s)?;
-    if n >= 0.0 {
-        Ok(n)
-    } else {
-        Err("must not be below 0".into())
-    }
-}
-
-fn at_least_one_second(s: &str) -> Result<f64, String> {
-    let n: f64 = number(s)?;
-    if n >= 1.0 {
-        Ok(n)
-    } else {
-        Err("must be at least 1".into())
+/// A number no lower than `min`.
+fn at_least(min: f64) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let n: f64 = number(s)?;
+        if n >= min {
+            Ok(n)
+        } else {
+            Err(format!("must be at least {min}"))
+        }
     }
 }

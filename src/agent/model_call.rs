@@ -16,12 +16,19 @@ use crate::domain::event::kind;
 use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent, TicketUsage};
 use crate::events::deltas;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
+use crate::net::backoff::Backoff;
 use crate::telemetry::metric;
 use crate::telemetry::trace::{ChatResult, ChildSpan};
 
 /// How often an empty or unfinished answer is sent again, whatever the agent's
 /// `max_request_retries`.
 const MAX_EMPTY_RETRIES: u32 = 2;
+
+/// A failed request waits the agent's `request_retry_delay_ms`·2^(n−1) plus up to a quarter, at
+/// most 32 s; a provider's Retry-After replaces the backoff, under the same cap.
+fn model_retry(first: Duration) -> Backoff {
+    Backoff::doubling(first, Duration::from_secs(32)).with_jitter(0.25)
+}
 
 pub(super) enum ModelOutcome {
     Response(ModelResponse),
@@ -150,7 +157,7 @@ impl Step<'_> {
             if err.kind.is_retryable() && !partial && tries <= limit {
                 // A cancel during the next attempt keeps only that attempt's text.
                 streamed.clear();
-                let delay = llm::backoff_delay(tries, base_delay, err.retry_after);
+                let delay = model_retry(base_delay).delay_or_hint(tries, err.retry_after);
                 self.log_failure(provider, &err, "retrying");
                 let retried = EventData::RequestRetried {
                     attempt: tries,

@@ -10,10 +10,13 @@ use serde_json::Value;
 
 use super::client::{encode, CliError, Client};
 use super::exit;
+use crate::net::backoff::Backoff;
 use crate::net::sse::{Frame, Parser};
 
 /// Consecutive failed connections before giving up.
 const MAX_RECONNECTS: u32 = 8;
+/// The wait before a reconnect: 0.4 s, doubling, at most 5 s.
+const RECONNECT: Backoff = Backoff::doubling(Duration::from_millis(400), Duration::from_secs(5));
 /// The server pings at least every 15 s: a stream silent this long is dead.
 const IDLE_LIMIT: Duration = Duration::from_secs(45);
 /// A `ticket.waiting` with nothing after it this long is the latest event (a replay sends what
@@ -103,8 +106,7 @@ async fn follow(client: &Client, key: &str, printer: &mut Printer) -> Result<u8,
                 detail: format!("the event stream of {key} broke off {MAX_RECONNECTS} times"),
             });
         }
-        let backoff = Duration::from_millis(200u64 << failures.min(5)).min(Duration::from_secs(5));
-        tokio::time::sleep(backoff).await;
+        tokio::time::sleep(RECONNECT.delay(failures)).await;
     }
 }
 

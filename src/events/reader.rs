@@ -13,6 +13,7 @@ use super::hub::EventHub;
 use super::peers::{listen_for_events, notify_peers};
 use crate::db;
 use crate::db::events::GlobalCursor;
+use crate::net::backoff::Backoff;
 
 /// Events read per query while catching up.
 const BATCH: i64 = 1000;
@@ -20,6 +21,8 @@ const BATCH: i64 = 1000;
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// The shortest time between two reads of the log.
 const MIN_ROUND_INTERVAL: Duration = Duration::from_millis(5);
+/// Waits after reads of the log that failed in a row: 0.2 s more each time, up to 2 s.
+const READ_RETRY: Backoff = Backoff::linear(Duration::from_millis(200), Duration::from_secs(2));
 /// Re-read soon when committed events wait behind an older open transaction.
 const HELD_BACK_RETRY: Duration = Duration::from_millis(10);
 
@@ -60,7 +63,7 @@ impl EventHub {
                     if failures == 1 || failures.is_multiple_of(20) {
                         tracing::warn!(error = %err, "event hub cannot read the event log; retrying");
                     }
-                    Duration::from_millis(200 * u64::from(failures.min(10)))
+                    READ_RETRY.delay(failures)
                 }
             };
             tokio::select! {

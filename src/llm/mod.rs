@@ -21,10 +21,6 @@ mod stream;
 mod types;
 mod wire;
 
-use std::time::Duration;
-
-use rand::Rng;
-
 pub use crate::domain::ContentBlock;
 pub use endpoint::HttpProvider;
 pub use error::{empty_reply, LlmError, LlmErrorKind};
@@ -35,23 +31,6 @@ pub use types::{Delta, Message, ModelRequest, ModelResponse, Role, StopReason, T
 /// The start of `s`, at most `max` bytes (on a char boundary), for log lines.
 pub fn excerpt(s: &str, max: usize) -> String {
     http::truncate(s, max)
-}
-
-const BACKOFF_CAP: Duration = Duration::from_secs(32);
-
-/// base·2^(attempt−1) plus 0–25 % jitter, capped at 32 s with the jitter included. A Retry-After
-/// hint replaces the backoff (the provider knows when its limit resets) but not the cap: a
-/// ticket never sleeps longer than 32 s on one failure, and a hint that is still too early costs
-/// one more attempt, not a stalled ticket. `attempt` is 1-based.
-pub fn backoff_delay(attempt: u32, base: Duration, retry_after: Option<Duration>) -> Duration {
-    if let Some(hint) = retry_after {
-        return hint.min(BACKOFF_CAP);
-    }
-    let exp = attempt.max(1) - 1;
-    let factor = 1u32.checked_shl(exp.min(31)).unwrap_or(u32::MAX);
-    let delay = base.saturating_mul(factor).min(BACKOFF_CAP);
-    let jitter: f64 = rand::rng().random_range(0.0..=0.25);
-    (delay + delay.mul_f64(jitter)).min(BACKOFF_CAP)
 }
 
 /// Known context windows: claude-* 200_000, gpt-4o*/gpt-4o-mini 128_000, gpt-4.1* 1_047_576,
@@ -84,42 +63,6 @@ pub fn known_context_window(model: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_grows_and_caps() {
-        let base = Duration::from_millis(500);
-        for attempt in 1..=12u32 {
-            let raw = base
-                .saturating_mul(1 << (attempt - 1).min(20))
-                .min(Duration::from_secs(32));
-            for _ in 0..50 {
-                let d = backoff_delay(attempt, base, None);
-                assert!(d >= raw, "attempt {attempt}: {d:?} < {raw:?}");
-                assert!(d <= raw.mul_f64(1.25), "attempt {attempt}: {d:?} too large");
-                assert!(d <= Duration::from_secs(32), "attempt {attempt}: {d:?} over the cap");
-            }
-        }
-        assert!(backoff_delay(100, base, None) <= Duration::from_secs(40));
-        for _ in 0..200 {
-            assert!(backoff_delay(7, Duration::from_secs(1), None) <= Duration::from_secs(32));
-            assert!(backoff_delay(100, base, None) <= Duration::from_secs(32));
-        }
-        assert!(backoff_delay(0, base, None) >= base);
-    }
-
-    #[test]
-    fn backoff_retry_after_wins_below_the_cap() {
-        let hint = Duration::from_secs(20);
-        assert_eq!(backoff_delay(1, Duration::from_secs(1), Some(hint)), hint);
-        assert_eq!(
-            backoff_delay(1, Duration::from_secs(1), Some(Duration::from_secs(90))),
-            BACKOFF_CAP
-        );
-        assert_eq!(
-            backoff_delay(9, Duration::from_secs(1), Some(Duration::from_millis(1))),
-            Duration::from_millis(1)
-        );
-    }
 
     #[test]
     fn context_windows() {

@@ -25,6 +25,7 @@ use crate::db;
 use crate::db::mcp_servers::StoredServer;
 use crate::domain::mcp_server::{MCP_PREFIX, MCP_SEPARATOR};
 use crate::domain::{McpServerDef, McpServerView, McpToolInfo, McpTransport, ProjectId};
+use crate::net::backoff::Backoff;
 use crate::net::guard::AddressGuard;
 use crate::tools::Tool;
 use server::ServerHandle;
@@ -400,9 +401,8 @@ fn stored_view(stored: StoredServer) -> McpServerView {
 /// Keeps a stdio server running: connects, watches the connection, and restarts the process
 /// when it dies, waiting longer after each quick failure (0.5 s doubling to 30 s).
 async fn supervise(server: Arc<ServerHandle>, shutdown: CancellationToken) {
-    const MIN_BACKOFF: Duration = Duration::from_millis(500);
-    const MAX_BACKOFF: Duration = Duration::from_secs(30);
-    let mut backoff = MIN_BACKOFF;
+    const RESTART: Backoff = Backoff::doubling(Duration::from_millis(500), Duration::from_secs(30));
+    let mut failures = 0;
     loop {
         server.relist().await;
         let started = tokio::time::Instant::now();
@@ -416,9 +416,13 @@ async fn supervise(server: Arc<ServerHandle>, shutdown: CancellationToken) {
                 _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
         }
-        if started.elapsed() > MAX_BACKOFF {
-            backoff = MIN_BACKOFF;
-        }
+        // A server that ran a while failed anew, not again.
+        failures = if started.elapsed() > Duration::from_secs(30) {
+            1
+        } else {
+            failures + 1
+        };
+        let backoff = RESTART.delay(failures);
         tracing::warn!(server = %server.def.name, retry_in_ms = backoff.as_millis() as u64, "MCP stdio server stopped; restarting it");
         tokio::select! {
             _ = shutdown.cancelled() => {
@@ -427,7 +431,6 @@ async fn supervise(server: Arc<ServerHandle>, shutdown: CancellationToken) {
             }
             _ = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

@@ -20,6 +20,7 @@ use crate::db::claims::{Claim, Fence, FirstRead, Holder, Release};
 use crate::events::EventHub;
 use crate::llm::Providers;
 use crate::maintenance;
+use crate::net::backoff::Backoff;
 use crate::telemetry::metric;
 use crate::telemetry::trace::AgentSpan;
 
@@ -34,6 +35,12 @@ const MAX_CLAIM_BATCH: i64 = 64;
 const MIN_CLAIM_INTERVAL: Duration = Duration::from_millis(20);
 /// Polling fallback for missed wake-ups.
 const IDLE_POLL: Duration = Duration::from_secs(1);
+/// Waits after claims or lease registrations that failed in a row on the database: 0.25 s more
+/// each time, up to 2 s.
+const DB_RETRY: Backoff = Backoff::linear(Duration::from_millis(250), Duration::from_secs(2));
+/// Waits after a ticket's steps that failed in a row on the database: 0.2 s more each time, up
+/// to 5 s.
+const STEP_RETRY: Backoff = Backoff::linear(Duration::from_millis(200), Duration::from_secs(5));
 
 struct Running {
     agent: String,
@@ -316,7 +323,7 @@ async fn claim_loop(shared: Arc<Shared>, lead: bool) {
                     if failures == 1 || failures.is_multiple_of(30) {
                         tracing::warn!(error = %err, "cannot claim tickets; retrying");
                     }
-                    wait = Duration::from_millis(250 * u64::from(failures.min(8)));
+                    wait = DB_RETRY.delay(failures);
                 }
             }
         }
@@ -417,7 +424,7 @@ async fn run_until_settled(
             Err(err) => {
                 failures += 1;
                 tracing::warn!(error = %err, ticket = %claim.key, "ticket step failed on a database error; retrying");
-                let delay = Duration::from_millis(200 * u64::from(failures.min(25)));
+                let delay = STEP_RETRY.delay(failures);
                 tokio::select! {
                     _ = signals.abort.cancelled() => return RunEnd::Aborted,
                     _ = tokio::time::sleep(delay) => {}
@@ -501,7 +508,7 @@ async fn register(shared: &Shared, stop: &CancellationToken) -> Option<WorkerId>
         }
         tokio::select! {
             _ = stop.cancelled() => return None,
-            _ = tokio::time::sleep(Duration::from_millis(250 * u64::from(failures.min(8)))) => {}
+            _ = tokio::time::sleep(DB_RETRY.delay(failures)) => {}
         }
     }
 }
