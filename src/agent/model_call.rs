@@ -14,7 +14,7 @@ use super::{aborted, request, Flow};
 use crate::db;
 use crate::domain::event::kind;
 use crate::domain::{ContentBlock, EventData, NewEvent, TicketEvent, TicketUsage};
-use crate::events::deltas;
+use crate::events::hub;
 use crate::llm::{self, Delta, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider};
 use crate::net::backoff::Backoff;
 use crate::telemetry::metric;
@@ -286,15 +286,15 @@ impl Step<'_> {
             return;
         }
         let (delta_kind, data) = match &delta {
-            Delta::Text(t) => (kind::TEXT_DELTA, deltas::delta_data(t)),
-            Delta::Thinking(t) => (kind::THINKING_DELTA, deltas::delta_data(t)),
+            Delta::Text(t) => (kind::TEXT_DELTA, hub::delta_data(t)),
+            Delta::Thinking(t) => (kind::THINKING_DELTA, hub::delta_data(t)),
             Delta::ToolCall {
                 call_id,
                 tool_name,
                 delta,
             } => (
                 kind::TOOL_CALL_DELTA,
-                deltas::tool_call_delta_data(call_id, tool_name, delta),
+                hub::tool_call_delta_data(call_id, tool_name, delta),
             ),
         };
         let event = TicketEvent {

@@ -32,7 +32,7 @@ macro_rules! event_kinds {
 
         /// Every kind of event with its payload: `kind` names the variant, `data` holds its fields. This
         /// is where an event's shape is defined, and the OpenAPI document describes it from here (the
-        /// live deltas, built per token, are written in the same shape by `events::deltas::delta_data`).
+        /// live deltas, built per token, are written in the same shape by `events::hub::delta_data`).
         #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
         #[serde(tag = "kind", content = "data")]
         pub enum EventData {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::frames::{HubMessage, StreamItem};
-use super::hub::{EventHub, Forward, Inner};
+use super::hub::{DeltaData, EventHub, Forward, Inner};
 use crate::db;
 use crate::domain::event::kind;
 use crate::domain::{ProjectId, TicketEvent};
@@ -41,44 +41,6 @@ struct ForwardedDelta {
 
 fn default_project() -> ProjectId {
     ProjectId::DEFAULT
-}
-
-/// A delta's data: `{delta}`, or `{call_id, tool_name, delta}` for `tool_call.delta`.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct DeltaData<'a> {
-    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
-    call_id: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
-    tool_name: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    delta: std::borrow::Cow<'a, str>,
-}
-
-impl DeltaData<'_> {
-    fn to_raw(&self) -> Box<serde_json::value::RawValue> {
-        // Serialising a struct of string fields cannot fail.
-        serde_json::value::to_raw_value(self).expect("strings serialise")
-    }
-}
-
-/// The data of a `text.delta` or `thinking.delta` event.
-pub fn delta_data(text: &str) -> Box<serde_json::value::RawValue> {
-    DeltaData {
-        call_id: None,
-        tool_name: None,
-        delta: text.into(),
-    }
-    .to_raw()
-}
-
-/// The data of a `tool_call.delta` event.
-pub fn tool_call_delta_data(call_id: &str, tool_name: &str, delta: &str) -> Box<serde_json::value::RawValue> {
-    DeltaData {
-        call_id: Some(call_id.into()),
-        tool_name: Some(tool_name.into()),
-        delta: delta.into(),
-    }
-    .to_raw()
 }
 
 /// JSON arrays of deltas, each under MAX_PAYLOAD; a single oversized delta is split into parts.
@@ -258,6 +220,7 @@ impl EventHub {
 
 #[cfg(test)]
 mod tests {
+    use super::super::hub::{delta_data, tool_call_delta_data};
     use super::*;
 
     fn item(kind: &str, data: Box<serde_json::value::RawValue>) -> Arc<StreamItem> {

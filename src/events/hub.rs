@@ -1,5 +1,5 @@
-//! The in-process broadcast hub fed from the event log: its shared state and what callers use
-//! (subscribe, position, wake-ups). Its reader is `reader`, live deltas are `deltas`, the
+//! The in-process broadcast hub fed from the event log: its shared state, what callers use
+//! (subscribe, position, wake-ups) and the shape of a live delta's data. Its reader is `reader`, live deltas are `deltas`, the
 //! NOTIFYs to and from other processes `peers`.
 
 use std::sync::Arc;
@@ -22,6 +22,44 @@ pub(super) const WORK_DIRTY: u8 = 2;
 pub(super) enum Forward {
     Delta(Arc<StreamItem>),
     Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// A delta's data: `{delta}`, or `{call_id, tool_name, delta}` for `tool_call.delta`.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct DeltaData<'a> {
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub(super) call_id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub(super) tool_name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    pub(super) delta: std::borrow::Cow<'a, str>,
+}
+
+impl DeltaData<'_> {
+    pub(super) fn to_raw(&self) -> Box<serde_json::value::RawValue> {
+        // Serialising a struct of string fields cannot fail.
+        serde_json::value::to_raw_value(self).expect("strings serialise")
+    }
+}
+
+/// The data of a `text.delta` or `thinking.delta` event.
+pub fn delta_data(text: &str) -> Box<serde_json::value::RawValue> {
+    DeltaData {
+        call_id: None,
+        tool_name: None,
+        delta: text.into(),
+    }
+    .to_raw()
+}
+
+/// The data of a `tool_call.delta` event.
+pub fn tool_call_delta_data(call_id: &str, tool_name: &str, delta: &str) -> Box<serde_json::value::RawValue> {
+    DeltaData {
+        call_id: Some(call_id.into()),
+        tool_name: Some(tool_name.into()),
+        delta: delta.into(),
+    }
+    .to_raw()
 }
 
 #[derive(Clone)]
