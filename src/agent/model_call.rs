@@ -186,7 +186,7 @@ impl Step<'_> {
             } else {
                 err.message.clone()
             };
-            return Box::pin(self.fail_request(err.kind.as_str(), &message)).await;
+            return Box::pin(self.fail_request(err.kind.into(), &message)).await;
         }
     }
 

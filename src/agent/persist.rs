@@ -13,7 +13,7 @@ use super::{aborted, request, transcript, Flow, RunEnd, Runtime, Stop};
 use crate::db;
 use crate::db::claims::{Fence, Finish, Release};
 use crate::db::steps::{StepResult, StepWrite};
-use crate::domain::{Agent, Author, Comment, ContentBlock, EventData, NewEvent, TicketUsage};
+use crate::domain::{Agent, Author, Comment, ContentBlock, EventData, FailureKind, NewEvent, TicketUsage};
 use crate::llm::ModelResponse;
 
 pub(super) const STILL_TOO_LARGE: &str = "context still exceeds window after compaction";
@@ -146,7 +146,7 @@ pub(super) async fn fail<T>(
     rt: &Runtime,
     fence: Fence,
     agent: &str,
-    (error_kind, message): (&str, &str),
+    (error_kind, message): (FailureKind, &str),
     events: Vec<NewEvent>,
     usage: &TicketUsage,
 ) -> Flow<T> {
@@ -154,7 +154,7 @@ pub(super) async fn fail<T>(
         return aborted();
     };
     let outcome = Finish::Failed {
-        kind: error_kind.to_owned(),
+        kind: error_kind,
         message: message.to_owned(),
     };
     db::claims::finish(&mut tx, fence, &outcome, agent, events).await?;
@@ -201,7 +201,7 @@ impl Step<'_> {
     }
 
     /// Ends the ticket `failed`, after `events`.
-    pub(super) async fn fail<T>(&self, error_kind: &str, message: &str, events: Vec<NewEvent>) -> Flow<T> {
+    pub(super) async fn fail<T>(&self, error_kind: FailureKind, message: &str, events: Vec<NewEvent>) -> Flow<T> {
         let usage = self.with_failed_requests(TicketUsage::default());
         fail(self.rt, self.fence, self.name(), (error_kind, message), events, &usage).await
     }
@@ -235,9 +235,9 @@ impl Step<'_> {
     }
 
     /// A model request that cannot succeed: `request.failed`, then the ticket fails with its kind.
-    pub(super) async fn fail_request<T>(&self, error_kind: &str, message: &str) -> Flow<T> {
+    pub(super) async fn fail_request<T>(&self, error_kind: FailureKind, message: &str) -> Flow<T> {
         let failed = EventData::RequestFailed {
-            kind: error_kind.into(),
+            kind: error_kind.as_str().into(),
             message: message.into(),
         };
         let event = NewEvent::new(Some(self.name()), failed);
@@ -259,7 +259,7 @@ impl Step<'_> {
             match self.schema_retry(&mut tx, detail, &mut events).await? {
                 Some(fail_message) => {
                     let outcome = Finish::Failed {
-                        kind: "max_schema_retries".into(),
+                        kind: FailureKind::MaxSchemaRetries,
                         message: fail_message,
                     };
                     db::claims::finish(&mut tx, self.fence, &outcome, name, events).await?;
@@ -307,12 +307,12 @@ impl Step<'_> {
         };
         if count > i64::from(max) {
             let violated = EventData::PolicyViolated {
-                kind: "max_schema_retries".into(),
+                kind: FailureKind::MaxSchemaRetries.as_str().into(),
                 limit: max.into(),
             };
             events.push(NewEvent::new(Some(name), violated));
             let outcome = Finish::Failed {
-                kind: "output_truncated".into(),
+                kind: FailureKind::OutputTruncated,
                 message: format!(
                     "the reply was cut at the output limit {count} times in a row (max_schema_retries is {max}); \
                      raise the agent's max_tokens"
@@ -348,7 +348,7 @@ impl Step<'_> {
         let count = db::claims::bump_schema_retries(tx, self.ticket.id, false).await?;
         if count > max {
             let violated = EventData::PolicyViolated {
-                kind: "max_schema_retries".into(),
+                kind: FailureKind::MaxSchemaRetries.as_str().into(),
                 limit: max.into(),
             };
             events.push(NewEvent::new(Some(self.name()), violated));

@@ -2,7 +2,7 @@
 //! the transcript as messages, the agent's tools and settings; and the limits checked before it.
 
 use super::transcript;
-use crate::domain::{Agent, Comment, Ticket, TicketUsage, TokenUsage};
+use crate::domain::{Agent, Comment, FailureKind, Ticket, TicketUsage, TokenUsage};
 use crate::llm::{self, ModelRequest};
 use crate::tools::ToolRegistry;
 
@@ -40,17 +40,17 @@ fn system_prompt(agent: &Agent, ticket: &Ticket) -> String {
 pub const DEFAULT_MAX_TURNS: i64 = 100;
 
 /// The agent's limits, checked before each request: (kind, limit) of the first one reached.
-pub(super) fn policy_violation(agent: &Agent, ticket: &Ticket) -> Option<(&'static str, i64)> {
+pub(super) fn policy_violation(agent: &Agent, ticket: &Ticket) -> Option<(FailureKind, i64)> {
     let u = &ticket.usage;
     let max_turns = agent.max_turns.map_or(DEFAULT_MAX_TURNS, i64::from);
     if u.requests >= max_turns {
-        return Some(("max_turns", max_turns));
+        return Some((FailureKind::MaxTurns, max_turns));
     }
     if let Some(max) = agent.max_input_tokens.filter(|max| u.input_tokens >= *max) {
-        return Some(("max_input_tokens", max));
+        return Some((FailureKind::MaxInputTokens, max));
     }
     if let Some(max) = agent.max_output_tokens.filter(|max| u.output_tokens >= *max) {
-        return Some(("max_output_tokens", max));
+        return Some((FailureKind::MaxOutputTokens, max));
     }
     None
 }

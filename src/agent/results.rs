@@ -11,7 +11,7 @@ use super::{aborted, outputs, transcript, Flow, RunEnd, Stop};
 use crate::db;
 use crate::db::claims::Finish;
 use crate::db::steps::{StepResult, StepWrite};
-use crate::domain::{Author, ContentBlock, EventData, NewEvent, TicketUsage};
+use crate::domain::{Author, ContentBlock, EventData, FailureKind, NewEvent, TicketUsage};
 use crate::tools::{self, Finisher, ToolErrorKind, ToolOutcome};
 
 /// The transaction of writes that must precede a step's result (a handover's new ticket, stored
@@ -74,21 +74,18 @@ impl Step<'_> {
             if let Some(detail) = &applied.schema_failure {
                 let conn = prelude.conn().await?;
                 match self.schema_retry(conn, detail, &mut applied.events).await? {
-                    Some(message) => failed = Some(("max_schema_retries", message)),
+                    Some(message) => failed = Some((FailureKind::MaxSchemaRetries, message)),
                     None => applied.results.push(ContentBlock::text(transcript::directive(detail))),
                 }
             }
         }
         if let Some(message) = self.count_invalid_input(&mut applied) {
-            failed = failed.or(Some(("invalid_tool_input", message)));
+            failed = failed.or(Some((FailureKind::InvalidToolInput, message)));
         }
         let (outcome, end) = if let Some(result) = applied.closed_with.take() {
             (Some(Finish::Done(result)), Some(RunEnd::Done))
         } else if let Some((kind, message)) = failed {
-            let outcome = Finish::Failed {
-                kind: kind.into(),
-                message,
-            };
+            let outcome = Finish::Failed { kind, message };
             (Some(outcome), Some(RunEnd::Failed))
         } else {
             (None, None)
@@ -134,7 +131,7 @@ impl Step<'_> {
             return None;
         }
         let violated = EventData::PolicyViolated {
-            kind: "max_schema_retries".into(),
+            kind: FailureKind::MaxSchemaRetries.as_str().into(),
             limit: max.into(),
         };
         applied.events.push(NewEvent::new(Some(self.name()), violated));

@@ -14,7 +14,7 @@ use super::{aborted, request, Flow, Runtime, Signals, Streaks};
 use crate::db;
 use crate::db::claims::{FirstRead, Holder};
 use crate::domain::provider::BUILTIN_PROVIDERS;
-use crate::domain::{Comment, EventData, NewEvent, Status, TicketUsage};
+use crate::domain::{Comment, EventData, FailureKind, NewEvent, Status, TicketUsage};
 use crate::llm::{self, LlmError, LlmErrorKind, ModelRequest, ModelResponse, Provider, StopReason};
 use crate::telemetry::trace::AgentSpan;
 
@@ -72,7 +72,7 @@ pub(super) async fn run(
             rt,
             fence,
             agent_name,
-            ("agent_missing", &message),
+            (FailureKind::AgentMissing, &message),
             vec![],
             &usage,
         ))
@@ -119,7 +119,7 @@ impl Step<'_> {
             let event = NewEvent::new(
                 Some(self.name()),
                 EventData::PolicyViolated {
-                    kind: policy.into(),
+                    kind: policy.as_str().into(),
                     limit,
                 },
             );
@@ -137,7 +137,7 @@ impl Step<'_> {
                     "{}; the ticket fails",
                     err.message
                 );
-                return Box::pin(self.fail_request(err.kind.as_str(), &err.message)).await;
+                return Box::pin(self.fail_request(err.kind.into(), &err.message)).await;
             }
         };
         let window = self.window();
@@ -229,7 +229,7 @@ impl Step<'_> {
         *request = self.rebuild_request().await?;
         if compaction::estimate_tokens(request) >= compaction::blocking_threshold(window) {
             return self
-                .fail("context_window_exceeded", persist::STILL_TOO_LARGE, vec![])
+                .fail(FailureKind::ContextWindowExceeded, persist::STILL_TOO_LARGE, vec![])
                 .await;
         }
         Ok(compacted)
@@ -298,7 +298,7 @@ impl Step<'_> {
         } else {
             err.message.clone()
         };
-        self.fail_request(err.kind.as_str(), &message).await
+        self.fail_request(err.kind.into(), &message).await
     }
 
     /// A text reply settles the step; tool calls run, and their results are stored.

@@ -8,7 +8,7 @@ use super::state::Step;
 use super::window::{block_chars, cut_middle, estimate_tokens, keeps_task, task_comment, Reason, CUT_MARKER_MAX};
 use super::{request, Flow};
 use crate::db;
-use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, TicketUsage};
+use crate::domain::{Author, Comment, ContentBlock, EventData, FailureKind, NewEvent, TicketUsage};
 
 /// Tokens kept for the note that says what was left out.
 const NOTE_TOKENS: u64 = 120;
@@ -249,7 +249,7 @@ impl Step<'_> {
                     Announce::No => vec![failed(message.clone())],
                     Announce::Yes => vec![],
                 };
-                return self.fail("context_window_exceeded", &message, events).await;
+                return self.fail(FailureKind::ContextWindowExceeded, &message, events).await;
             }
         };
         if trim.delete.is_empty() && trim.rewrite.is_empty() {

@@ -15,8 +15,8 @@ use uuid::Uuid;
 pub use super::fence::Fence;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::domain::{
-    Agent, Author, Comment, ContentBlock, EventData, NewEvent, ProjectId, RequeueReason, Status, Ticket, TicketError,
-    TicketUsage,
+    Agent, Author, Comment, ContentBlock, EventData, FailureKind, NewEvent, ProjectId, RequeueReason, Status, Ticket,
+    TicketError, TicketUsage,
 };
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
@@ -638,7 +638,7 @@ pub async fn finish(
 #[derive(Clone, Debug)]
 pub enum Finish {
     Done(serde_json::Value),
-    Failed { kind: String, message: String },
+    Failed { kind: FailureKind, message: String },
 }
 
 impl Finish {

@@ -6,7 +6,7 @@ use sqlx::types::Json;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::domain::TicketError;
+use crate::domain::{FailureKind, TicketError};
 
 /// A ticket `fail_due` failed.
 #[derive(Clone, Debug)]
@@ -34,7 +34,7 @@ pub async fn lock_check(tx: &mut PgConnection) -> Result<bool, sqlx::Error> {
 pub async fn fail_due(
     tx: &mut PgConnection,
     limit: i64,
-    kind: &str,
+    kind: &FailureKind,
     message: &str,
 ) -> Result<Vec<PastDeadline>, sqlx::Error> {
     // The status is re-checked under the row lock; a row being written right now is taken next time.
@@ -54,7 +54,7 @@ pub async fn fail_due(
          RETURNING t.id, t.agent, due.status, t.error",
     )
     .bind(limit)
-    .bind(kind)
+    .bind(kind.as_str())
     .bind(message)
     .fetch_all(tx)
     .await?;

@@ -499,7 +499,7 @@ mod tests {
             EventData::TicketDone { result: json!(1) },
             EventData::TicketFailed {
                 error: TicketError {
-                    kind: s(),
+                    kind: crate::domain::FailureKind::LeaseLost,
                     message: s(),
                 },
             },

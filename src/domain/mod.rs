@@ -4,6 +4,7 @@ pub mod agent;
 pub mod comment;
 pub mod event;
 pub mod experiment;
+pub mod failure;
 pub mod link;
 pub mod mcp_server;
 pub mod money;
@@ -18,6 +19,7 @@ pub mod webhook;
 
 pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};
+pub use failure::FailureKind;
 pub use event::{EventData, NewEvent, RequeueReason, TicketEvent, TokenUsage};
 pub use mcp_server::{McpServerDef, McpServerView, McpToolInfo, McpTransport, RequiresApproval};
 pub use money::Usd;

@@ -6,6 +6,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::failure::FailureKind;
 use super::money::Usd;
 use super::project::ProjectId;
 use super::tool::{Approval, PendingApproval};
@@ -131,7 +132,8 @@ impl Serialize for TicketUsage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TicketError {
     /// Machine-readable cause, e.g. `rate_limited`, `max_turns`, `lease_lost`.
-    pub kind: String,
+    #[schema(value_type = String)]
+    pub kind: FailureKind,
     pub message: String,
 }
 

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::domain::FailureKind;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LlmErrorKind {
     RateLimited,
@@ -55,6 +57,27 @@ impl LlmErrorKind {
     }
 }
 
+/// A model request that failed for good fails its ticket with the same kind.
+impl From<LlmErrorKind> for FailureKind {
+    fn from(kind: LlmErrorKind) -> FailureKind {
+        match kind {
+            LlmErrorKind::RateLimited => FailureKind::RateLimited,
+            LlmErrorKind::ServerError => FailureKind::ServerError,
+            LlmErrorKind::ConnectionFailed => FailureKind::ConnectionFailed,
+            LlmErrorKind::StreamInterrupted => FailureKind::StreamInterrupted,
+            LlmErrorKind::StreamStalled => FailureKind::StreamStalled,
+            LlmErrorKind::AuthenticationFailed => FailureKind::AuthenticationFailed,
+            LlmErrorKind::PermissionDenied => FailureKind::PermissionDenied,
+            LlmErrorKind::ModelNotFound => FailureKind::ModelNotFound,
+            LlmErrorKind::ContextWindowExceeded => FailureKind::ContextWindowExceeded,
+            LlmErrorKind::ResponseMalformed => FailureKind::ResponseMalformed,
+            LlmErrorKind::BadRequest => FailureKind::BadRequest,
+            LlmErrorKind::ProviderUnconfigured => FailureKind::ProviderUnconfigured,
+            LlmErrorKind::EmptyResponse => FailureKind::EmptyResponse,
+        }
+    }
+}
+
 impl fmt::Display for LlmErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -99,4 +122,30 @@ pub fn empty_reply(provider: &str) -> LlmError {
         LlmErrorKind::EmptyResponse,
         format!("{provider}: the model's reply was empty (no text, no thinking, no tool call)"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FailureKind, LlmErrorKind};
+
+    #[test]
+    fn a_model_failure_fails_the_ticket_under_its_own_name() {
+        for kind in [
+            LlmErrorKind::RateLimited,
+            LlmErrorKind::ServerError,
+            LlmErrorKind::ConnectionFailed,
+            LlmErrorKind::StreamInterrupted,
+            LlmErrorKind::StreamStalled,
+            LlmErrorKind::AuthenticationFailed,
+            LlmErrorKind::PermissionDenied,
+            LlmErrorKind::ModelNotFound,
+            LlmErrorKind::ContextWindowExceeded,
+            LlmErrorKind::ResponseMalformed,
+            LlmErrorKind::BadRequest,
+            LlmErrorKind::ProviderUnconfigured,
+            LlmErrorKind::EmptyResponse,
+        ] {
+            assert_eq!(FailureKind::from(kind).as_str(), kind.as_str());
+        }
+    }
 }

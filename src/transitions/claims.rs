@@ -9,7 +9,9 @@ use sqlx::{Connection, PgConnection};
 use crate::db;
 use crate::db::claims::{Claim, Claimed, Fence};
 use crate::db::events::ReservedEvent;
-use crate::domain::{Author, Comment, ContentBlock, EventData, NewEvent, RequeueReason, Status, TicketError};
+use crate::domain::{
+    Author, Comment, ContentBlock, EventData, FailureKind, NewEvent, RequeueReason, Status, TicketError,
+};
 use crate::telemetry::metric;
 
 /// Claims up to `limit` tickets for `worker_id` and logs each claim, in one transaction: the
@@ -91,7 +93,7 @@ pub async fn reap_expired(pool: &sqlx::PgPool, limit: i64) -> Result<usize, sqlx
     for ticket in &expired {
         let data = if ticket.attempts >= ticket.max_attempts {
             let error = TicketError {
-                kind: "lease_lost".into(),
+                kind: FailureKind::LeaseLost,
                 message: format!(
                     "the worker's lease expired on {} of {} attempts",
                     ticket.attempts, ticket.max_attempts

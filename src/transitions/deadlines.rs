@@ -10,13 +10,7 @@ use uuid::Uuid;
 use crate::db;
 use crate::domain::question::QuestionTimeout;
 use crate::domain::tool::OnTimeout;
-use crate::domain::{Decision, EventData, NewEvent, Status, TicketError};
-
-/// The error kind of a ticket failed because nobody answered a call in time (`on_timeout: fail`).
-pub const APPROVAL_EXPIRED: &str = "approval_expired";
-/// The error kind of a ticket failed because nobody answered its question in time
-/// (`on_question_timeout: fail`).
-pub const QUESTION_EXPIRED: &str = "question_expired";
+use crate::domain::{Decision, EventData, FailureKind, NewEvent, Status, TicketError};
 
 /// Answers the calls whose approval deadline has passed (up to `limit` tickets), each ticket in
 /// its own row lock and the same transaction as its events: `tool.approval_expired`, then what
@@ -64,7 +58,7 @@ pub async fn expire_approvals(pool: &PgPool, limit: i64) -> Result<usize, sqlx::
                     QuestionTimeout::Fail => {
                         failure.get_or_insert_with(|| {
                             let message = format!("nobody answered the question {:?} in time", question.question);
-                            (QUESTION_EXPIRED, message)
+                            (FailureKind::QuestionExpired, message)
                         });
                     }
                 }
@@ -94,14 +88,14 @@ pub async fn expire_approvals(pool: &PgPool, limit: i64) -> Result<usize, sqlx::
                             "nobody answered the call {} of {} in time",
                             approval.call_id, approval.tool_name
                         );
-                        (APPROVAL_EXPIRED, message)
+                        (FailureKind::ApprovalExpired, message)
                     });
                 }
             }
         }
         if let Some((kind, message)) = failure {
             let error = TicketError {
-                kind: kind.into(),
+                kind,
                 message,
             };
             db::tickets::set_approvals(&mut tx, *id, &[]).await?;
@@ -120,9 +114,6 @@ pub async fn expire_approvals(pool: &PgPool, limit: i64) -> Result<usize, sqlx::
     Ok(due.len())
 }
 
-/// The error kind of a ticket whose deadline passed.
-pub const DEADLINE_EXCEEDED: &str = "deadline_exceeded";
-
 /// The error's message, as Postgres's `format` with the ticket's `deadline_secs`.
 const DEADLINE_MESSAGE: &str = "the ticket's deadline of %s s after its creation has passed";
 
@@ -135,7 +126,7 @@ pub async fn fail_past_deadline(pool: &PgPool, limit: i64) -> Result<usize, sqlx
     if !db::deadlines::lock_check(&mut tx).await? {
         return Ok(0);
     }
-    let failed = db::deadlines::fail_due(&mut tx, limit, DEADLINE_EXCEEDED, DEADLINE_MESSAGE).await?;
+    let failed = db::deadlines::fail_due(&mut tx, limit, &FailureKind::DeadlineExceeded, DEADLINE_MESSAGE).await?;
     for ticket in &failed {
         // The event carries the error exactly as stored.
         let failed = EventData::TicketFailed {
