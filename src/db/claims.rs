@@ -15,8 +15,8 @@ use uuid::Uuid;
 pub use super::fence::Fence;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::domain::{
-    Agent, Author, Comment, ContentBlock, EventData, FailureKind, NewEvent, ProjectId, RequeueReason, Status, Ticket,
-    TicketError, TicketUsage,
+    Agent, Author, Comment, ContentBlock, EventData, FailureKind, NewEvent, ProjectId, RequeueReason, Status, Ticket, TicketError,
+    TicketUsage,
 };
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
@@ -170,7 +170,9 @@ pub async fn claim_tickets(tx: &mut PgConnection, limit: i64, worker_id: &str) -
 /// k-th ticket ranks by (its running tickets + k) / its weight, so the project furthest below its
 /// share of the workers is served first. A project with a backlog of thousands does not hold up
 /// another's new ticket: that one ranks ahead as soon as its project runs less than its share.
-/// With one project this is the single-queue claim it always was.
+/// With one project this is the single-queue claim it always was, and its running tickets are
+/// not counted: with one queue they change no ranking, and counting them (an index range full of
+/// recently finished tickets on a busy desk) is the costliest part of the statement.
 fn unlimited_candidates() -> String {
     format!(
         "SELECT c.id, c.agent_name, c.agent_model, c.agent_version, c.seeded
@@ -184,9 +186,15 @@ fn unlimited_candidates() -> String {
             ORDER BY t.priority DESC, t.created_at, t.id
             LIMIT $1
             FOR UPDATE OF t SKIP LOCKED) c
-         -- Counted once per project, not once per candidate.
+         -- Counted once per project, not once per candidate, and only when another project's
+         -- queue competes (the condition does not depend on `r`: Postgres checks it once, before
+         -- reading the index).
          CROSS JOIN LATERAL (
-            SELECT count(*) AS running FROM tickets r WHERE r.project_id = p.id AND r.status = 'in_progress') load
+            SELECT count(*) AS running FROM tickets r
+            WHERE r.project_id = p.id AND r.status = 'in_progress'
+              AND EXISTS (SELECT 1 FROM projects o
+                          WHERE o.id <> p.id AND (o.paused_until IS NULL OR o.paused_until <= now())
+                            AND EXISTS (SELECT 1 FROM tickets q WHERE q.project_id = o.id AND q.status = 'todo'))) load
          WHERE EXISTS (SELECT 1 FROM tickets q WHERE q.project_id = p.id AND q.status = 'todo')
            AND {NOT_PAUSED}
          ORDER BY (load.running
