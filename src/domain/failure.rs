@@ -87,7 +87,11 @@ mod tests {
 
     #[test]
     fn kinds_are_written_as_their_names_and_unknown_ones_kept() {
-        for kind in [FailureKind::RateLimited, FailureKind::MaxSchemaRetries, FailureKind::LeaseLost] {
+        for kind in [
+            FailureKind::RateLimited,
+            FailureKind::MaxSchemaRetries,
+            FailureKind::LeaseLost,
+        ] {
             let written = serde_json::to_value(&kind).unwrap();
             assert_eq!(written, kind.as_str());
             assert_eq!(serde_json::from_value::<FailureKind>(written).unwrap(), kind);
