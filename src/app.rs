@@ -189,6 +189,12 @@ impl App {
         format!("http://{host}:{}", addr.port())
     }
 
+    /// Tickets this process's workers are running now (0 without workers). A ticket counts until
+    /// its loop has ended, after its last write: tests wait on it to know a worker is done.
+    pub fn running_tickets(&self) -> usize {
+        self.workers.as_ref().map_or(0, |w| w.running())
+    }
+
     /// Graceful shutdown: stop accepting, end SSE streams, let running steps finish within the
     /// grace period and release the rest, then close the pool.
     pub async fn shutdown(self) {

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{event_data, event_kinds, position, wait_status};
+use support::{event_data, event_kinds, eventually, position, wait_status};
 use support::{StatusCode, TestApp};
 use testkit::fake_llm::{FakeLlm, Reply};
 
@@ -417,8 +417,13 @@ async fn exhausted_retries_fail_the_ticket_instead_of_requeueing_it() {
     let failed = wait_status(&app, ticket["key"].as_str().unwrap(), "failed").await;
     assert_eq!(failed["error"]["kind"], "server_error");
     assert_eq!(llm.request_count(), 3);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(llm.request_count(), 3, "a failed ticket is not claimed again");
+    // Workers claim the oldest ticket first: once a ticket created afterwards is done and every
+    // loop has ended, a claim of the failed one would have sent its request.
+    llm.push(Reply::tool_call("close_ticket", json!({ "result": "marker" })));
+    let marker = app.create_ticket(json!({ "task": "marker" })).await;
+    wait_status(&app, marker["key"].as_str().unwrap(), "done").await;
+    app.wait_idle().await;
+    assert_eq!(llm.request_count(), 4, "a failed ticket is not claimed again");
     app.shutdown().await;
 }
 
@@ -458,7 +463,8 @@ async fn cancelling_mid_stream_ends_the_ticket_within_two_seconds_and_retry_cont
     assert_eq!(cancelled["status"], "cancelled");
     assert!(started.elapsed() < Duration::from_secs(2));
     let events_after_cancel = event_kinds(&app, ticket["id"].as_str().unwrap()).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The aborted loop has ended: whatever it would have written is written by now.
+    app.wait_idle().await;
     assert_eq!(
         event_kinds(&app, ticket["id"].as_str().unwrap()).await,
         events_after_cancel,
@@ -490,14 +496,12 @@ async fn requests_sent_before_a_cancel_are_counted() {
     let requests_of = |key: String| {
         let app = &app;
         async move {
-            let deadline = tokio::time::Instant::now() + WAIT;
-            loop {
-                let (_, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
-                if ticket["usage"]["requests"] != 0 || tokio::time::Instant::now() > deadline {
-                    return ticket["usage"]["requests"].clone();
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let path = &format!("/v1/tickets/{key}");
+            eventually(format!("{key} to count a request"), WAIT, || async move {
+                let (_, ticket) = app.get(path).await;
+                (ticket["usage"]["requests"] != 0).then(|| ticket["usage"]["requests"].clone())
+            })
+            .await
         }
     };
 
@@ -508,11 +512,13 @@ async fn requests_sent_before_a_cancel_are_counted() {
         ticket["key"].as_str().unwrap().to_owned(),
         ticket["id"].as_str().unwrap(),
     );
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !event_kinds(&app, id).await.contains(&"request.retried".to_owned()) {
-        assert!(tokio::time::Instant::now() < deadline, "the request was never retried");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the request to be retried", WAIT, || async {
+        event_kinds(&app, id)
+            .await
+            .contains(&"request.retried".to_owned())
+            .then_some(())
+    })
+    .await;
     app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
     assert_eq!(requests_of(key).await, 1);
 
@@ -625,7 +631,8 @@ async fn a_zombie_workers_late_writes_change_nothing() {
     let done = wait_status(&app, key, "done").await;
     assert_eq!(done["result"], "from the second claim");
     assert_eq!(done["attempts"], 2, "the lost claim counts as an attempt");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The zombie's loop has ended: its late writes were tried (and refused) by now.
+    app.wait_idle().await;
     let comments = app.list_all(&format!("/v1/tickets/{key}/comments")).await;
     assert!(
         !serde_json::to_string(&comments).unwrap().contains("ZOMBIE"),
@@ -657,7 +664,8 @@ async fn a_zombie_workers_late_tool_results_and_close_change_nothing() {
     expire_and_reap(&app, key).await;
     let done = wait_status(&app, key, "done").await;
     assert_eq!(done["result"], "from the second claim");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The zombie's loop has ended: its late writes were tried (and refused) by now.
+    app.wait_idle().await;
     let done = app.get(&format!("/v1/tickets/{key}")).await.1;
     assert_eq!(done["result"], "from the second claim");
     assert_eq!(done["usage"]["requests"], 1, "the zombie's request added no usage");
@@ -775,14 +783,10 @@ async fn a_process_whose_lease_lapsed_stops_its_tickets_and_goes_on_under_a_new_
     );
     assert!(!leases[1].1);
     // The first claim's loop was stopped: its model call was dropped, and wrote nothing.
-    let until = std::time::Instant::now() + WAIT;
-    while llm.in_flight() > 0 {
-        assert!(
-            std::time::Instant::now() < until,
-            "the first claim's model call is still open"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the first claim's model call to close", WAIT, || async {
+        (llm.in_flight() == 0).then_some(())
+    })
+    .await;
     let comments = app.list_all(&format!("/v1/tickets/{key}/comments")).await;
     assert!(!serde_json::to_string(&comments).unwrap().contains("ZOMBIE"));
     let requeued = event_data(&app, ticket["id"].as_str().unwrap(), "ticket.requeued").await;

@@ -454,7 +454,8 @@ async fn a_provider_that_always_overflows_fails_the_ticket_after_a_few_rounds() 
     assert!(message.contains("200000"), "the window in plain digits: {message}");
     // The first request, the summariser, and three more.
     let sent = llm.request_count();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its loop has ended: whatever it would send is sent by now.
+    app.wait_idle().await;
     assert_eq!(llm.request_count(), sent, "nothing more is sent");
     assert_eq!(sent, 5);
     app.shutdown().await;

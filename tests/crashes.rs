@@ -136,11 +136,8 @@ fn call_then_close(tool: &'static str) -> impl Fn(&Value) -> Reply + Send + Sync
 }
 
 async fn wait_requests(server: &ToolServer, n: usize) {
-    let deadline = Instant::now() + WAIT;
-    while server.requests().len() < n {
-        assert!(Instant::now() < deadline, "the tool server got {:?}", server.requests());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = support::Describe(|| format!("{n} tool requests: {:?}", server.requests()));
+    support::eventually(what, WAIT, || async { (server.requests().len() >= n).then_some(()) }).await
 }
 
 #[tokio::test]
@@ -319,8 +316,9 @@ async fn an_approved_call_running_at_a_kill_is_not_run_again() {
     kill(first);
 
     let second = desk.start("target/crash-approved-second.log").await;
+    // Done only once the model had the call's outcome: a second run of the call would have
+    // reached the tool server (which records a request as it arrives) before that.
     desk.wait_status(&key, "done").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
     kill(second);
     assert_eq!(server.requests().len(), 1, "an approved call runs at most once");
     desk.ended_once(&key).await;

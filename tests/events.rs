@@ -35,9 +35,10 @@ async fn open_writing_transaction(url: &str) -> sqlx::postgres::PgConnection {
     conn
 }
 
-/// Lets the event hub read what was written so far, so a stream "from now" starts after it.
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(600)).await;
+/// Waits until the event hub has read what was written so far, so a stream "from now" starts
+/// after it.
+async fn settle(app: &TestApp) {
+    app.wait_events_read().await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -97,9 +98,10 @@ async fn after_a_quiet_spell_an_event_streams_without_waiting_for_company() {
     let t = app.create_ticket(json!({"task": "x"})).await;
     let key = t["key"].as_str().unwrap();
     let mut stream = app.sse("/v1/events?kind=comment.created", None).await;
-    settle().await;
+    settle(&app).await;
     let mut latencies = vec![];
     for i in 0..15 {
+        // Not a wait for anything: the quiet spell this test is about, before each comment.
         tokio::time::sleep(Duration::from_millis(50)).await;
         app.comment(key, &format!("c{i}")).await;
         let answered = Instant::now();
@@ -122,16 +124,16 @@ async fn a_session_that_listens_is_told_of_new_events_and_work() {
         .listen_all([agentdesk::db::EVENTS_CHANNEL, agentdesk::db::WORK_CHANNEL])
         .await
         .unwrap();
-    // The process looks for listeners at most once a second.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    app.create_ticket(json!({"task": "x"})).await;
+    // The process looks for listeners at most once a second: write until it has seen this one
+    // and told it of both.
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut told = HashSet::new();
     while told.len() < 2 {
-        let n = tokio::time::timeout(WAIT, listener.recv())
-            .await
-            .expect("a NOTIFY")
-            .unwrap();
-        told.insert(n.channel().to_owned());
+        assert!(Instant::now() < deadline, "told only of {told:?}");
+        app.create_ticket(json!({"task": "x"})).await;
+        while let Ok(n) = tokio::time::timeout(Duration::from_millis(100), listener.recv()).await {
+            told.insert(n.unwrap().channel().to_owned());
+        }
     }
     app.shutdown().await;
 }
@@ -182,14 +184,25 @@ async fn a_ticket_stream_has_the_sse_headers_a_retry_hint_and_pings_every_second
         .starts_with("text/event-stream"));
     assert_eq!(global.headers["x-accel-buffering"], "no");
     assert!(global.retry_ms().is_some());
-    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let opened = Instant::now();
+    let what = support::Describe(|| {
+        format!(
+            "two pings on each stream (pings: {} {})",
+            stream.pings(),
+            global.pings()
+        )
+    });
+    support::eventually(what, Duration::from_secs(30), || async {
+        (stream.pings() >= 2 && global.pings() >= 2).then_some(())
+    })
+    .await;
     assert!(stream.saw_ping(), "no ping on the ticket stream");
     assert!(global.saw_ping(), "no ping on the global stream");
+    // A ping a second: the second comes about 2 s after the streams opened, not much later.
     assert!(
-        stream.pings() >= 2 && global.pings() >= 2,
-        "pings: {} {}",
-        stream.pings(),
-        global.pings()
+        opened.elapsed() < Duration::from_secs(5),
+        "two pings took {:?}",
+        opened.elapsed()
     );
     app.shutdown().await;
 }
@@ -324,7 +337,7 @@ async fn a_ticket_stream_with_a_bad_cursor_is_400_and_for_an_unknown_ticket_404(
 async fn the_global_stream_starts_with_new_events_and_resumes_after_a_cursor() {
     let app = TestApp::spawn().await;
     let old = app.create_ticket(json!({"task": "before"})).await;
-    settle().await;
+    settle(&app).await;
     let mut stream = app.sse("/v1/events", None).await;
     let mut created = vec![];
     for i in 0..3 {
@@ -553,7 +566,7 @@ async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives
     for i in 0..3 {
         app.create_ticket(json!({"task": format!("old {i}")})).await;
     }
-    settle().await;
+    settle(&app).await;
     let baseline: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM events")
         .fetch_one(&app.pool)
         .await
@@ -618,16 +631,34 @@ async fn a_client_reconnecting_with_its_cursor_while_many_tickets_write_receives
         expected.len()
     );
 
-    // Drain: wait until the client has as many events as the log holds, then a little longer
-    // so that a repeat would show.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while received.lock().unwrap().len() < expected.len() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Drain: wait until the client has as many events as the log holds, then until it has the
+    // event of a ticket created after all of them: a stream sends in log order, so any repeat of
+    // an earlier event would have come before it.
+    let what = support::Describe(|| format!("{} of {} events", received.lock().unwrap().len(), expected.len()));
+    support::eventually(what, Duration::from_secs(30), || async {
+        (received.lock().unwrap().len() >= expected.len()).then_some(())
+    })
+    .await;
+    let marker = app.create_ticket(json!({"task": "after every writer"})).await;
+    let marker = marker["id"].as_str().unwrap();
+    support::eventually(
+        "the event of a ticket created last",
+        Duration::from_secs(30),
+        || async {
+            let received = received.lock().unwrap();
+            received.iter().any(|e| e.ticket_id() == marker).then_some(())
+        },
+    )
+    .await;
     stop.cancel();
     let connections = reader.await.unwrap();
-    let received = received.lock().unwrap().clone();
+    let received: Vec<SseEvent> = received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.ticket_id() != marker)
+        .cloned()
+        .collect();
 
     let got: Vec<(String, i64)> = received
         .iter()
@@ -721,7 +752,7 @@ async fn a_long_transaction_in_another_database_does_not_hold_the_global_stream_
 async fn events_held_back_by_an_older_transaction_arrive_promptly_once_it_rolls_back_without_a_notify() {
     let app = TestApp::spawn().await;
     let mut stream = app.sse("/v1/events", None).await;
-    settle().await;
+    settle(&app).await;
 
     // The hub reads at the create's wake-up and then, without a look-again, only at its 500 ms
     // fallback poll: the 100 + 200 ms below end before that poll.
@@ -813,7 +844,7 @@ async fn a_page_of_the_global_stream_never_passes_a_running_transaction_of_this_
 async fn a_global_stream_opened_without_a_cursor_tells_its_position_first() {
     let app = TestApp::spawn().await;
     app.create_ticket(json!({"task": "before"})).await;
-    settle().await;
+    settle(&app).await;
     // The frames before any event: the retry hint, then the position as an `id:` alone.
     let mut response = app
         .client

@@ -231,19 +231,43 @@ async fn cancelling_while_a_tool_runs_aborts_the_tool_and_returns_cancelled_with
     ));
     let ticket = app.create_ticket(json!({ "task": "edit the other one" })).await;
     let key = ticket["key"].as_str().unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !kinds_of(&app.pool, key).await.contains(&"tool.started".to_string()) {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    support::eventually("the tool to start", WAIT, || async {
+        kinds_of(&app.pool, key)
+            .await
+            .contains(&"tool.started".to_string())
+            .then_some(())
+    })
+    .await;
+    // The tool's statement waits for the row lock.
+    let blocked: Vec<i32> = support::eventually("the tool's edit to wait for the lock", WAIT, || async {
+        let waiting: Vec<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+        (!waiting.is_empty()).then_some(waiting)
+    })
+    .await;
     let started = std::time::Instant::now();
     let (code, cancelled) = app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(cancelled["status"], "cancelled");
     assert!(started.elapsed() < Duration::from_secs(2));
     blocker.rollback().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The aborted loop has ended, and the statement it left waiting has finished and settled
+    // (its session idle or gone): whatever either would write is written by now.
+    app.wait_idle().await;
+    support::eventually("the blocked statement to settle", WAIT, || async {
+        let busy: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1) AND state <> 'idle'")
+                .bind(&blocked)
+                .fetch_one(&app.pool)
+                .await
+                .unwrap();
+        (busy == 0).then_some(())
+    })
+    .await;
     let kinds = kinds_of(&app.pool, key).await;
     assert_eq!(
         kinds.last().unwrap(),

@@ -165,8 +165,9 @@ async fn a_deadline_fails_a_queued_a_running_and_a_waiting_ticket() {
         .await
         .unwrap();
     assert_fails_by_its_deadline(&app, &asking).await;
-    // Done tickets keep their result: nothing more happens after the deadline.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Done tickets keep their result: nothing more happens after the deadline. The stopped
+    // loops have ended, so whatever they would write is written by now.
+    app.wait_idle().await;
     let (_, after) = app
         .get(&format!("/v1/tickets/{}", running["key"].as_str().unwrap()))
         .await;

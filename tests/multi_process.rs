@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::SseClient;
+use support::{eventually, SseClient};
 use testkit::fake_llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -95,15 +95,13 @@ impl Process {
     }
 
     async fn wait_ready(&self, client: &reqwest::Client) {
-        for _ in 0..400 {
-            if let Ok(r) = client.get(format!("{}/readyz", self.base())).send().await {
-                if r.status().is_success() {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{} on {} never became ready (see {})", self.mode, self.port, self.log);
+        let what = format!("{} on {} to become ready (see {})", self.mode, self.port, self.log);
+        let readyz = &format!("{}/readyz", self.base());
+        eventually(what, Duration::from_secs(20), || async move {
+            let answer = client.get(readyz).send().await;
+            answer.ok().filter(|r| r.status().is_success()).map(drop)
+        })
+        .await
     }
 }
 
@@ -117,17 +115,27 @@ impl Drop for Process {
 }
 
 /// Follows `/v1/events` of one API for the whole test, reconnecting with `Last-Event-ID` whenever
-/// the connection ends (its API restarting), and keeps every event it receives.
-fn follow_events(base: String, stop: Arc<AtomicBool>) -> (Arc<Mutex<Vec<Value>>>, tokio::task::JoinHandle<()>) {
+/// the connection ends (its API restarting), and keeps every event it receives. The flag is set
+/// once its first stream's starting point is fixed (every event written afterwards is sent).
+type Follower = (Arc<Mutex<Vec<Value>>>, Arc<AtomicBool>, tokio::task::JoinHandle<()>);
+
+fn follow_events(base: String, stop: Arc<AtomicBool>) -> Follower {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let out = seen.clone();
+    let connected = Arc::new(AtomicBool::new(false));
+    let connected_out = connected.clone();
     let task = tokio::spawn(async move {
         let mut last_id: Option<String> = None;
         while !stop.load(Ordering::SeqCst) {
-            let Ok(mut stream) = SseClient::connect(&format!("{base}/v1/events"), last_id.as_deref()).await else {
+            let stream = SseClient::connect(&format!("{base}/v1/events"), last_id.as_deref()).await;
+            let Ok(mut stream) = stream else {
+                // Not a wait for anything: the pause between tries to reconnect.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             };
+            if stream.wait_ready(Duration::from_secs(5)).await {
+                connected.store(true, Ordering::SeqCst);
+            }
             loop {
                 match stream.next_event(Duration::from_millis(200)).await {
                     Some(event) => out.lock().unwrap().push(event.data),
@@ -141,7 +149,7 @@ fn follow_events(base: String, stop: Arc<AtomicBool>) -> (Arc<Mutex<Vec<Value>>>
             }
         }
     });
-    (seen, task)
+    (seen, connected_out, task)
 }
 
 async fn create(client: &reqwest::Client, api: &Process, i: usize) -> String {
@@ -199,7 +207,17 @@ async fn two_apis_and_two_workers_lose_nothing_through_a_kill_and_a_rolling_rest
 
     let stop = Arc::new(AtomicBool::new(false));
     let followers: Vec<_> = apis.iter().map(|a| follow_events(a.base(), stop.clone())).collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    eventually(
+        "both event streams to be connected",
+        Duration::from_secs(30),
+        || async {
+            followers
+                .iter()
+                .all(|(_, connected, _)| connected.load(Ordering::SeqCst))
+                .then_some(())
+        },
+    )
+    .await;
 
     let mut ids = vec![];
     let mut next = 0;
@@ -231,23 +249,19 @@ async fn two_apis_and_two_workers_lose_nothing_through_a_kill_and_a_rolling_rest
     }
 
     // Every ticket finishes, done, exactly once.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let open: i64 = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE status <> 'done'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        if open == 0 {
-            break;
-        }
+    let open = &Mutex::new(vec![]);
+    let what = support::Describe(|| format!("every ticket to finish: {:?}", open.lock().unwrap()));
+    eventually(what, WAIT, || async {
         let states: Vec<(String, String)> =
             sqlx::query_as("SELECT key, status::text FROM tickets WHERE status <> 'done' ORDER BY key")
                 .fetch_all(&pool)
                 .await
                 .unwrap();
-        assert!(tokio::time::Instant::now() < deadline, "not finished: {states:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        let finished = states.is_empty();
+        *open.lock().unwrap() = states;
+        finished.then_some(())
+    })
+    .await;
     let total: i64 = sqlx::query_scalar("SELECT count(*) FROM tickets")
         .fetch_one(&pool)
         .await
@@ -283,7 +297,7 @@ async fn two_apis_and_two_workers_lose_nothing_through_a_kill_and_a_rolling_rest
     // The last events may still be on their way to the streams.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let complete = followers.iter().all(|(seen, _)| {
+        let complete = followers.iter().all(|(seen, _, _)| {
             let seen = seen.lock().unwrap();
             seen.iter().filter(|e| e["seq"].is_i64()).count() >= persisted.len()
         });
@@ -293,7 +307,7 @@ async fn two_apis_and_two_workers_lose_nothing_through_a_kill_and_a_rolling_rest
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop.store(true, Ordering::SeqCst);
-    for (i, (seen, task)) in followers.into_iter().enumerate() {
+    for (i, (seen, _, task)) in followers.into_iter().enumerate() {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         let seen = seen.lock().unwrap();
         let mut counts: HashMap<(String, i64), usize> = HashMap::new();
@@ -350,21 +364,14 @@ async fn without_a_provider_only_the_worker_warns_and_a_failing_ticket_says_what
     worker.wait_ready(&client).await;
 
     let id = create(&client, &api, 0).await;
-    let mut ticket = Value::Null;
-    for _ in 0..300 {
-        ticket = client
-            .get(format!("{}/v1/tickets/{id}", api.base()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if ticket["status"] == "failed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ticket = support::wait_status_at(
+        &client,
+        &api.base(),
+        &id,
+        "failed",
+        tokio::time::Instant::now() + Duration::from_secs(30),
+    )
+    .await;
     assert_eq!(ticket["error"]["kind"], "provider_unconfigured", "{ticket}");
     let message = ticket["error"]["message"].as_str().unwrap();
     for needle in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"] {

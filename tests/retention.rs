@@ -9,13 +9,15 @@ mod receiver;
 mod support;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentdesk::app::Mode;
 use agentdesk::db::retention::{self, Swept};
 use receiver::Receiver;
 use serde_json::{json, Value};
-use support::{StatusCode, TestApp};
+use support::{eventually, StatusCode, TestApp};
 use tokio_util::sync::CancellationToken;
 
 const DAY: Duration = Duration::from_secs(86400);
@@ -330,15 +332,16 @@ async fn deleting_while_many_write_never_makes_the_global_stream_skip_or_repeat(
     assert!(stream.wait_ready(Duration::from_secs(5)).await);
     let keep = Duration::from_millis(200);
     let stop = CancellationToken::new();
+    let deleted = Arc::new(AtomicU64::new(0));
     let sweeper = {
-        let (pool, stop) = (app.pool.clone(), stop.clone());
+        let (pool, stop, deleted) = (app.pool.clone(), stop.clone(), deleted.clone());
         tokio::spawn(async move {
-            let mut deleted = 0;
             while !stop.is_cancelled() {
-                deleted += retention::sweep(&pool, keep, &stop).await.unwrap().tickets;
+                let swept = retention::sweep(&pool, keep, &stop).await.unwrap().tickets;
+                deleted.fetch_add(swept, Ordering::SeqCst);
+                // Not a wait for anything: the pause between sweeps.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            deleted
         })
     };
     let writers = (0..4).map(|w| {
@@ -384,10 +387,17 @@ async fn deleting_while_many_write_never_makes_the_global_stream_skip_or_repeat(
             seen.entry(e.ticket_id().to_owned()).or_default().push(e.seq().unwrap());
         }
     }
-    tokio::time::sleep(keep * 3).await;
+    // The cancelled tickets age past `keep` and are swept.
+    eventually("the sweep to delete tickets", Duration::from_secs(30), || async {
+        (deleted.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
     stop.cancel();
-    let deleted = sweeper.await.unwrap();
-    assert!(deleted > 0, "the sweep deleted while the stream read");
+    sweeper.await.unwrap();
+    assert!(
+        deleted.load(Ordering::SeqCst) > 0,
+        "the sweep deleted while the stream read"
+    );
     for id in &kept {
         assert_eq!(seen.get(id).cloned().unwrap_or_default(), [1, 2], "ticket {id}");
     }
@@ -424,11 +434,25 @@ async fn a_webhook_endpoint_resumes_after_deleted_events_with_the_next_kept() {
     })
     .await;
     receiver.wait_for(1, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got: Vec<(String, String)> = receiver
-        .received()
+    // A ticket created last: the endpoint is sent events in the log's order, so once it got this
+    // one, it got whatever it would be sent before it.
+    let (last_id, _) = ticket(&api, json!({"task": "last"})).await;
+    let received = eventually(
+        "the event of the ticket created last",
+        Duration::from_secs(30),
+        || async {
+            let received = receiver.received();
+            received
+                .iter()
+                .any(|r| r.json()["data"]["ticket_id"] == last_id.as_str())
+                .then_some(received)
+        },
+    )
+    .await;
+    let got: Vec<(String, String)> = received
         .iter()
         .map(|r| (r.kind(), r.json()["data"]["ticket_id"].as_str().unwrap().to_owned()))
+        .filter(|(_, id)| *id != last_id)
         .collect();
     assert_eq!(got, [("ticket.created".to_owned(), kept_id)], "{got:?}");
     worker.shutdown().await;
@@ -493,11 +517,11 @@ async fn the_background_task_sweeps_at_start_up_and_then_again() {
     let gone = |key: String| {
         let app = &app;
         async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while app.get(&format!("/v1/tickets/{key}")).await.0 != StatusCode::NOT_FOUND {
-                assert!(tokio::time::Instant::now() < deadline, "{key} is still there");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            let path = &format!("/v1/tickets/{key}");
+            eventually(format!("{key} to be deleted"), Duration::from_secs(30), || async move {
+                (app.get(path).await.0 == StatusCode::NOT_FOUND).then_some(())
+            })
+            .await
         }
     };
     gone(before).await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use agentdesk::app::Mode;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
-use support::{assert_error, StatusCode, TestApp};
+use support::{assert_error, eventually, StatusCode, TestApp};
 
 fn time(v: &Value) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(v.as_str().unwrap_or_else(|| panic!("a time: {v}")))
@@ -337,8 +337,18 @@ async fn a_seconds_schedule_fires_each_second_once_on_time_between_its_bounds() 
     )
     .await;
     assert_eq!(time(&s["next_run_at"]), start);
-    tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(3)).await;
-    let tickets = tickets_of(&app, "every-second").await;
+    // Until it made its fifth ticket and has no next fire time: the fire that made a ticket also
+    // moved `next_run_at`, so one past `end_at` would leave it set (and make a sixth).
+    let tickets = eventually(
+        "five tickets and no next fire time",
+        Duration::from_secs(30),
+        || async {
+            let tickets = tickets_of(&app, "every-second").await;
+            let (_, s) = app.get("/v1/schedules/every-second").await;
+            (tickets.len() >= 5 && s["next_run_at"].is_null()).then_some(tickets)
+        },
+    )
+    .await;
     let fired: Vec<DateTime<Utc>> = tickets
         .iter()
         .map(|t| time(&t["metadata"]["schedule"]["scheduled_for"]))
@@ -390,7 +400,26 @@ async fn overlap_skip_leaves_a_skipped_event_and_cancel_previous_cancels() {
                "ticket": {"task": "t", "labels": ["unrouted"]}}),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // Until each overlap rule has been applied a few times.
+    let skipped_events = |app: &TestApp| {
+        let pool = app.pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE kind = 'schedule.skipped'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    eventually(
+        "two skips and three cancelling tickets",
+        Duration::from_secs(30),
+        || async {
+            let enough = skipped_events(&app).await >= 2 && tickets_of(&app, "canceller").await.len() >= 3;
+            enough.then_some(())
+        },
+    )
+    .await;
     app.patch("/v1/schedules/skipper", json!({"enabled": false})).await;
     app.patch("/v1/schedules/canceller", json!({"enabled": false})).await;
 
@@ -456,11 +485,25 @@ async fn missed_fire_times_follow_catch_up_and_never_burst() {
         .unwrap();
     // Start between two 30-second marks, so that no fire time comes due on time while the
     // missed ones are checked.
-    while !(3..=22).contains(&(Utc::now().timestamp() % 30)) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        "a time between two 30-second marks",
+        Duration::from_secs(30),
+        || async { (3..=22).contains(&(Utc::now().timestamp() % 30)).then_some(()) },
+    )
+    .await;
+    let started = Utc::now();
     let scheduler = TestApp::spawn_mode(Mode::Worker, |c| c.database_url = Some(api.database_url.clone())).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Until the scheduler has handled every missed time: each schedule's next fire time is then
+    // ahead of the start (a catch-up fires and moves it in one transaction).
+    eventually("every schedule to be caught up", Duration::from_secs(30), || async {
+        let behind: i64 = sqlx::query_scalar("SELECT count(*) FROM schedules WHERE next_run_at <= $1")
+            .bind(started)
+            .fetch_one(&api.pool)
+            .await
+            .unwrap();
+        (behind == 0).then_some(())
+    })
+    .await;
     let now = Utc::now();
     assert!(tickets_of(&api, "skip").await.is_empty());
     assert!(tickets_of(&api, "narrow").await.is_empty());

@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
-use support::{KillOnDrop, StatusCode, TestApp};
+use support::{eventually, metric_value, KillOnDrop, StatusCode, TestApp};
 
-fn worker(database_url: &str, name: &str) -> KillOnDrop {
+/// A worker process and the base URL of its health and metrics listener.
+fn worker(database_url: &str, name: &str) -> (KillOnDrop, String) {
+    let port = support::free_port();
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -23,14 +25,39 @@ fn worker(database_url: &str, name: &str) -> KillOnDrop {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("DATABASE_URL", database_url)
-        .env("AGENTDESK_ADDR", format!("127.0.0.1:{}", support::free_port()))
+        .env("AGENTDESK_ADDR", format!("127.0.0.1:{port}"))
         .env("AGENTDESK_DB_MAX_CONNECTIONS", "4")
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .expect("start the agentdesk binary");
-    KillOnDrop(child)
+    (KillOnDrop(child), format!("http://127.0.0.1:{port}"))
+}
+
+/// The value of an unlabelled counter of the process at `base` (0 while it does not answer).
+async fn scrape(client: &reqwest::Client, base: &str, name: &str) -> f64 {
+    match client.get(format!("{base}/metrics")).send().await {
+        Ok(response) => metric_value(&response.text().await.unwrap_or_default(), name),
+        Err(_) => 0.0,
+    }
+}
+
+/// How many fire times of the schedule have a ticket.
+async fn fired(api: &TestApp) -> usize {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM schedule_firings")
+        .fetch_one(&api.pool)
+        .await
+        .unwrap();
+    n as usize
+}
+
+/// Waits until the schedule has fired `n` times.
+async fn wait_fired(api: &TestApp, n: usize) {
+    eventually(format!("{n} firings"), Duration::from_secs(90), || async {
+        (fired(api).await >= n).then_some(())
+    })
+    .await
 }
 
 fn time(v: &Value) -> DateTime<Utc> {
@@ -43,8 +70,8 @@ fn time(v: &Value) -> DateTime<Utc> {
 async fn two_processes_make_exactly_one_ticket_per_fire_time() {
     // The API alone (no scheduler in this process): the tickets come from the two workers.
     let api = TestApp::spawn().await;
-    let mut a = worker(&api.database_url, "a");
-    let _b = worker(&api.database_url, "b");
+    let (mut a, _) = worker(&api.database_url, "a");
+    let (_b, b_base) = worker(&api.database_url, "b");
     let start = Utc::now() + chrono::Duration::seconds(5);
     let start = start - chrono::Duration::nanoseconds(start.timestamp_subsec_nanos() as i64);
     let end = start + chrono::Duration::seconds(59);
@@ -57,13 +84,40 @@ async fn two_processes_make_exactly_one_ticket_per_fire_time() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{s}");
 
-    // A third of the way in, one process dies mid-whatever and comes back later.
-    tokio::time::sleep((start - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(20)).await;
+    // A third of the way in, one process dies mid-whatever; fifteen fire times later it comes
+    // back.
+    wait_fired(&api, 20).await;
     a.0.kill().unwrap();
     a.0.wait().unwrap();
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    let _a = worker(&api.database_url, "a");
-    tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(4)).await;
+    wait_fired(&api, 35).await;
+    let (_a, a_base) = worker(&api.database_url, "a");
+    support::wait_ready(&api.client, &a_base, Duration::from_secs(30)).await;
+    wait_fired(&api, 60).await;
+    // Then until each process has read the schedules again after that: a scheduler reads them
+    // (`scheduler_polls_total`) once it is done firing what was due, so neither is still firing
+    // one of the 60 times. A NOTIFY on their channel wakes them.
+    let polls = || async {
+        let name = "agentdesk_scheduler_polls_total";
+        [
+            scrape(&api.client, &a_base, name).await,
+            scrape(&api.client, &b_base, name).await,
+        ]
+    };
+    let before = polls().await;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(agentdesk::db::schedules::SCHEDULES_CHANNEL)
+        .execute(&api.pool)
+        .await
+        .unwrap();
+    eventually(
+        "both schedulers to read the schedules again",
+        Duration::from_secs(30),
+        || async {
+            let after = polls().await;
+            (after[0] > before[0] && after[1] > before[1]).then_some(())
+        },
+    )
+    .await;
 
     let tickets = api.list_all("/v1/schedules/minute/tickets?limit=200").await;
     let mut per_time: BTreeMap<DateTime<Utc>, usize> = BTreeMap::new();
@@ -138,23 +192,29 @@ async fn ten_thousand_quiet_schedules_cost_the_scheduler_nothing_while_it_waits(
     );
     let base = format!("http://127.0.0.1:{port}");
     support::wait_ready(&api.client, &base, Duration::from_secs(30)).await;
-    let scrape = || async {
-        let page = api
-            .client
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        counter(&page, "agentdesk_scheduler_polls_total")
+    let page = || async {
+        let response = api.client.get(format!("{base}/metrics")).send().await.unwrap();
+        response.text().await.unwrap()
     };
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = scrape().await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // The claimers look for work once a second when idle (each look is a `claims` batch): the
+    // process's own clock, to measure the scheduler's quiet by.
+    let claim_looks = |page: &str| metric_value(page, "agentdesk_db_batch_duration_seconds_count{stage=\"claims\"}");
+    let polls = |page: &str| counter(page, "agentdesk_scheduler_polls_total");
+    // Its start: a first read, and one more when its listener connects (it looks once then).
+    let settled = eventually("the scheduler's start to be over", Duration::from_secs(30), || async {
+        let first = page().await;
+        (polls(&first) >= 2.0).then_some(first)
+    })
+    .await;
+    let (before, looks) = (polls(&settled), claim_looks(&settled));
+    // Five looks for work later (about five seconds), the scheduler has read nothing more.
+    let later = eventually("five more looks for work", Duration::from_secs(30), || async {
+        let later = page().await;
+        (claim_looks(&later) >= looks + 5.0).then_some(later)
+    })
+    .await;
     assert_eq!(
-        scrape().await,
+        polls(&later),
         before,
         "the scheduler slept: no statement while nothing is due"
     );
@@ -170,7 +230,25 @@ async fn ten_thousand_quiet_schedules_cost_the_scheduler_nothing_while_it_waits(
         )
         .await;
     assert_eq!(status, StatusCode::CREATED);
-    tokio::time::sleep((due - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(2)).await;
+    eventually("the schedule to fire", Duration::from_secs(30), || async {
+        let tickets = api.list_all("/v1/schedules/soon/tickets").await;
+        (!tickets.is_empty()).then_some(())
+    })
+    .await;
+    // Then until the scheduler has read the schedules again (woken by a NOTIFY): it is done
+    // firing whatever was due, and its one fire time is past.
+    let fired = polls(&page().await);
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(agentdesk::db::schedules::SCHEDULES_CHANNEL)
+        .execute(&api.pool)
+        .await
+        .unwrap();
+    eventually(
+        "the scheduler to read the schedules again",
+        Duration::from_secs(30),
+        || async { (polls(&page().await) > fired).then_some(()) },
+    )
+    .await;
     let tickets = api.list_all("/v1/schedules/soon/tickets").await;
     assert_eq!(tickets.len(), 1, "{tickets:?}");
     assert!(time(&tickets[0]["created_at"]) - due < chrono::Duration::seconds(2));

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use agentdesk::app::Mode;
 use agentdesk::config::Config;
-use receiver::{verify, Answer, Receiver};
+use receiver::{verify, Answer, Received, Receiver};
 use serde_json::{json, Value};
 use support::postgres::{as_postgres_user, pg_bindir};
-use support::{assert_error, StatusCode, TestApp};
+use support::{assert_error, eventually, StatusCode, TestApp};
 
 const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -54,14 +54,32 @@ async fn deliveries(app: &TestApp, hook: &Value) -> Vec<Value> {
 
 /// Waits until the endpoint's log has `n` entries.
 async fn wait_deliveries(app: &TestApp, hook: &Value, n: usize) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let log = deliveries(app, hook).await;
-        if log.len() >= n || tokio::time::Instant::now() >= deadline {
-            return log;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        format!("{n} entries in the delivery log"),
+        Duration::from_secs(15),
+        || async {
+            let log = deliveries(app, hook).await;
+            (log.len() >= n).then_some(log)
+        },
+    )
+    .await
+}
+
+/// Waits until `receiver` got the `kind` event of ticket `key`, and returns all it got. An
+/// endpoint is sent its events in the log's order: every event before that one has been sent or
+/// passed over by then.
+async fn wait_for_event(receiver: &Receiver, key: &Value, kind: &str) -> Vec<Received> {
+    eventually(
+        format!("the {kind} event of {key}"),
+        Duration::from_secs(30),
+        || async {
+            let got = receiver.received();
+            got.iter()
+                .any(|r| r.json()["data"]["ticket_key"] == *key && r.kind() == kind)
+                .then_some(got)
+        },
+    )
+    .await
 }
 
 #[tokio::test]
@@ -275,7 +293,20 @@ async fn endpoints_receive_the_kinds_and_labels_they_ask_for() {
     cancelled.wait_for(2, Duration::from_secs(10)).await;
     blue.wait_for(3, Duration::from_secs(10)).await;
     red_tickets.wait_for(2, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A ticket that every endpoint takes, cancelled last: once each endpoint got its cancel, it
+    // has been sent or passed over every event before it.
+    let marker = ticket(&app, &["red", "blue"]).await;
+    let marker_key = marker["key"].as_str().unwrap();
+    let (status, _) = app.post(&format!("/v1/tickets/{marker_key}/cancel"), json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+    for receiver in [&cancelled, &blue, &red_tickets] {
+        wait_for_event(receiver, &marker["key"], "ticket.cancelled").await;
+    }
+    let seen = |r: &Receiver| {
+        let mut seen = seen(r);
+        seen.retain(|(key, _)| key != marker_key);
+        seen
+    };
     let pair = |k: &str, kind: &str| (k.to_owned(), kind.to_owned());
     assert_eq!(
         seen(&cancelled),
@@ -378,23 +409,23 @@ async fn gone_disables_the_endpoint_until_it_is_enabled_again() {
     let receiver = Receiver::start(vec![Answer::Status(410)]).await;
     let app = spawn(|_| {}).await;
     let hook = create_hook(&app, json!({"url": receiver.url})).await;
+    // An endpoint beside it that takes every event: what it was sent, the other would have been.
+    let control = Receiver::start(vec![]).await;
+    create_hook(&app, json!({"url": control.url})).await;
     let path = format!("/v1/webhooks/{}", hook["id"].as_str().unwrap());
     ticket(&app, &[]).await;
     receiver.wait_for(1, Duration::from_secs(10)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let disabled = loop {
+    let disabled = eventually("the endpoint to be disabled", Duration::from_secs(30), || async {
         let (_, got) = app.get(&path).await;
-        if got["disabled"] == true || tokio::time::Instant::now() >= deadline {
-            break got;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        (got["disabled"] == true).then_some(got)
+    })
+    .await;
     assert_eq!(
         (disabled["disabled"].clone(), disabled["disabled_reason"].clone()),
         (json!(true), json!("gone"))
     );
-    ticket(&app, &[]).await;
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let meanwhile = ticket(&app, &[]).await;
+    wait_for_event(&control, &meanwhile["key"], "ticket.created").await;
     assert_eq!(receiver.received().len(), 1, "a disabled endpoint receives nothing");
 
     let (status, enabled) = app.patch(&path, json!({"disabled": false})).await;
@@ -404,9 +435,9 @@ async fn gone_disables_the_endpoint_until_it_is_enabled_again() {
         (json!(false), Value::Null)
     );
     let after = ticket(&app, &[]).await;
-    let got = receiver.wait_for(2, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(receiver.received().len(), 2, "events of the disabled time are not sent");
+    // In the log's order, an event of the disabled time would come before this one.
+    let got = wait_for_event(&receiver, &after["key"], "ticket.created").await;
+    assert_eq!(got.len(), 2, "events of the disabled time are not sent");
     assert_eq!(got[1].json()["data"]["ticket_key"], after["key"]);
     app.shutdown().await;
 }
@@ -485,10 +516,13 @@ async fn several_processes_deliver_each_event_once() {
         ticket(app, &[]).await;
     }
     receiver.wait_for(10, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let ids: Vec<String> = receiver.received().iter().map(|r| r.id.clone()).collect();
-    assert_eq!(ids.len(), 10, "{ids:?}");
-    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 10);
+    // A ticket created last: once it was delivered, every event before it had been (a second
+    // sender of the endpoint would be sending the same events beside the first).
+    let last = ticket(&second, &[]).await;
+    let got = wait_for_event(&receiver, &last["key"], "ticket.created").await;
+    let ids: Vec<String> = got.iter().map(|r| r.id.clone()).collect();
+    assert_eq!(ids.len(), 11, "{ids:?}");
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 11);
     second.shutdown().await;
     first.shutdown().await;
 }
@@ -591,15 +625,7 @@ async fn a_postgres_restart_mid_delivery_is_survived() {
     assert!(status.success(), "pg_ctl restart failed");
 
     let later = ticket(&app, &[]).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let got = loop {
-        let got = receiver.received();
-        if got.iter().any(|r| r.json()["data"]["ticket_key"] == later["key"]) || tokio::time::Instant::now() >= deadline
-        {
-            break got;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let got = wait_for_event(&receiver, &later["key"], "ticket.created").await;
     let last = got.last().expect("deliveries");
     assert_eq!(last.json()["data"]["ticket_key"], later["key"], "{got:?}");
     assert!(

@@ -4,6 +4,7 @@
 // Each test file uses a different part of this module.
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
@@ -144,6 +145,45 @@ impl TestApp {
             app.shutdown().await;
         }
         self.pool.close().await;
+    }
+
+    /// Tickets this service's workers are running now: 0 once every loop they claimed has ended
+    /// (after its last write).
+    pub fn running_tickets(&self) -> usize {
+        self.app().running_tickets()
+    }
+
+    /// Waits until this service's workers run no ticket (30 s at most).
+    pub async fn wait_idle(&self) {
+        let what = Describe(|| format!("the workers to be idle ({} running)", self.running_tickets()));
+        eventually(what, Duration::from_secs(30), || async {
+            (self.running_tickets() == 0).then_some(())
+        })
+        .await
+    }
+
+    /// Waits until the event hub has read every event committed so far (30 s at most): a stream
+    /// "from now" opened afterwards starts after them, and they have been sent to the streams
+    /// open before.
+    pub async fn wait_events_read(&self) {
+        let mut conn = self.pool.acquire().await.expect("a connection");
+        let head = agentdesk::db::events::head(&mut conn)
+            .await
+            .expect("read the log's head");
+        drop(conn);
+        let hub = &self.app().hub;
+        let what = Describe(|| format!("the event hub to read up to {head} (at {})", hub.position()));
+        eventually(what, Duration::from_secs(30), || async {
+            (hub.position() >= head).then_some(())
+        })
+        .await
+    }
+
+    /// `GET /metrics` as text. The counters are the process's: every service a test binary
+    /// starts counts in them.
+    pub async fn metrics(&self) -> String {
+        let response = self.request(reqwest::Method::GET, "/metrics").send().await;
+        response.expect("scrape /metrics").text().await.expect("read /metrics")
     }
 
     pub fn endpoint(&self, path: &str) -> String {
@@ -537,17 +577,53 @@ async fn read_frames(response: reqwest::Response, tx: mpsc::UnboundedSender<SseE
     // Dropping `tx` tells the client the stream is over.
 }
 
+/// Polls `probe` every 20 ms until it returns `Some`, and returns that; panics naming `what` (and
+/// how long it waited) once `within` has passed. Tests wait on facts with it, never on a sleep.
+/// `what` is formatted only then: `Describe` lets it show the state last seen.
+pub async fn eventually<T, F, Fut>(what: impl std::fmt::Display, within: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        let waited = started.elapsed();
+        assert!(waited < within, "waited {waited:?} in vain for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A description made when it is shown, e.g. with the state a probe saw last.
+pub struct Describe<F: Fn() -> String>(pub F);
+
+impl<F: Fn() -> String> std::fmt::Display for Describe<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&(self.0)())
+    }
+}
+
+/// The value of a Prometheus series on `page` (its name with any labels, exactly as the text
+/// format writes them, e.g. `agentdesk_requeues_total{reason="retry"}`); 0 when it is absent.
+pub fn metric_value(page: &str, series: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Polls a ticket until it has `status` (20 s at most).
 pub async fn wait_status(app: &TestApp, key: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let last = &Mutex::new(Value::Null);
+    let what = Describe(|| format!("{key} to become {status}: {}", last.lock().unwrap()));
+    eventually(what, Duration::from_secs(20), || async move {
         let (code, ticket) = app.get(&format!("/v1/tickets/{key}")).await;
-        if code == StatusCode::OK && ticket["status"] == status {
-            return ticket;
-        }
-        assert!(Instant::now() < deadline, "{key} never became {status}: {ticket}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let found = code == StatusCode::OK && ticket["status"] == status;
+        *last.lock().unwrap() = ticket.clone();
+        found.then_some(ticket)
+    })
+    .await
 }
 
 /// The kinds of a ticket's persisted events, in seq order.
@@ -598,16 +674,11 @@ impl Drop for KillOnDrop {
 
 /// Waits until `base` answers `/readyz` with success; panics after `within`.
 pub async fn wait_ready(client: &reqwest::Client, base: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
-            if r.status().is_success() {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{base} never became ready");
+    eventually(format!("{base} to become ready"), within, || async move {
+        let answer = client.get(format!("{base}/readyz")).send().await;
+        answer.ok().filter(|r| r.status().is_success()).map(drop)
+    })
+    .await
 }
 
 /// Creates a ticket on the service at `base` (for tests that run the binary) and returns it.
@@ -620,14 +691,16 @@ pub async fn create_ticket_at(client: &reqwest::Client, base: &str, body: Value)
 /// Polls the service at `base` (another process) until ticket `key` has `status`; returns the
 /// ticket. Panics with the ticket as last seen once `deadline` has passed.
 pub async fn wait_status_at(client: &reqwest::Client, base: &str, key: &str, status: &str, deadline: Instant) -> Value {
-    loop {
+    let last = &Mutex::new(Value::Null);
+    let what = Describe(|| format!("{key} to become {status}: {}", last.lock().unwrap()));
+    let within = deadline.saturating_duration_since(Instant::now());
+    eventually(what, within, || async move {
         let (_, ticket) = send(client.get(format!("{base}/v1/tickets/{key}"))).await;
-        if ticket["status"] == status {
-            return ticket;
-        }
-        assert!(Instant::now() < deadline, "{key} never became {status}: {ticket}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let found = ticket["status"] == status;
+        *last.lock().unwrap() = ticket.clone();
+        found.then_some(ticket)
+    })
+    .await
 }
 
 /// Runs the real binary (`agentdesk serve`) against `database_url` on `port`, its model server at
