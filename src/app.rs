@@ -47,7 +47,7 @@ pub struct App {
     pub hub: EventHub,
     pub shutdown: CancellationToken,
     /// The process's MCP servers (for the agent's tool resolution).
-    pub mcp: crate::mcp::McpHub,
+    pub mcp: crate::mcp_client::McpHub,
     config: Arc<Config>,
     tasks: Vec<JoinHandle<()>>,
     workers: Option<crate::worker::WorkerPool>,
@@ -269,14 +269,14 @@ async fn start_tools(
     pool: &PgPool,
     config: &Config,
     stop: CancellationToken,
-) -> anyhow::Result<(crate::mcp::McpHub, crate::tools::catalog::ToolCatalog)> {
-    let options = crate::mcp::McpOptions {
+) -> anyhow::Result<(crate::mcp_client::McpHub, crate::tools::catalog::ToolCatalog)> {
+    let options = crate::mcp_client::McpOptions {
         guard: crate::net::AddressGuard {
             allow_private: config.mcp_allow_private.unwrap_or(config.allow_private_urls),
         },
         config_file: config.mcp_config.clone(),
     };
-    let mcp = crate::mcp::McpHub::start(pool.clone(), options, stop)
+    let mcp = crate::mcp_client::McpHub::start(pool.clone(), options, stop)
         .await
         .context("cannot start the MCP servers")?;
     let catalog = crate::tools::catalog::ToolCatalog::new(crate::net::AddressGuard {

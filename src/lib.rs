@@ -12,7 +12,7 @@ pub mod events;
 pub mod http;
 pub mod llm;
 pub mod maintenance;
-pub mod mcp;
+pub mod mcp_client;
 pub mod net;
 pub mod scheduler;
 pub mod schema;

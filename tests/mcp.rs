@@ -12,7 +12,7 @@ use agentdesk::db;
 use agentdesk::domain::{ProjectId, Ticket};
 
 const DEFAULT: ProjectId = ProjectId::DEFAULT;
-use agentdesk::mcp::McpHub;
+use agentdesk::mcp_client::McpHub;
 use agentdesk::tools::{Tool, ToolContext, ToolErrorKind, ToolOutcome};
 use axum::response::IntoResponse;
 use rmcp::model::ProtocolVersion;

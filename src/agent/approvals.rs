@@ -15,7 +15,7 @@
 //! the transcript, which the model then reads as interrupted (its effect unknown).
 
 use super::persist::ResponseRecord;
-use super::state::Step;
+use super::step_state::Step;
 use super::tool_calls::PreparedCall;
 use super::{aborted, Flow, RunEnd, Stop};
 use crate::db;

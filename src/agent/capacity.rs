@@ -11,7 +11,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
-use super::state::Step;
+use super::step_state::Step;
 use super::{aborted, Flow};
 use crate::db;
 use crate::db::provider_slots::Turn;

@@ -8,7 +8,7 @@
 
 use chrono::Utc;
 
-use super::state::{Charged, Step};
+use super::step_state::{Charged, Step};
 use super::{window, Flow, RunEnd, Stop};
 use crate::db;
 use crate::db::budgets::{Budget, Exhausted, Quota, Reservation, Unit};

@@ -6,7 +6,7 @@
 
 use sqlx::{Postgres, Transaction};
 
-use super::state::Step;
+use super::step_state::Step;
 use super::trim::{Announce, Target};
 pub use super::window::{
     blocking_threshold, estimate_tokens, keeps_task, reserve, task_comment, trigger, Reason, MAX_RESERVE,

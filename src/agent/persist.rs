@@ -6,8 +6,8 @@
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::charge;
-use super::state::Charged;
-use super::state::Step;
+use super::step_state::Charged;
+use super::step_state::Step;
 use super::tool_calls::PreparedCall;
 use super::{aborted, request, transcript, Flow, RunEnd, Runtime, Stop};
 use crate::db;

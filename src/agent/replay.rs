@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::state::Step;
+use super::step_state::Step;
 use super::tool_calls::PreparedCall;
 use super::Flow;
 use crate::db;

@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::persist::ResponseRecord;
-use super::state::Step;
+use super::step_state::Step;
 use super::tool_calls::PreparedCall;
 use super::{aborted, outputs, transcript, Flow, RunEnd, Stop};
 use crate::db;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::compaction::{self, Reason};
 use super::model_call::ModelOutcome;
 use super::persist::{self, ResponseRecord};
-use super::state::Step;
+use super::step_state::Step;
 use super::tool_calls::{self, PreparedCall};
 use super::trim::{Announce, Target};
 use super::{aborted, request, Flow, Runtime, Signals, Streaks};

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::state::Step;
+use super::step_state::Step;
 use super::{aborted, Flow};
 use crate::domain::Agent;
 use crate::llm::ModelResponse;

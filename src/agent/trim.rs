@@ -4,7 +4,7 @@
 //! older, with a note saying what was left out. `plan` decides without the database, so the
 //! rules are tested alone; `Step::trim_transcript` stores the plan.
 
-use super::state::Step;
+use super::step_state::Step;
 use super::window::{block_chars, cut_middle, estimate_tokens, keeps_task, task_comment, Reason, CUT_MARKER_MAX};
 use super::{request, Flow};
 use crate::db;

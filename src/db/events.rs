@@ -18,7 +18,7 @@ use sqlx::{PgConnection, PgExecutor, PgPool, Row};
 use uuid::Uuid;
 
 use super::fence::Fence;
-use super::group::{GroupWrite, GroupWriter};
+use super::group_commit::{GroupWrite, GroupWriter};
 
 use crate::domain::{Comment, EventData, NewEvent, ProjectId, Ticket, TicketEvent};
 
@@ -231,7 +231,7 @@ impl GroupWrite for Append {
     async fn write_group(conn: &mut PgConnection, writes: &[Append]) -> Result<Vec<bool>, sqlx::Error> {
         let appends: Vec<(Fence, &[NewEvent])> = writes.iter().map(|w| (w.fence, w.events.as_slice())).collect();
         let written = append_fenced_many(conn, &appends).await?;
-        Ok(super::group::held(writes.iter().map(|w| w.fence), written))
+        Ok(super::group_commit::held(writes.iter().map(|w| w.fence), written))
     }
 }
 

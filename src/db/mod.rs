@@ -10,7 +10,7 @@ pub mod desk_stats;
 pub mod events;
 pub mod experiments;
 pub mod fence;
-pub mod group;
+pub mod group_commit;
 pub mod http_tools;
 pub mod links;
 pub mod mcp_servers;

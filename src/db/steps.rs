@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::claims::Finish;
 use super::fence::Fence;
-use super::group::{GroupWrite, GroupWriter};
+use super::group_commit::{GroupWrite, GroupWriter};
 use crate::domain::{Author, Comment, ContentBlock, NewEvent, TicketUsage};
 
 /// A comment made whole before it is stored: its id and time are chosen here (so the events that
@@ -57,7 +57,7 @@ impl GroupWrite for StepWrite {
 
     async fn write_group(conn: &mut PgConnection, writes: &[StepWrite]) -> Result<Vec<bool>, sqlx::Error> {
         let written = store_steps(conn, writes).await?;
-        Ok(super::group::held(writes.iter().map(|w| w.fence), written))
+        Ok(super::group_commit::held(writes.iter().map(|w| w.fence), written))
     }
 }
 

@@ -87,7 +87,7 @@ pub struct ApiServices {
     /// Resolves agents' tool names (and checks them at `PUT /v1/agents`).
     pub catalog: crate::tools::catalog::ToolCatalog,
     /// The MCP servers and their connections.
-    pub mcp: crate::mcp::McpHub,
+    pub mcp: crate::mcp_client::McpHub,
     /// Group-commits plain creates.
     pub intake: crate::transitions::intake::Intake,
     /// Says whether an agent takes a waiting ticket (`routable`).

@@ -9,6 +9,7 @@
 //! re-exports them.
 
 pub mod anthropic;
+mod configured;
 mod endpoint;
 mod error;
 pub mod grammar_safe;
@@ -16,16 +17,15 @@ mod http;
 pub mod named;
 pub mod openai;
 mod provider;
-mod providers;
 mod stream;
 mod types;
 mod wire;
 
 pub use crate::domain::ContentBlock;
+pub use configured::Providers;
 pub use endpoint::HttpProvider;
 pub use error::{empty_reply, LlmError, LlmErrorKind};
 pub use provider::Provider;
-pub use providers::Providers;
 pub use types::{Delta, Message, ModelRequest, ModelResponse, Role, StopReason, ToolCall, ToolChoice, ToolSpec, Usage};
 
 /// The start of `s`, at most `max` bytes (on a char boundary), for log lines.

@@ -1,5 +1,5 @@
 //! Group commit of new tickets (those without a parent or an idempotency key): creates that arrive
-//! together share one statement and one commit (see `db::group`), so a burst of clients costs the
+//! together share one statement and one commit (see `db::group_commit`), so a burst of clients costs the
 //! database about what one client does; a create alone is one statement on a writer's kept
 //! connection, one round trip. A create is answered only after its group commits, so every
 //! acknowledged ticket and its `ticket.created` event are durable.
@@ -7,7 +7,7 @@
 use sqlx::{PgConnection, PgPool};
 
 use super::DeskError;
-use crate::db::group::{GroupWrite, GroupWriter};
+use crate::db::group_commit::{GroupWrite, GroupWriter};
 use crate::db::tickets::NewTicket;
 use crate::domain::Ticket;
 use crate::events::EventHub;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use agentdesk::db;
 use agentdesk::db::tickets::NewTicket;
 use agentdesk::domain::{ProjectId, Ticket};
-use agentdesk::mcp::{McpHub, McpOptions};
+use agentdesk::mcp_client::{McpHub, McpOptions};
 use agentdesk::tools::{ToolContext, ToolOutcome};
 use serde_json::{json, Value};
 use sqlx::PgPool;

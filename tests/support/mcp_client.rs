@@ -1,6 +1,6 @@
 //! The official Rust SDK's MCP client (rmcp) over streamable HTTP, pointed at a test desk's `/mcp`.
 
-use agentdesk::mcp::http_client::GuardedHttp;
+use agentdesk::mcp_client::http_client::GuardedHttp;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
