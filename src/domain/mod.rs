@@ -19,8 +19,8 @@ pub mod webhook;
 
 pub use agent::Agent;
 pub use comment::{Author, Comment, ContentBlock};
-pub use failure::FailureKind;
 pub use event::{EventData, NewEvent, RequeueReason, TicketEvent, TokenUsage};
+pub use failure::FailureKind;
 pub use mcp_server::{McpServerDef, McpServerView, McpToolInfo, McpTransport, RequiresApproval};
 pub use money::Usd;
 pub use price::Price;

@@ -94,10 +94,7 @@ pub async fn expire_approvals(pool: &PgPool, limit: i64) -> Result<usize, sqlx::
             }
         }
         if let Some((kind, message)) = failure {
-            let error = TicketError {
-                kind,
-                message,
-            };
+            let error = TicketError { kind, message };
             db::tickets::set_approvals(&mut tx, *id, &[]).await?;
             db::tickets::set_status(&mut tx, *id, Status::Failed).await?;
             db::tickets::set_error(&mut tx, *id, &error).await?;
