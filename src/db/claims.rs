@@ -15,8 +15,8 @@ use uuid::Uuid;
 pub use super::fence::Fence;
 use super::tickets::{TicketRow, TICKET_COLUMNS};
 use crate::domain::{
-    Agent, Author, Comment, ContentBlock, EventData, FailureKind, NewEvent, ProjectId, RequeueReason, Status, Ticket, TicketError,
-    TicketUsage,
+    Agent, Author, Comment, ContentBlock, EventData, FailureKind, NewEvent, ProjectId, RequeueReason, Status, Ticket,
+    TicketError, TicketUsage,
 };
 
 /// A claim held by this worker: the ticket as claimed and the generation that fences its writes.
