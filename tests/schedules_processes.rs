@@ -52,6 +52,15 @@ async fn fired(api: &TestApp) -> usize {
     n as usize
 }
 
+/// Wakes every process's scheduler (a NOTIFY on its channel): each reads the schedules again.
+async fn wake_schedulers(api: &TestApp) {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(agentdesk::db::schedules::SCHEDULES_CHANNEL)
+        .execute(&api.pool)
+        .await
+        .unwrap();
+}
+
 /// Waits until the schedule has fired `n` times.
 async fn wait_fired(api: &TestApp, n: usize) {
     eventually(format!("{n} firings"), Duration::from_secs(90), || async {
@@ -104,11 +113,7 @@ async fn two_processes_make_exactly_one_ticket_per_fire_time() {
         ]
     };
     let before = polls().await;
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(agentdesk::db::schedules::SCHEDULES_CHANNEL)
-        .execute(&api.pool)
-        .await
-        .unwrap();
+    wake_schedulers(&api).await;
     eventually(
         "both schedulers to read the schedules again",
         Duration::from_secs(30),
@@ -238,11 +243,7 @@ async fn ten_thousand_quiet_schedules_cost_the_scheduler_nothing_while_it_waits(
     // Then until the scheduler has read the schedules again (woken by a NOTIFY): it is done
     // firing whatever was due, and its one fire time is past.
     let fired = polls(&page().await);
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(agentdesk::db::schedules::SCHEDULES_CHANNEL)
-        .execute(&api.pool)
-        .await
-        .unwrap();
+    wake_schedulers(&api).await;
     eventually(
         "the scheduler to read the schedules again",
         Duration::from_secs(30),
