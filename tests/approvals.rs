@@ -275,11 +275,10 @@ async fn a_comment_wakes_a_ticket_with_unanswered_calls_but_it_waits_again() {
     let (key, id, call_id) = waiting_on(&app, &llm, Reply::tool_call("deploy", json!({"env": "prod"}))).await;
     app.comment(&key, "any news?").await;
     // Woken (todo), claimed, and waiting again for the same call, without asking the model.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while event_data(&app, &id, "ticket.waiting").await.len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "the ticket did not wait again");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::eventually("the ticket to wait again", Duration::from_secs(20), || async {
+        (event_data(&app, &id, "ticket.waiting").await.len() >= 2).then_some(())
+    })
+    .await;
     assert_eq!(pending_call(&app, &key).await, call_id);
     assert_eq!(llm.requests().len(), 1, "the model was not asked while the call waits");
     assert!(server.requests().is_empty());

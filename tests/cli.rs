@@ -484,16 +484,14 @@ async fn the_agents_file_is_applied_at_start_up() {
     };
     let mut child = server(&file);
     let client = reqwest::Client::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let agent: Value = loop {
-        if let Ok(response) = client.get(format!("{url}/v1/agents/researcher")).send().await {
-            if response.status() == reqwest::StatusCode::OK {
-                break response.json().await.unwrap();
-            }
+    let agent: Value = support::eventually("the agent to appear", Duration::from_secs(20), || async {
+        let response = client.get(format!("{url}/v1/agents/researcher")).send().await.ok()?;
+        if response.status() != reqwest::StatusCode::OK {
+            return None;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the agent never appeared");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        Some(response.json().await.unwrap())
+    })
+    .await;
     assert_eq!(
         (agent["provider"].as_str(), agent["model"].as_str()),
         (Some("local"), Some("m"))
@@ -805,11 +803,10 @@ async fn experiment_create_and_show() {
     .await;
     assert_eq!(created.code, 0, "{created:?}");
     let id = created.stdout.trim().to_owned();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while app.get(&format!("/v1/experiments/{id}")).await.1["status"] != "done" {
-        assert!(tokio::time::Instant::now() < deadline, "the experiment never finished");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::eventually("the experiment to finish", Duration::from_secs(30), || async {
+        (app.get(&format!("/v1/experiments/{id}")).await.1["status"] == "done").then_some(())
+    })
+    .await;
     let show = cli(&app.url, &["experiment", "show", &id]).await;
     assert_eq!(show.code, 0, "{show:?}");
     assert!(

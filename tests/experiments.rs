@@ -42,16 +42,16 @@ async fn desk() -> (TestApp, FakeLlm) {
 }
 
 async fn wait_experiment(app: &TestApp, id: &str, status: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (code, experiment) = app.get(&format!("/v1/experiments/{id}")).await;
-        assert_eq!(code, StatusCode::OK, "{experiment}");
-        if experiment["status"] == status {
-            return experiment;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never {status}: {experiment}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::eventually(
+        format!("experiment {id} to be {status}"),
+        Duration::from_secs(60),
+        || async {
+            let (code, experiment) = app.get(&format!("/v1/experiments/{id}")).await;
+            assert_eq!(code, StatusCode::OK, "{experiment}");
+            (experiment["status"] == status).then_some(experiment)
+        },
+    )
+    .await
 }
 
 #[tokio::test]
@@ -200,15 +200,11 @@ async fn an_experiment_is_cancelled_or_deleted_and_refused_whole() {
     let (code, created) = app.post("/v1/experiments", body).await;
     assert_eq!(code, StatusCode::CREATED, "{created}");
     let id = created["id"].as_str().unwrap().to_owned();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    support::eventually("the replay to wait", Duration::from_secs(30), || async {
         let (_, e) = app.get(&format!("/v1/experiments/{id}")).await;
-        if e["arms"][0]["waiting"] == 1 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the replay never waited: {e}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (e["arms"][0]["waiting"] == 1).then_some(())
+    })
+    .await;
     let (code, cancelled) = app.post(&format!("/v1/experiments/{id}/cancel"), json!({})).await;
     assert_eq!(code, StatusCode::OK, "{cancelled}");
     assert_eq!(cancelled["status"], "cancelled");

@@ -76,13 +76,11 @@ fn tool_names(view: &Value) -> Vec<String> {
 }
 
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    for _ in 0..100 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
+    let check = || {
+        let checked = check();
+        async { checked.await.then_some(()) }
+    };
+    support::eventually(what, Duration::from_secs(10), check).await
 }
 
 #[tokio::test]

@@ -156,11 +156,10 @@ async fn a_cancel_ends_the_wait_for_a_slot_at_once() {
     assert!(llm.wait_for_requests(1, Duration::from_secs(10)).await);
     let second = app.create_ticket(json!({ "task": "the waiting one" })).await;
     let second_id = second["id"].as_str().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while event_data(&app, second_id, "request.queued").await.is_empty() {
-        assert!(Instant::now() < deadline, "the second ticket never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::eventually("the second ticket to queue", Duration::from_secs(10), || async {
+        (!event_data(&app, second_id, "request.queued").await.is_empty()).then_some(())
+    })
+    .await;
     let asked = Instant::now();
     let (code, _) = app.post(&format!("/v1/tickets/{second_id}/cancel"), json!({})).await;
     assert_eq!(code, StatusCode::OK);

@@ -257,11 +257,10 @@ async fn a_comment_answers_a_question_that_accepts_its_text() {
     let (key, id) = ticket(&app).await;
     let qid = waiting_question(&app, &key).await["pending_question"]["id"].clone();
     app.comment(&key, "a few").await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while event_data(&app, &id, "ticket.waiting").await.len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "the ticket did not wait again");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::eventually("the ticket to wait again", Duration::from_secs(20), || async {
+        (event_data(&app, &id, "ticket.waiting").await.len() >= 2).then_some(())
+    })
+    .await;
     assert_eq!(waiting_question(&app, &key).await["pending_question"]["id"], qid);
     assert!(event_data(&app, &id, "question.answered").await.is_empty());
 

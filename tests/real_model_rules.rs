@@ -311,15 +311,11 @@ async fn a_cancel_mid_stream_keeps_the_text_already_streamed() {
     let (code, _) = app.post(&format!("/v1/tickets/{key}/cancel"), json!({})).await;
     assert_eq!(code, StatusCode::OK);
 
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let kept = loop {
+    let kept = support::eventually("the streamed text to be kept", WAIT, || async {
         let stored = comments(&app, key).await;
-        if let Some(c) = stored.iter().find(|c| c["author"] == "assistant") {
-            break c.clone();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the streamed text was not kept");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        stored.iter().find(|c| c["author"] == "assistant").cloned()
+    })
+    .await;
     let text = text_of(&kept);
     assert!(text.starts_with(&shown), "{text:?} / {shown:?}");
     assert!(!text.contains("never comes"), "only what was streamed: {text:?}");

@@ -117,8 +117,11 @@ fn spawn(command: &str, database_url: &str, llm: &FakeLlm, otlp: &str, extra: &[
 
 /// Waits until spans with every one of `names` arrived in the trace; returns the trace's spans.
 async fn wait_spans(spans: &Spans, trace_id: &[u8], names: &[&str]) -> Vec<Received> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    let seen = support::Describe(|| {
+        let seen: Vec<String> = spans.lock().unwrap().iter().map(|r| r.span.name.clone()).collect();
+        format!("the spans {names:?} (seen: {seen:?})")
+    });
+    support::eventually(seen, WAIT, || async {
         let trace: Vec<Received> = spans
             .lock()
             .unwrap()
@@ -126,13 +129,12 @@ async fn wait_spans(spans: &Spans, trace_id: &[u8], names: &[&str]) -> Vec<Recei
             .filter(|r| r.span.trace_id == trace_id)
             .cloned()
             .collect();
-        if names.iter().all(|n| trace.iter().any(|r| r.span.name == *n)) {
-            return trace;
-        }
-        let seen: Vec<String> = spans.lock().unwrap().iter().map(|r| r.span.name.clone()).collect();
-        assert!(tokio::time::Instant::now() < deadline, "spans seen: {seen:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        names
+            .iter()
+            .all(|n| trace.iter().any(|r| r.span.name == *n))
+            .then_some(trace)
+    })
+    .await
 }
 
 fn one<'a>(trace: &'a [Received], name: &str) -> &'a Received {
@@ -267,18 +269,15 @@ async fn contents_are_recorded_only_when_asked_for() {
     )
     .await;
     // Without a traceparent the ticket starts a trace of its own, rooted at the server span.
-    let server_trace = loop {
-        let found = spans
+    let server_trace = support::eventually("the server span of the create", WAIT, || async {
+        spans
             .lock()
             .unwrap()
             .iter()
             .find(|r| r.span.name == "POST /v1/tickets")
-            .map(|r| r.span.trace_id.clone());
-        if let Some(id) = found {
-            break id;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+            .map(|r| r.span.trace_id.clone())
+    })
+    .await;
     let trace = wait_spans(
         &spans,
         &server_trace,
