@@ -100,7 +100,9 @@ const ROUTE: &str = "CROSS JOIN LATERAL (
 
 /// A project that reached a quota (`db::budgets::pause_project`) is not claimed from until the
 /// quota's period ends or the quota changes.
-const NOT_PAUSED: &str = "(p.paused_until IS NULL OR p.paused_until <= now())";
+fn not_paused(project: &str) -> String {
+    format!("({project}.paused_until IS NULL OR {project}.paused_until <= now())")
+}
 
 /// A ticket past its deadline is the reaper's to fail, not a worker's to start.
 const BEFORE_DEADLINE: &str = "(t.deadline_at IS NULL OR t.deadline_at > now())";
@@ -193,15 +195,17 @@ fn unlimited_candidates() -> String {
             SELECT count(*) AS running FROM tickets r
             WHERE r.project_id = p.id AND r.status = 'in_progress'
               AND EXISTS (SELECT 1 FROM projects o
-                          WHERE o.id <> p.id AND (o.paused_until IS NULL OR o.paused_until <= now())
+                          WHERE o.id <> p.id AND {other_not_paused}
                             AND EXISTS (SELECT 1 FROM tickets q WHERE q.project_id = o.id AND q.status = 'todo'))) load
          WHERE EXISTS (SELECT 1 FROM tickets q WHERE q.project_id = p.id AND q.status = 'todo')
-           AND {NOT_PAUSED}
+           AND {not_paused}
          ORDER BY (load.running
                    + row_number() OVER (PARTITION BY p.id ORDER BY c.priority DESC, c.created_at, c.id))::float8
                   / p.weight,
                   c.priority DESC, c.created_at, c.id
-         LIMIT $1"
+         LIMIT $1",
+        not_paused = not_paused("p"),
+        other_not_paused = not_paused("o"),
     )
 }
 
@@ -218,13 +222,14 @@ fn limited_candidates() -> String {
                 FROM tickets t
                 {ROUTE}
                 WHERE t.status = 'todo' AND a.max_concurrent IS NOT NULL AND {BEFORE_DEADLINE}
-                  AND EXISTS (SELECT 1 FROM projects p WHERE p.id = t.project_id AND {NOT_PAUSED}))
+                  AND EXISTS (SELECT 1 FROM projects p WHERE p.id = t.project_id AND {not_paused}))
              SELECT t.id, r.agent_name, r.agent_model, r.agent_version, r.seeded
              FROM tickets t JOIN ranked r ON r.id = t.id
              WHERE r.place <= r.free AND t.status = 'todo'
              ORDER BY r.priority DESC, r.created_at, r.id
              LIMIT $1
-             FOR UPDATE OF t SKIP LOCKED"
+             FOR UPDATE OF t SKIP LOCKED",
+        not_paused = not_paused("p"),
     )
 }
 
